@@ -1,0 +1,275 @@
+"""EpochPlan: the batches of one epoch for every rank.
+
+A plan is what a selector computes and what a sampler, the CLI and users consume. Every
+rank has the same number of batches (the DistributedSampler contract); how uneven ranks
+are equalized is a stated policy, see :meth:`EpochPlan.from_rank_batches`.
+
+On disk a plan is an ``.npz`` holding flat int64 indices, batch offsets, optional float32
+weights, a JSON header and a SHA-256 checksum of all of them; it is written to a temporary
+name and renamed. A file may hold several epochs (``save_plans`` / ``load_plans``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from typing import Any, Sequence
+
+import numpy as np
+
+from .io import atomic_write
+
+FORMAT_VERSION = 1
+
+
+class EpochPlan:
+    """The batches of one epoch for ``world_size`` ranks.
+
+    Parameters
+    ----------
+    batches:
+        ``batches[rank]`` is the list of that rank's batches (1-D integer index arrays);
+        every rank must have the same number of batches (use :meth:`from_rank_batches`
+        to equalize).
+    weights:
+        ``None`` or per-example weights with the same structure as ``batches``.
+    num_examples:
+        Size of the dataset the indices point into (checked by :meth:`validate`).
+    epoch, seed, method:
+        Provenance, stored in the header and the fingerprint.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> plan = EpochPlan([[np.array([0, 1]), np.array([2])], [np.array([3, 4]), np.array([5])]], num_examples=6)
+    >>> plan.world_size, plan.num_batches, plan.batches(1)[0].tolist()
+    (2, 2, [3, 4])
+    >>> len(plan.fingerprint())
+    16
+    """
+
+    def __init__(
+        self,
+        batches: Sequence[Sequence[Any]],
+        weights: Sequence[Sequence[Any]] | None = None,
+        *,
+        num_examples: int | None = None,
+        epoch: int = 0,
+        seed: int = 0,
+        method: str = "",
+    ) -> None:
+        if len(batches) == 0:
+            raise ValueError("a plan needs at least one rank")
+        self._batches = [[np.asarray(b, dtype=np.int64).reshape(-1) for b in rank] for rank in batches]
+        counts = {len(rank) for rank in self._batches}
+        if len(counts) != 1:
+            raise ValueError(f"every rank must have the same number of batches, got {[len(r) for r in self._batches]}")
+        if weights is None:
+            self._weights = None
+        else:
+            if len(weights) != len(batches):
+                raise ValueError(f"weights cover {len(weights)} ranks, batches {len(batches)}")
+            self._weights = [[np.asarray(w, dtype=np.float32).reshape(-1) for w in rank] for rank in weights]
+        max_index = max((int(b.max()) for rank in self._batches for b in rank if b.size), default=-1)
+        self.num_examples = int(num_examples) if num_examples is not None else max_index + 1
+        self.epoch = int(epoch)
+        self.seed = int(seed)
+        self.method = str(method)
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def from_rank_batches(
+        cls,
+        batches: Sequence[Sequence[Any]],
+        weights: Sequence[Sequence[Any]] | None = None,
+        *,
+        drop_last: bool = False,
+        **kwargs: Any,
+    ) -> "EpochPlan":
+        """Equalize the number of batches per rank, then build the plan.
+
+        ``drop_last=False`` pads: a rank with fewer batches repeats its own batches from
+        the first one on (so padding repeats examples, as DistributedSampler does);
+        ``drop_last=True`` drops every rank's trailing batches down to the smallest count.
+        A rank with no batches at all cannot be padded: ``ValueError``.
+        """
+        counts = [len(rank) for rank in batches]
+        if not counts:
+            raise ValueError("a plan needs at least one rank")
+        target = min(counts) if drop_last else max(counts)
+        if not drop_last and min(counts) == 0 and target > 0:
+            raise ValueError(f"rank {counts.index(0)} has no batches to pad with (batches per rank: {counts})")
+        out_b, out_w = [], [] if weights is not None else None
+        for r, rank in enumerate(batches):
+            rank = list(rank)
+            picks = [i % len(rank) for i in range(target)] if rank else []
+            out_b.append([rank[i] for i in picks])
+            if weights is not None:
+                out_w.append([list(weights[r])[i] for i in picks])
+        return cls(out_b, out_w, **kwargs)
+
+    # -- access -----------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return len(self._batches)
+
+    @property
+    def num_batches(self) -> int:
+        """Batches per rank (the same on every rank)."""
+        return len(self._batches[0])
+
+    def _check_rank(self, rank: int) -> int:
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise TypeError(f"rank must be an integer, got {rank!r}")
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be in [0, {self.world_size}), got {rank}")
+        return int(rank)
+
+    def batches(self, rank: int = 0) -> list[np.ndarray]:
+        """This rank's batches: a list of int64 index arrays."""
+        return list(self._batches[self._check_rank(rank)])
+
+    def weights(self, rank: int = 0) -> list[np.ndarray] | None:
+        """This rank's per-example weights (same shapes as :meth:`batches`), or None."""
+        rank = self._check_rank(rank)
+        return None if self._weights is None else list(self._weights[rank])
+
+    def indices(self, rank: int | None = None) -> np.ndarray:
+        """All indices of one rank (or of all ranks), concatenated in batch order."""
+        ranks = range(self.world_size) if rank is None else [self._check_rank(rank)]
+        parts = [b for r in ranks for b in self._batches[r]]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EpochPlan) and self.fingerprint() == other.fingerprint()
+
+    def __repr__(self) -> str:
+        return (f"EpochPlan(world_size={self.world_size}, num_batches={self.num_batches}, "
+                f"num_examples={self.num_examples}, epoch={self.epoch}, method={self.method!r}, "
+                f"weighted={self._weights is not None})")
+
+    # -- checks and identity ----------------------------------------------------------
+    def validate(self) -> "EpochPlan":
+        """Check indices are in range, weights match batches and are finite and >= 0.
+        Returns self; raises ``ValueError`` naming the first problem."""
+        for r, rank in enumerate(self._batches):
+            for i, b in enumerate(rank):
+                if b.size and (b.min() < 0 or b.max() >= self.num_examples):
+                    raise ValueError(f"rank {r} batch {i} has indices outside [0, {self.num_examples})")
+                if self._weights is not None:
+                    w = self._weights[r][i]
+                    if w.shape != b.shape:
+                        raise ValueError(f"rank {r} batch {i}: {w.size} weights for {b.size} indices")
+                    if not np.isfinite(w).all() or (w < 0).any():
+                        raise ValueError(f"rank {r} batch {i} has negative or non-finite weights")
+        return self
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        flat = [b for rank in self._batches for b in rank]
+        sizes = np.array([b.size for b in flat], dtype=np.int64)
+        arrays = {
+            "indices": np.concatenate(flat) if flat else np.empty(0, dtype=np.int64),
+            "offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        }
+        if self._weights is not None:
+            wflat = [w for rank in self._weights for w in rank]
+            arrays["weights"] = np.concatenate(wflat).astype(np.float32) if wflat else np.empty(0, np.float32)
+        return arrays
+
+    def _header(self) -> dict[str, Any]:
+        return {"format": FORMAT_VERSION, "world_size": self.world_size, "num_batches": self.num_batches,
+                "num_examples": self.num_examples, "epoch": self.epoch, "seed": self.seed, "method": self.method}
+
+    def fingerprint(self) -> str:
+        """A stable 16-hex-digit hash of the batches, weights, world size and dataset
+        size: equal on every rank that computed the same plan, on every platform."""
+        h = hashlib.sha256()
+        h.update(json.dumps([self.world_size, self.num_batches, self.num_examples]).encode())
+        for name, arr in sorted(self._arrays().items()):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes())
+        return h.hexdigest()[:16]
+
+    # -- files ------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
+        """Write the plan to ``path`` (``.npz``) atomically."""
+        save_plans(path, [self], overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, epoch: int | None = None) -> "EpochPlan":
+        """Read a plan written by :meth:`save` (or one epoch of a multi-epoch file:
+        ``epoch`` picks it, by its stored epoch number). A corrupted, truncated or
+        foreign file raises ``ValueError``."""
+        plans = load_plans(path)
+        if epoch is None:
+            if len(plans) != 1:
+                raise ValueError(f"{os.fspath(path)!r} holds {len(plans)} epochs "
+                                 f"{[p.epoch for p in plans]}; pass epoch=")
+            return plans[0]
+        for p in plans:
+            if p.epoch == epoch:
+                return p
+        raise ValueError(f"{os.fspath(path)!r} has no epoch {epoch} (it has {[p.epoch for p in plans]})")
+
+
+def _checksum(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        if name == "checksum":
+            continue
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(arrays[name]).tobytes())
+    return h.hexdigest()
+
+
+def save_plans(path: str | os.PathLike, plans: Sequence[EpochPlan], overwrite: bool = True) -> None:
+    """Write one or more epoch plans to one ``.npz`` file, atomically."""
+    if not plans:
+        raise ValueError("no plans to save")
+    arrays: dict[str, np.ndarray] = {"header": np.array(json.dumps({"format": FORMAT_VERSION, "epochs": len(plans)}))}
+    for e, plan in enumerate(plans):
+        arrays[f"e{e}_header"] = np.array(json.dumps(plan._header()))
+        for name, arr in plan._arrays().items():
+            arrays[f"e{e}_{name}"] = arr
+    arrays["checksum"] = np.array(_checksum(arrays))
+    with atomic_write(path, "wb", overwrite=overwrite) as f:
+        np.savez(f, **arrays)
+
+
+def load_plans(path: str | os.PathLike) -> list[EpochPlan]:
+    """Read every epoch plan stored in ``path``."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a directory, not a plan file")
+    if not os.path.exists(path):
+        raise ValueError(f"no such plan file {path!r}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise ValueError(f"{path!r} is not a readable plan file (corrupted or truncated?): {exc}") from None
+    if "checksum" not in arrays or "header" not in arrays:
+        raise ValueError(f"{path!r} is not a batchsel plan file")
+    if str(arrays["checksum"]) != _checksum(arrays):
+        raise ValueError(f"{path!r} fails its checksum: the file is corrupted")
+    header = json.loads(str(arrays["header"]))
+    if header.get("format") != FORMAT_VERSION:
+        raise ValueError(f"{path!r} has plan format {header.get('format')}, this batchsel reads {FORMAT_VERSION}")
+    plans = []
+    for e in range(header["epochs"]):
+        h = json.loads(str(arrays[f"e{e}_header"]))
+        idx, off = arrays[f"e{e}_indices"], arrays[f"e{e}_offsets"]
+        w = arrays.get(f"e{e}_weights")
+        flat = [idx[off[i]:off[i + 1]] for i in range(len(off) - 1)]
+        nb = h["num_batches"]
+        batches = [flat[r * nb:(r + 1) * nb] for r in range(h["world_size"])]
+        weights = None if w is None else [[w[off[r * nb + i]:off[r * nb + i + 1]] for i in range(nb)] for r in range(h["world_size"])]
+        plans.append(EpochPlan(batches, weights, num_examples=h["num_examples"], epoch=h["epoch"], seed=h["seed"], method=h["method"]))
+    return plans
+
+
+__all__ = ["EpochPlan", "save_plans", "load_plans"]
