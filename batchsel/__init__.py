@@ -6,14 +6,31 @@ graph-regularized loss, submodular partitions of the data across workers, and ra
 loss-ranked baselines. Adapters for torch and MPI live in ``batchsel.integrations``.
 """
 from .index import EmbeddingIndex, knn_graph
+from .functions import (FacilityLocation, FeatureBased, GraphCut, LogDeterminant, Mixture, Modular,
+                        SaturatedCoverage, SetFunction, SumRedundancy)
+from .optimizers import Selection, maximize
 from .plan import EpochPlan, load_plans, save_plans
-from .selectors import RandomSelector, Selector
+from .selectors import (CoresetSelector, GraphBlockSelector, LossRankSelector, RandomSelector, Selector,
+                        SubmodularSelector, submodular_partition)
+from .integrations import SelectionBatchSampler
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):  # GraphRegularizedLoss imports torch: only when it is used
+    if name == "GraphRegularizedLoss":
+        from .losses import GraphRegularizedLoss
+        return GraphRegularizedLoss
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "EmbeddingIndex", "knn_graph",
+    "SetFunction", "FacilityLocation", "FeatureBased", "GraphCut", "SumRedundancy",
+    "SaturatedCoverage", "LogDeterminant", "Modular", "Mixture", "Selection", "maximize",
     "EpochPlan", "save_plans", "load_plans",
-    "Selector", "RandomSelector",
+    "Selector", "RandomSelector", "SubmodularSelector", "LossRankSelector", "GraphBlockSelector",
+    "CoresetSelector", "submodular_partition",
+    "GraphRegularizedLoss",
+    "SelectionBatchSampler",
     "__version__",
 ]

@@ -68,8 +68,9 @@ def load_embeddings(embeddings: Any, name: str = "embeddings") -> np.ndarray:
             x = np.asarray(embeddings)
         except Exception as exc:  # ragged lists, objects
             raise TypeError(f"{name} must be convertible to a float32 array: {exc}") from None
-    if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-        raise TypeError(f"{name} must be numeric, got dtype {x.dtype}")
+    # complex would silently lose its imaginary part in the float32 cast
+    if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating) or x.dtype == bool):
+        raise TypeError(f"{name} must be numeric (real), got dtype {x.dtype}")
     if x.ndim != 2:
         raise ValueError(f"{name} must be 2-D (N x d), got {x.ndim}-D {_describe(x)}")
     if x.shape[0] == 0 or x.shape[1] == 0:

@@ -8,10 +8,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
+import stat
 import tempfile
+import zipfile
 from typing import IO, Iterator
 
 import numpy as np
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (``os.umask``
+    can only be read by setting it, which races with other threads creating files)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -36,6 +52,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", overwrite: bool = Tr
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, mode) as f:
+            # mkstemp makes the file 0600; give it the mode a plain open() would (or keep
+            # the replaced file's), so plans stay readable by the other ranks / users.
+            try:
+                os.fchmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
+            except FileNotFoundError:
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -95,7 +117,8 @@ def load_array(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
             if not hasattr(obj, "numpy"):
                 raise ValueError(f"{path!r} does not hold a tensor (got {type(obj).__name__})")
             return obj.detach().cpu().numpy()
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, RuntimeError) as exc:
+        # truncated / corrupted files: BadZipFile (.npz), RuntimeError or UnpicklingError (.pt)
         raise ValueError(f"cannot read {path!r}: {exc}") from None
     except ValueError as exc:
         if str(exc).startswith(repr(path)) or path in str(exc):

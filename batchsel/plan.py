@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zipfile
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,7 +36,8 @@ class EpochPlan:
     num_examples:
         Size of the dataset the indices point into (checked by :meth:`validate`).
     epoch, seed, method:
-        Provenance, stored in the header and the fingerprint.
+        Provenance, stored in the file header. They are not part of :meth:`fingerprint`,
+        which identifies the batches themselves.
 
     Example
     -------
@@ -61,7 +61,7 @@ class EpochPlan:
     ) -> None:
         if len(batches) == 0:
             raise ValueError("a plan needs at least one rank")
-        self._batches = [[np.asarray(b, dtype=np.int64).reshape(-1) for b in rank] for rank in batches]
+        self._batches = [[_as_indices(b, r, i) for i, b in enumerate(rank)] for r, rank in enumerate(batches)]
         counts = {len(rank) for rank in self._batches}
         if len(counts) != 1:
             raise ValueError(f"every rank must have the same number of batches, got {[len(r) for r in self._batches]}")
@@ -71,6 +71,9 @@ class EpochPlan:
             if len(weights) != len(batches):
                 raise ValueError(f"weights cover {len(weights)} ranks, batches {len(batches)}")
             self._weights = [[np.asarray(w, dtype=np.float32).reshape(-1) for w in rank] for rank in weights]
+            for r, (wr, br) in enumerate(zip(self._weights, self._batches)):
+                if len(wr) != len(br):
+                    raise ValueError(f"rank {r} has weights for {len(wr)} batches but {len(br)} batches")
         max_index = max((int(b.max()) for rank in self._batches for b in rank if b.size), default=-1)
         self.num_examples = int(num_examples) if num_examples is not None else max_index + 1
         self.epoch = int(epoch)
@@ -216,6 +219,17 @@ class EpochPlan:
         raise ValueError(f"{os.fspath(path)!r} has no epoch {epoch} (it has {[p.epoch for p in plans]})")
 
 
+def _as_indices(batch: Any, rank: int, i: int) -> np.ndarray:
+    """A batch as a 1-D int64 array. Floats are accepted only when integral, booleans
+    never: ``np.asarray(..., dtype=int64)`` would silently truncate 0.5 to 0 and turn a
+    boolean mask into indices 0 and 1."""
+    b = np.asarray(batch)
+    if b.size and not np.issubdtype(b.dtype, np.integer):
+        if not (np.issubdtype(b.dtype, np.floating) and np.isfinite(b).all() and (b == np.round(b)).all()):
+            raise TypeError(f"rank {rank} batch {i} must hold integer indices, got dtype {b.dtype}: {b.reshape(-1)[:5]!r}")
+    return b.astype(np.int64).reshape(-1)
+
+
 def _checksum(arrays: dict[str, np.ndarray]) -> str:
     h = hashlib.sha256()
     for name in sorted(arrays):
@@ -250,7 +264,7 @@ def load_plans(path: str | os.PathLike) -> list[EpochPlan]:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - damaged zips raise BadZipFile, NotImplementedError, zlib.error, ...
         raise ValueError(f"{path!r} is not a readable plan file (corrupted or truncated?): {exc}") from None
     if "checksum" not in arrays or "header" not in arrays:
         raise ValueError(f"{path!r} is not a batchsel plan file")

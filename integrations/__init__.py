@@ -1,0 +1,22 @@
+"""Adapters between batchsel and training loops: torch ``DataLoader`` / DDP over gloo,
+and MPI (``mpiexec``) clusters.
+
+- :class:`SelectionBatchSampler`: a selector's batches for ``DataLoader(batch_sampler=...)``,
+  with the DistributedSampler contract, exact mid-epoch resume and cross-rank feedback;
+  :class:`WeightedDataset` turns items into ``(x, y, w)`` for weighted coresets.
+- Communicators (:mod:`batchsel.integrations.comm`): single process, mpi4py,
+  torch.distributed, chosen from the environment by :func:`get_communicator`.
+- :func:`init_torch_distributed_from_mpi`: one call so a DDP script runs unchanged under
+  ``mpiexec``, ``torchrun`` or as one process; :func:`greedi`: GreeDi over the ranks.
+
+Importing this package initializes neither MPI nor torch.distributed.
+"""
+from .comm import Communicator, MPIComm, SingleProcessComm, TorchDistComm, get_communicator
+from .mpi import greedi, init_torch_distributed_from_mpi, install_mpi_abort_hook
+from .torch import SelectionBatchSampler, WeightedDataset
+
+__all__ = [
+    "SelectionBatchSampler", "WeightedDataset",
+    "Communicator", "SingleProcessComm", "MPIComm", "TorchDistComm", "get_communicator",
+    "init_torch_distributed_from_mpi", "install_mpi_abort_hook", "greedi",
+]

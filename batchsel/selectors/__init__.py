@@ -1,4 +1,12 @@
 """Selectors: from embeddings, graphs and scores to each rank's batches (an EpochPlan)."""
-from .base import RandomSelector, Selector
+from .base import OnlineSelector, RandomSelector, Selector
+from .coreset import CoresetSelector, gradient_proxies
+from .graph_blocks import GraphBlockSelector
+from .loss_rank import LossRankSelector
+from .partition import partition_values, submodular_partition
+from .submodular import SubmodularSelector
 
-__all__ = ["Selector", "RandomSelector"]
+__all__ = [
+    "Selector", "OnlineSelector", "RandomSelector", "SubmodularSelector", "LossRankSelector",
+    "GraphBlockSelector", "CoresetSelector", "gradient_proxies", "submodular_partition", "partition_values",
+]

@@ -4,15 +4,31 @@ A selector turns the data it was built from into each rank's batches for an epoc
 selector is seeded; an epoch's plan depends only on (inputs, seed, epoch, world size) and,
 for online selectors, on the scores observed so far. Randomness comes from a local
 ``numpy.random.Generator`` seeded from ``(seed, epoch, ...)``, never the global RNG.
+
+Worker assignment (``partition``) is shared by all selectors: ``"random"`` is
+DistributedSampler's split of a fresh permutation every epoch; ``"submodular"`` gives every
+rank a representative shard computed by GreedMax (:mod:`batchsel.selectors.partition`),
+identically on every rank from the seed, and each rank then selects only within its shard.
+
+Online selectors (:class:`OnlineSelector`) draw batch after batch from the scores known at
+that moment and remember, per (rank, world size), the batches already drawn in the current
+epoch; :meth:`Selector.state_dict` carries that record so a resumed run yields exactly the
+batches that were still to come.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterator
 
 import numpy as np
 
 from .._checks import check_int, check_seed
 from ..plan import EpochPlan
+
+logger = logging.getLogger(__name__)
+
+PARTITIONS = ("random", "submodular")
+STATE_VERSION = 1
 
 
 def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
@@ -39,24 +55,76 @@ def even_split(indices: np.ndarray, world_size: int, drop_last: bool) -> list[np
     return [indices[r::world_size] for r in range(world_size)]
 
 
+def shard_length(num_examples: int, world_size: int, drop_last: bool) -> int:
+    """Examples per rank after padding (``ceil(N / W)``) or dropping (``N // W``)."""
+    return num_examples // world_size if drop_last else -(-num_examples // world_size)
+
+
+def check_indices(indices: Any, num_examples: int, name: str = "indices") -> np.ndarray:
+    """Return example indices as a 1-D int64 array, checked to lie in ``[0, N)``."""
+    if hasattr(indices, "detach") and hasattr(indices, "numpy"):  # torch tensor
+        indices = indices.detach().cpu().numpy()
+    idx = np.asarray(indices)
+    if idx.ndim == 0:
+        idx = idx.reshape(1)
+    if idx.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {idx.shape}")
+    if idx.size and not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"{name} must be integers, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < 0 or idx.max() >= num_examples):
+        bad = idx[(idx < 0) | (idx >= num_examples)][0]
+        raise ValueError(f"{name} must be in [0, {num_examples}), found {int(bad)}")
+    return idx
+
+
+def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
+    """Feedback values (losses: 1-D, logits / embeddings: 2-D) as a finite float array
+    with one row per index."""
+    if hasattr(values, "detach") and hasattr(values, "numpy"):
+        values = values.detach().cpu().numpy()
+    try:
+        v = np.asarray(values, dtype=np.float64 if ndim == 1 else np.float32)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be numeric: {exc}") from None
+    if v.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {v.shape}")
+    if v.shape[0] != count:
+        raise ValueError(f"{name} has {v.shape[0]} rows but {count} indices were given")
+    if not np.isfinite(v).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return v
+
+
 class Selector:
     """Base class of all selectors.
 
-    Subclasses implement :meth:`plan` (offline selectors) or :meth:`iter_batches`
-    (online selectors, which draw batch after batch from the scores observed so far and
-    set ``online = True``). ``drop_last`` is DistributedSampler's: ``False`` pads ranks to
-    equal size by repeating examples, ``True`` drops the tail.
+    Subclasses implement :meth:`plan` (offline selectors) or derive from
+    :class:`OnlineSelector` (which draw batch after batch from the scores observed so
+    far). ``drop_last`` is DistributedSampler's: ``False`` pads ranks to equal size by
+    repeating examples, ``True`` drops the tail. ``partition`` chooses how examples are
+    assigned to ranks (``"random"`` or, for selectors with embeddings, ``"submodular"``).
     """
 
     online: bool = False
+    #: partition kinds a subclass supports ("submodular" needs embeddings or a graph)
+    partitions: tuple[str, ...] = ("random",)
 
-    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False) -> None:
+    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False,
+                 partition: str = "random") -> None:
         self.num_examples = check_int(num_examples, "num_examples", minimum=1)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         if self.batch_size > self.num_examples:
             raise ValueError(f"batch_size must be <= the number of examples ({self.num_examples}), got {batch_size}")
         self.seed = check_seed(seed)
         self.drop_last = bool(drop_last)
+        if partition not in PARTITIONS:
+            raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
+        if partition not in self.partitions:
+            raise ValueError(f"{type(self).__name__} supports partition in {self.partitions}, got {partition!r}")
+        self.partition = partition
+        # world_size -> shard id of every example (GreedMax); depends only on data and seed
+        self._shard_of: dict[int, np.ndarray] = {}
 
     # -- argument checks shared by subclasses -----------------------------------------
     def _check_world(self, world_size: int, rank: int | None = None) -> None:
@@ -68,6 +136,51 @@ class Selector:
             if rank >= world_size:
                 raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
 
+    def _check_start(self, start: int, world_size: int) -> int:
+        start = check_int(start, "start", minimum=0)
+        total = self.num_batches(world_size)
+        if start > total:
+            raise ValueError(f"start must be <= the number of batches per rank ({total}), got {start}")
+        return start
+
+    # -- worker assignment ------------------------------------------------------------
+    def _partition_data(self) -> Any:
+        """Embeddings or a similarity graph for ``partition="submodular"``."""
+        raise ValueError(f"{type(self).__name__} has no embeddings or graph for partition='submodular'")
+
+    def shard_assignment(self, world_size: int) -> np.ndarray:
+        """``partition="submodular"``: the shard (rank) of every example, from GreedMax;
+        computed once per world size, the same on every rank."""
+        self._check_world(world_size)
+        if world_size not in self._shard_of:
+            from .partition import submodular_partition
+
+            parts = submodular_partition(self._partition_data(), world_size, seed=self.seed)
+            owner = np.empty(self.num_examples, dtype=np.int64)
+            for r, part in enumerate(parts):
+                owner[part] = r
+            self._shard_of[world_size] = owner
+        return self._shard_of[world_size]
+
+    def rank_shards(self, epoch: int, world_size: int = 1) -> list[np.ndarray]:
+        """Every rank's examples for ``epoch``, in a random order, all of the same length
+        (:func:`shard_length`): ``"random"`` is DistributedSampler's split of a fresh
+        permutation; ``"submodular"`` shuffles each GreedMax shard and pads it by
+        repeating its own examples (or drops its extra example) to the common length."""
+        self._check_world(world_size)
+        rng = epoch_rng(self.seed, epoch)
+        if self.partition == "random":
+            return even_split(rng.permutation(self.num_examples).astype(np.int64), world_size, self.drop_last)
+        owner = self.shard_assignment(world_size)
+        length = shard_length(self.num_examples, world_size, self.drop_last)
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(world_size + 1))
+        shards = []
+        for r in range(world_size):
+            part = order[bounds[r]:bounds[r + 1]]
+            shards.append(np.resize(part[rng.permutation(len(part))], length).astype(np.int64))
+        return shards
+
     # -- the interface ----------------------------------------------------------------
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         """Every rank's batches for ``epoch`` (online selectors: as drawn with the scores
@@ -77,9 +190,11 @@ class Selector:
         return EpochPlan.from_rank_batches(per_rank, drop_last=self.drop_last, num_examples=self.num_examples,
                                            epoch=epoch, seed=self.seed, method=type(self).__name__)
 
-    def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> Iterator[np.ndarray]:
-        """This rank's batches for ``epoch``, one at a time."""
-        yield from self.plan(epoch, world_size).batches(rank)
+    def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
+        """This rank's batches for ``epoch``, one at a time, from batch number ``start`` on."""
+        self._check_world(world_size, rank)
+        start = self._check_start(start, world_size)
+        yield from self.plan(epoch, world_size).batches(rank)[start:]
 
     def num_batches(self, world_size: int = 1) -> int:
         """Batches per rank per epoch (the same on every rank and every epoch)."""
@@ -97,6 +212,117 @@ class Selector:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_examples={self.num_examples}, batch_size={self.batch_size}, seed={self.seed})"
+
+
+class OnlineSelector(Selector):
+    """Base of selectors that draw each batch from the scores known at that moment.
+
+    Subclasses implement :meth:`_next_batch`. Batch ``t`` of (epoch, rank) uses the
+    generator ``epoch_rng(seed, epoch, rank, t)``, the rank's shard of the epoch
+    (:meth:`rank_shards`), the scores observed so far and the run state (the examples
+    already used this epoch). Drawn batches are remembered per (rank, world size) for the
+    current epoch: iterating an epoch again, or from ``start`` after
+    :meth:`load_state_dict`, replays the batches already drawn (a DataLoader prefetches
+    ahead of training) and draws the rest.
+    """
+
+    online = True
+
+    def __init__(self, num_examples: int, batch_size: int, **kwargs: Any) -> None:
+        super().__init__(num_examples, batch_size, **kwargs)
+        self._runs: dict[tuple[int, int], dict[str, Any]] = {}
+
+    # -- subclass hooks ---------------------------------------------------------------
+    def _next_batch(self, run: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+        """Draw the next batch of ``run`` (example indices), updating the run state."""
+        raise NotImplementedError
+
+    def _scores_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_scores(self, state: dict[str, Any]) -> None:
+        pass
+
+    # -- runs -------------------------------------------------------------------------
+    def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
+        shard = self.rank_shards(epoch, world_size)[rank]
+        # ``order[:m]`` are the positions (into ``shard``) still unused this epoch.
+        return {"epoch": int(epoch), "shard": shard, "order": np.arange(len(shard), dtype=np.int64),
+                "m": len(shard), "drawn": []}
+
+    def _draw(self, run: dict[str, Any], rank: int) -> np.ndarray:
+        t = len(run["drawn"])
+        batch = np.asarray(self._next_batch(run, epoch_rng(self.seed, run["epoch"], rank, t)), dtype=np.int64)
+        run["drawn"].append(batch)
+        return batch
+
+    def num_batches(self, world_size: int = 1) -> int:
+        self._check_world(world_size)
+        return -(-shard_length(self.num_examples, world_size, self.drop_last) // self.batch_size)
+
+    def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
+        epoch = check_int(epoch, "epoch", minimum=0)
+        self._check_world(world_size, rank)
+        start = self._check_start(start, world_size)
+        total = self.num_batches(world_size)
+        key = (int(rank), int(world_size))
+        run = self._runs.get(key)
+        if run is None or run["epoch"] != epoch:
+            run = self._runs[key] = self._new_run(epoch, rank, world_size)
+        t = min(start, len(run["drawn"]))
+        while t < total:
+            batch = run["drawn"][t] if t < len(run["drawn"]) else self._draw(run, rank)
+            if t >= start:
+                yield batch
+            t += 1
+
+    def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
+        """Every rank's batches as they would be drawn now, from the scores known now;
+        does not touch the runs in progress."""
+        epoch = check_int(epoch, "epoch", minimum=0)
+        self._check_world(world_size)
+        total = self.num_batches(world_size)
+        per_rank = []
+        for r in range(world_size):
+            run = self._new_run(epoch, r, world_size)
+            per_rank.append([self._draw(run, r) for _ in range(total)])
+        return EpochPlan(per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed,
+                         method=type(self).__name__)
+
+    # -- resume -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Scores, GreedMax shards and, per (rank, world size), the current epoch's run:
+        enough for a fresh selector built from the same inputs to continue exactly."""
+        runs = []
+        for (rank, world_size), run in self._runs.items():
+            drawn = run["drawn"]
+            runs.append({"rank": rank, "world_size": world_size, "epoch": run["epoch"],
+                         "order": run["order"].copy(), "m": int(run["m"]),
+                         "drawn": np.concatenate(drawn) if drawn else np.empty(0, np.int64),
+                         "drawn_sizes": np.array([len(b) for b in drawn], dtype=np.int64)})
+        return {"version": STATE_VERSION, "class": type(self).__name__, "num_examples": self.num_examples,
+                "seed": self.seed, "runs": runs,
+                "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
+                "scores": self._scores_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"not a {type(self).__name__} state (version {state.get('version') if isinstance(state, dict) else None!r})")
+        if state.get("class") != type(self).__name__:
+            raise ValueError(f"state is from a {state.get('class')!r}, not a {type(self).__name__}")
+        if state["num_examples"] != self.num_examples or state["seed"] != self.seed:
+            raise ValueError(f"state is for num_examples={state['num_examples']}, seed={state['seed']}; "
+                             f"this selector has num_examples={self.num_examples}, seed={self.seed}")
+        self._shard_of = {int(w): np.asarray(o, dtype=np.int64).copy() for w, o in state["partitions"].items()}
+        self._load_scores(state["scores"])
+        self._runs = {}
+        for r in state["runs"]:
+            run = self._new_run(r["epoch"], r["rank"], r["world_size"])
+            sizes = np.asarray(r["drawn_sizes"], dtype=np.int64)
+            run["drawn"] = np.split(np.asarray(r["drawn"], dtype=np.int64), np.cumsum(sizes)[:-1]) if sizes.size else []
+            run["order"] = np.asarray(r["order"], dtype=np.int64).copy()
+            run["m"] = int(r["m"])
+            self._runs[(int(r["rank"]), int(r["world_size"]))] = run
 
 
 class RandomSelector(Selector):
@@ -117,16 +343,14 @@ class RandomSelector(Selector):
     """
 
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
-        self._check_world(world_size)
-        perm = epoch_rng(self.seed, epoch).permutation(self.num_examples).astype(np.int64)
-        shards = even_split(perm, world_size, self.drop_last)
+        shards = self.rank_shards(epoch, world_size)
         return EpochPlan([split_batches(s, self.batch_size) for s in shards], num_examples=self.num_examples,
                          epoch=epoch, seed=self.seed, method="random")
 
     def num_batches(self, world_size: int = 1) -> int:
         self._check_world(world_size)
-        per_rank = self.num_examples // world_size if self.drop_last else -(-self.num_examples // world_size)
-        return -(-per_rank // self.batch_size)
+        return -(-shard_length(self.num_examples, world_size, self.drop_last) // self.batch_size)
 
 
-__all__ = ["Selector", "RandomSelector", "epoch_rng", "split_batches", "even_split"]
+__all__ = ["Selector", "OnlineSelector", "RandomSelector", "epoch_rng", "split_batches", "even_split",
+           "shard_length", "check_indices", "check_rows", "PARTITIONS"]

@@ -1,0 +1,767 @@
+"""The ``batchsel`` command line: ``select``, ``plan`` and ``inspect``.
+
+For people who have embeddings in a file and want a selection or a batch schedule without
+writing Python, and for inspecting schedules::
+
+    batchsel select emb.npy --k 100 --json > picked.json
+    batchsel plan emb.npy --batch-size 64 --workers 4 --epochs 3 --out plan.npz
+    batchsel inspect plan.npz --labels y.npy --plot plan.png
+
+Results (and ``--json``) go to stdout, progress bars and errors to stderr. Exit codes:
+0 success; 2 bad usage or bad input (one line ``batchsel: error: ...`` on stderr, no
+traceback); 1 anything unexpected (the traceback only with ``--debug``); 130 Ctrl-C.
+Every file is written to a temporary name and renamed, and an existing file is only
+replaced with ``--force``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import traceback
+import zipfile
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import __version__
+from ._checks import check_graph, check_int, check_labels, check_seed, load_embeddings
+from .io import atomic_write, load_array, save_npy
+from .plan import EpochPlan, load_plans, save_plans
+
+
+EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
+
+OBJECTIVES = ("facility-location", "feature-based", "graph-cut", "sum-redundancy", "saturated-coverage")
+OPTIMIZERS = ("lazy", "naive", "stochastic", "lazier-than-lazy")
+METHODS = ("random", "submodular", "loss", "graph", "coreset")
+# "l2" is accepted as a synonym of "euclidean" (the index calls it l2).
+METRICS = ("cosine", "euclidean", "l2")
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: exit code 2 and one line on stderr."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the usage and exits; a one-line error that names the problem (and
+    # where the help is) is easier to read in logs and to test.
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# --------------------------------------------------------------------------------------
+# argument parsing
+# --------------------------------------------------------------------------------------
+
+SELECT_EXAMPLE = """\
+example:
+  # 100 representative digits by facility location (euclidean, dense similarity)
+  python -c "import numpy as np; from sklearn.datasets import load_digits; \\
+np.save('emb.npy', load_digits().data.astype('float32'))"
+  batchsel select emb.npy --k 100 --out picked.npy
+  batchsel select emb.npy --k 10 --metric cosine --neighbors 20 --json | python -m json.tool
+
+  stdout (text): one line per selected example, in selection order: INDEX<TAB>GAIN
+  --out FILE.npy saves the indices (int64); FILE.npz saves indices, gains and value.
+  EMB may be FILE.npy (memory-mapped), FILE.npz or FILE.npz:NAME, FILE.pt or FILE.pt:NAME.
+"""
+
+PLAN_EXAMPLE = """\
+examples:
+  # 3 epochs of random batches of 64 for 4 workers (DistributedSampler's split)
+  batchsel plan emb.npy --batch-size 64 --workers 4 --epochs 3 --out plan.npz
+  # graph-consistent batches: k-NN graph of the embeddings, METIS blocks per batch
+  batchsel plan emb.npy --method graph --neighbors 10 --batch-size 64 --workers 4 \\
+      --save-graph graph.npz --out plan.npz --force
+  # weighted coreset batches (CRAIG) need the labels
+  batchsel plan emb.npy --method coreset --labels y.npy --fraction 0.2 \\
+      --batch-size 64 --workers 4 --out coreset.npz
+
+  All epochs go into one file; read it with batchsel.load_plans(PATH) or
+  batchsel.EpochPlan.load(PATH, epoch=E). The same (inputs, method, seed, workers)
+  always give the same plan: compare fingerprints with 'batchsel inspect'.
+  Graphs (--graph, --save-graph) are scipy.sparse.save_npz files.
+"""
+
+INSPECT_EXAMPLE = """\
+examples:
+  batchsel inspect plan.npz
+  batchsel inspect plan.npz --labels y.npy --graph graph.npz --plot plan.png
+  batchsel inspect plan.npz --json | python -c "import json,sys; \\
+print([e['fingerprint'] for e in json.load(sys.stdin)['epochs']])"
+
+  Reports per epoch: the fingerprint, coverage (share of the examples that appear),
+  duplicates (repeats beyond the first, e.g. padding), per-rank batch and example
+  counts; with --labels the label entropy of each batch (bits; -1 = unlabeled, ignored);
+  with --graph the share of the graph's edge weight that lies inside batches, next to
+  what random batches of the same sizes would keep.
+"""
+
+MAIN_EXAMPLE = """\
+example ('batchsel COMMAND --help' shows each command's options and examples):
+  batchsel select emb.npy --k 100 --json
+  batchsel plan emb.npy --batch-size 64 --workers 4 --epochs 2 --out plan.npz
+  batchsel inspect plan.npz --labels y.npy --plot plan.png
+
+exit codes: 0 ok, 2 bad usage or input, 1 unexpected error (--debug shows the traceback)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``batchsel`` command."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(prog="batchsel", description="Data selection and mini-batch scheduling for data-parallel training.",
+                     epilog=MAIN_EXAMPLE, formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"batchsel {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of errors")
+    # The same flags after the command name; SUPPRESS keeps a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="print the traceback of errors")
+    force = argparse.ArgumentParser(add_help=False)
+    force.add_argument("--force", action="store_true", help="replace output files that exist")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("select", parents=[common, force], formatter_class=fmt, epilog=SELECT_EXAMPLE,
+                       help="pick k examples by submodular maximization",
+                       description="Pick K examples of EMB (N x d) by greedy maximization of a submodular function;\n"
+                                   "print them in selection order with their marginal gains.")
+    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
+    p.add_argument("--k", type=int, required=True, metavar="K", help="number of examples to select")
+    p.add_argument("--objective", choices=OBJECTIVES, default="facility-location", help="set function (default facility-location)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="lazy", help="greedy variant (default lazy)")
+    p.add_argument("--epsilon", type=float, default=0.01, metavar="EPS", help="accuracy of the stochastic optimizers (default 0.01)")
+    p.add_argument("--metric", choices=METRICS, default=None,
+                   help="similarity of embeddings (default euclidean: max d^2 - d^2, as apricot; cosine: squared cosine)")
+    p.add_argument("--neighbors", type=int, default=None, metavar="N",
+                   help="sparse similarity over the N-NN graph instead of a dense N x N one "
+                        "(default: dense up to 20000 examples, 20-NN beyond)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the stochastic optimizers (default 0)")
+    p.add_argument("--out", metavar="FILE", help="also save the indices to FILE.npy (or indices, gains and value to FILE.npz)")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.set_defaults(run=cmd_select)
+
+    p = sub.add_parser("plan", parents=[common, force], formatter_class=fmt, epilog=PLAN_EXAMPLE,
+                       help="compute every worker's batches and save them",
+                       description="Compute the batches of every worker (rank) for E epochs and save them in one\n"
+                                   "plan file.")
+    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
+    p.add_argument("--batch-size", type=int, required=True, metavar="B", help="examples per batch")
+    p.add_argument("--workers", type=int, required=True, metavar="W", help="number of data-parallel workers (world size)")
+    p.add_argument("--epochs", type=int, default=1, metavar="E", help="number of epochs (default 1)")
+    p.add_argument("--start-epoch", type=int, default=0, metavar="E0", help="number of the first epoch (default 0)")
+    p.add_argument("--method", choices=METHODS, default="random", help="how batches are chosen (default random)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
+    p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding ranks to equal size")
+    p.add_argument("--labels", metavar="Y", help="class labels (N integers) for --method coreset")
+    p.add_argument("--metric", choices=METRICS, default=None,
+                   help="graph: metric of the k-NN graph built from EMB; coreset: of the facility location "
+                        "(default euclidean)")
+    p.add_argument("--neighbors", type=int, default=None, metavar="K",
+                   help="graph: k of the k-NN graph built from EMB (default 10); coreset: sparse K-NN "
+                        "similarity instead of dense per class")
+    g = p.add_argument_group("method submodular (SMDL)")
+    g.add_argument("--weights", metavar="LU,LR,LM,LF", default=None,
+                   help="weights of uncertainty, diversity, mean closeness, feature match (default 0.2,0.1,0.5,0.2)")
+    g.add_argument("--pool-size", type=int, default=None, metavar="P", help="candidates per batch (default 8 B)")
+    g.add_argument("--partition", choices=("random", "submodular"), default=None,
+                   help="worker shards: random every epoch, or representative (GreedMax) (default random)")
+    g = p.add_argument_group("method loss (loss-rank)")
+    g.add_argument("--losses", metavar="L", help="latest per-example losses (N floats; default: none seen yet)")
+    g.add_argument("--pressure", type=float, default=None, metavar="S_E",
+                   help="selection pressure: first / last rank probability (default 100)")
+    g = p.add_argument_group("method graph (graph-consistent batches)")
+    g.add_argument("--graph", metavar="G.npz", help="N x N graph (scipy.sparse.save_npz); default: k-NN graph of EMB")
+    g.add_argument("--blocks-per-batch", type=int, default=None, metavar="Q",
+                   help="METIS blocks per batch (default B / 32)")
+    g.add_argument("--save-graph", metavar="G.npz", help="also save the k-NN graph built from EMB")
+    g = p.add_argument_group("method coreset (CRAIG)")
+    g.add_argument("--fraction", type=float, default=None, metavar="F", help="share of each class kept (default 0.1)")
+    p.add_argument("--out", metavar="PLAN.npz", required=True, help="plan file to write")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    p.set_defaults(run=cmd_plan)
+
+    p = sub.add_parser("inspect", parents=[common, force], formatter_class=fmt, epilog=INSPECT_EXAMPLE,
+                       help="summarize (and plot) a plan file",
+                       description="Summarize a plan file: fingerprints, coverage, duplicates, per-rank counts,\n"
+                                   "and label entropy / graph edges inside batches when given.")
+    p.add_argument("plan", metavar="PLAN.npz", help="plan file written by 'batchsel plan' or batchsel.save_plans")
+    p.add_argument("--epoch", type=int, default=None, metavar="E", help="only this epoch (default all)")
+    p.add_argument("--labels", metavar="Y", help="class labels (N integers, -1 = unlabeled)")
+    p.add_argument("--graph", metavar="G.npz", help="N x N graph (scipy.sparse.save_npz)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the figures to FILE (.png, .pdf or .svg)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(run=cmd_inspect)
+    return parser
+
+
+# --------------------------------------------------------------------------------------
+# inputs and outputs
+# --------------------------------------------------------------------------------------
+
+def _embeddings(path: str) -> np.ndarray:
+    """N x d float32 embeddings from a file (.npy stays memory-mapped)."""
+    return load_embeddings(load_array(path), name=f"embeddings {path!r}")
+
+
+def _labels(path: str, num_examples: int, allow_unlabeled: bool) -> np.ndarray:
+    return check_labels(load_array(path), num_examples, name=f"labels {path!r}", allow_unlabeled=allow_unlabeled)
+
+
+def _graph(path: str, num_examples: int) -> Any:
+    import scipy.sparse as sp
+
+    if os.path.isdir(path):
+        raise UsageError(f"graph {path!r} is a directory, not a file")
+    if not os.path.exists(path):
+        raise UsageError(f"no such graph file {path!r}")
+    try:
+        graph = sp.load_npz(path)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"cannot read graph {path!r} (expected a scipy.sparse.save_npz file): {exc}") from None
+    return check_graph(graph, num_nodes=num_examples, name=f"graph {path!r}")
+
+
+def _check_output(path: str | None, force: bool, what: str = "output", suffixes: tuple[str, ...] = ()) -> None:
+    """Fail before the expensive work when an output cannot be written (the atomic write
+    checks again when it happens)."""
+    if path is None:
+        return
+    if suffixes and not path.lower().endswith(suffixes):
+        raise UsageError(f"{what} {path!r} must end with {' or '.join(suffixes)}")
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path!r} is a directory")
+    if os.path.lexists(path) and not force:
+        raise UsageError(f"{what} {path!r} exists (pass --force to replace it)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        problem = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise UsageError(f"cannot write {what} {path!r}: {folder!r} {problem}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {what} {path!r}: folder {folder!r} is not writable")
+
+
+def _write(path: str, write: Callable[[], None]) -> None:
+    """Run an atomic write; an OS error (disk full, permissions) names the file."""
+    try:
+        write()
+    except OSError as exc:
+        if isinstance(exc, FileExistsError):
+            raise
+        raise UsageError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+
+
+def _progress(iterable: Any, quiet: bool, **kwargs: Any) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(iterable, disable=quiet, file=sys.stderr, leave=False, **kwargs)
+
+
+def _print_json(obj: Any) -> None:
+    # One line: easy to pipe to jq / json.tool, or to parse line by line.
+    sys.stdout.write(json.dumps(obj, allow_nan=False) + "\n")
+
+
+def _finite_or_none(x: float) -> float | None:
+    return None if not math.isfinite(x) else float(x)
+
+
+def _metric(name: str) -> str:
+    return "euclidean" if name == "l2" else name
+
+
+# --------------------------------------------------------------------------------------
+# select
+# --------------------------------------------------------------------------------------
+
+def _objective(name: str, x: np.ndarray, metric: str, neighbors: int | None, progress: bool) -> Any:
+    from . import functions
+
+    if name == "feature-based":
+        return functions.FeatureBased(x)
+    # The similarity of FacilityLocation.from_embeddings is the one place that builds
+    # apricot's similarity from embeddings: dense max d^2 - d^2 (stored as -d^2 with a
+    # floor), squared cosine, or a sparse k-NN affinity with 1 on the diagonal.
+    fl = functions.FacilityLocation.from_embeddings(x, metric=metric, neighbors=neighbors, progress=progress)
+    if name == "facility-location":
+        return fl
+    similarity = fl.similarity
+    if not fl.sparse and fl.floor != 0.0:
+        similarity -= np.float32(fl.floor)  # non-negative, as the graph functions need
+    cls = {"graph-cut": functions.GraphCut, "sum-redundancy": functions.SumRedundancy,
+           "saturated-coverage": functions.SaturatedCoverage}[name]
+    return cls(similarity)
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    if args.objective == "feature-based" and (args.metric is not None or args.neighbors is not None):
+        raise UsageError("--metric and --neighbors do not apply to --objective feature-based "
+                         "(it uses the embeddings as non-negative features)")
+    metric = _metric(args.metric or "euclidean")
+    if args.neighbors is not None:
+        check_int(args.neighbors, "--neighbors", minimum=1)
+    check_int(args.k, "--k", minimum=1)
+    seed = check_seed(args.seed)
+    if not 0 < args.epsilon < 1:
+        raise UsageError(f"--epsilon must be in (0, 1), got {args.epsilon}")
+    _check_output(args.out, args.force, suffixes=(".npy", ".npz"))
+    x = _embeddings(args.embeddings)
+    n = x.shape[0]
+    if args.k > n:
+        raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
+    if args.neighbors is not None and args.neighbors >= n:
+        raise UsageError(f"--neighbors {args.neighbors} must be smaller than the number of examples ({n})")
+    from .optimizers import maximize
+
+    f = _objective(args.objective, x, metric, args.neighbors, progress=not args.quiet)
+    result = maximize(f, args.k, optimizer=args.optimizer, epsilon=args.epsilon, seed=seed, progress=not args.quiet)
+    indices = np.asarray(result.indices, dtype=np.int64)
+    gains = np.asarray(result.gains, dtype=np.float64)
+    if args.out:
+        if args.out.lower().endswith(".npy"):
+            _write(args.out, lambda: save_npy(args.out, indices, overwrite=args.force))
+        else:
+            def write_npz() -> None:
+                with atomic_write(args.out, "wb", overwrite=args.force) as fh:
+                    np.savez(fh, indices=indices, gains=gains, value=np.float64(result.value))
+            _write(args.out, write_npz)
+    if args.json:
+        _print_json({"embeddings": args.embeddings, "num_examples": n, "k": args.k, "objective": args.objective,
+                     "optimizer": args.optimizer, "metric": None if args.objective == "feature-based" else metric,
+                     "neighbors": args.neighbors,
+                     "seed": seed, "value": float(result.value), "indices": indices.tolist(), "gains": gains.tolist()})
+    else:
+        sys.stdout.write("".join(f"{i}\t{g:.8g}\n" for i, g in zip(indices.tolist(), gains.tolist())))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------
+# plan
+# --------------------------------------------------------------------------------------
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options the user gave; the others keep the library's defaults."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _weights(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 4:
+        raise UsageError(f"--weights must be 4 comma-separated numbers LU,LR,LM,LF, got {text!r}")
+    return values
+
+
+def _selector(args: argparse.Namespace, x: np.ndarray, labels: np.ndarray | None, losses: np.ndarray | None,
+              graph: Any) -> tuple[Any, Any]:
+    """The selector for ``--method``, and the k-NN graph it built (method graph without
+    ``--graph``; else None)."""
+    from . import selectors
+
+    n = x.shape[0]
+    common = {"seed": args.seed, "drop_last": args.drop_last}
+    built = None
+    if args.method == "random":
+        selector = selectors.RandomSelector(n, args.batch_size, **common)
+    elif args.method == "submodular":
+        selector = selectors.SubmodularSelector(
+            x, args.batch_size, **common,
+            **_given(weights=_weights(args.weights) if args.weights else None, pool_size=args.pool_size,
+                     partition=args.partition))
+    elif args.method == "loss":
+        selector = selectors.LossRankSelector(n, args.batch_size, **common, **_given(pressure=args.pressure))
+        if losses is not None:
+            selector.observe(np.arange(n), losses=losses)
+    elif args.method == "graph":
+        if graph is None:
+            from .index import EmbeddingIndex
+
+            index = EmbeddingIndex(x, metric="l2" if _metric(args.metric or "euclidean") == "euclidean" else "cosine",
+                                   progress=not args.quiet)
+            graph = built = index.knn_graph(k=10 if args.neighbors is None else args.neighbors)
+            del index
+        selector = selectors.GraphBlockSelector(graph, args.batch_size, **common,
+                                                **_given(blocks_per_batch=args.blocks_per_batch))
+    else:  # coreset
+        selector = selectors.CoresetSelector(
+            x, labels, args.batch_size, **common,
+            **_given(fraction=args.fraction, metric=_metric(args.metric) if args.metric else None,
+                     neighbors=args.neighbors))
+    return selector, built
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    check_int(args.batch_size, "--batch-size", minimum=1)
+    check_int(args.workers, "--workers", minimum=1)
+    check_int(args.epochs, "--epochs", minimum=1)
+    check_int(args.start_epoch, "--start-epoch", minimum=0)
+    if args.neighbors is not None:
+        check_int(args.neighbors, "--neighbors", minimum=1)
+    args.seed = check_seed(args.seed)
+    # Options that the chosen method would silently ignore are mistakes worth naming.
+    used_by = {"labels": ("coreset",), "metric": ("graph", "coreset"), "neighbors": ("graph", "coreset"),
+               "weights": ("submodular",), "pool_size": ("submodular",), "partition": ("submodular",),
+               "losses": ("loss",), "pressure": ("loss",), "graph": ("graph",), "blocks_per_batch": ("graph",),
+               "save_graph": ("graph",), "fraction": ("coreset",)}
+    for option, methods in used_by.items():
+        if getattr(args, option) is not None and args.method not in methods:
+            raise UsageError(f"--{option.replace('_', '-')} is used only by --method {' or '.join(methods)}")
+    if args.method == "coreset" and args.labels is None:
+        raise UsageError("--method coreset needs --labels")
+    if args.graph is not None and (args.save_graph or args.neighbors or args.metric):
+        raise UsageError("--neighbors, --metric and --save-graph are for the graph built from EMB; "
+                         "they do not combine with --graph")
+    _check_output(args.out, args.force, what="plan")
+    _check_output(args.save_graph, args.force, what="graph", suffixes=(".npz",))
+    if args.save_graph is not None and os.path.abspath(args.save_graph) == os.path.abspath(args.out):
+        raise UsageError("--save-graph and --out name the same file")
+
+    x = _embeddings(args.embeddings)
+    n = x.shape[0]
+    labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None
+    losses = None
+    if args.losses:
+        from .selectors.base import check_rows
+
+        losses = check_rows(load_array(args.losses), n, f"losses {args.losses!r} (one per example)", ndim=1)
+    graph = _graph(args.graph, n) if args.graph else None
+
+    selector, built_graph = _selector(args, x, labels, losses, graph)
+    epochs = range(args.start_epoch, args.start_epoch + args.epochs)
+    plans = [selector.plan(epoch=e, world_size=args.workers)
+             for e in _progress(epochs, args.quiet, desc="plan", unit="epoch")]
+    _write(args.out, lambda: save_plans(args.out, plans, overwrite=args.force))
+    if args.save_graph is not None and built_graph is not None:
+        import scipy.sparse as sp
+
+        def write_graph() -> None:
+            with atomic_write(args.save_graph, "wb", overwrite=args.force) as fh:
+                sp.save_npz(fh, built_graph)
+        _write(args.save_graph, write_graph)
+
+    summary = {"out": args.out, "method": args.method, "seed": args.seed, "num_examples": n,
+               "batch_size": args.batch_size, "world_size": args.workers, "num_batches": plans[0].num_batches,
+               "epochs": [{"epoch": p.epoch, "fingerprint": p.fingerprint()} for p in plans]}
+    if args.json:
+        _print_json(summary)
+    else:
+        sizes = [b.size for p in plans for r in range(p.world_size) for b in p.batches(r)]
+        print(f"wrote {args.out}: {len(plans)} epoch(s) x {args.workers} worker(s) x {plans[0].num_batches} "
+              f"batches of {min(sizes)}..{max(sizes)} examples (method {args.method}, seed {args.seed}, "
+              f"{n} examples)")
+        for p in plans:
+            print(f"epoch {p.epoch}  fingerprint {p.fingerprint()}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------
+# inspect
+# --------------------------------------------------------------------------------------
+
+def _batch_ids(plan: EpochPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All batches of a plan, rank by rank: (flat indices, batch id of each, rank of each batch)."""
+    sizes = [[b.size for b in plan.batches(r)] for r in range(plan.world_size)]
+    flat_sizes = np.array([s for rank in sizes for s in rank], dtype=np.int64)
+    batch_rank = np.repeat(np.arange(plan.world_size), [len(rank) for rank in sizes])
+    return plan.indices(), np.repeat(np.arange(flat_sizes.size), flat_sizes), batch_rank
+
+
+def _label_entropy(idx: np.ndarray, bid: np.ndarray, num_batches: int, labels: np.ndarray) -> np.ndarray:
+    """Entropy (bits) of the label distribution of each batch; unlabeled (-1) examples are
+    left out, a batch with no labeled example gets NaN."""
+    y = labels[idx]
+    keep = y >= 0
+    classes = max(int(labels.max()) + 1, 1) if labels.size else 1
+    counts = np.bincount(bid[keep] * classes + y[keep], minlength=num_batches * classes).reshape(num_batches, classes)
+    totals = counts.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = counts / totals
+        h = -np.where(counts > 0, p * np.log2(np.where(counts > 0, p, 1.0)), 0.0).sum(axis=1)
+    h[totals[:, 0] == 0] = np.nan
+    return h
+
+
+def _edge_weights(idx: np.ndarray, bid: np.ndarray, num_batches: int, graph: Any) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Edge weight figures of a plan's batches over ``graph`` (self loops left out):
+    per batch, the weight with both ends inside it and the weight incident to its
+    examples; for the epoch, the weight of the edges whose ends share at least one batch
+    (each edge once, also when padding repeats a batch) and the total weight."""
+    import scipy.sparse as sp
+
+    g = (graph - sp.diags(graph.diagonal())).tocsr()
+    g.eliminate_zeros()
+    member = sp.csr_matrix((np.ones(idx.size, dtype=np.float64), (bid, idx)), shape=(num_batches, graph.shape[0]))
+    member.sum_duplicates()
+    member.data[:] = 1.0
+    reached = member @ g  # batches x N: weight from each batch to each example
+    inside = np.asarray(reached.multiply(member).sum(axis=1)).ravel()
+    incident = np.asarray(reached.sum(axis=1)).ravel()
+    # An edge (i, j) is inside some batch when rows i and j of the example x batch
+    # membership share a column; O(edges x batches per example).
+    of_example = member.T.tocsr()
+    edges = g.tocoo()
+    shared = np.asarray(of_example[edges.row].multiply(of_example[edges.col]).sum(axis=1)).ravel() > 0
+    return inside, incident, float(edges.data[shared].sum()), float(edges.data.sum())
+
+
+def plan_report(plan: EpochPlan, labels: np.ndarray | None = None, graph: Any = None) -> dict[str, Any]:
+    """The figures ``batchsel inspect`` prints for one epoch plan, as a JSON-ready dict."""
+    idx, bid, batch_rank = _batch_ids(plan)
+    num_batches = batch_rank.size
+    sizes = np.bincount(bid, minlength=num_batches)
+    n = plan.num_examples
+    unique = np.unique(idx)
+    report: dict[str, Any] = {
+        "epoch": plan.epoch, "method": plan.method, "seed": plan.seed, "fingerprint": plan.fingerprint(),
+        "world_size": plan.world_size, "num_batches": plan.num_batches, "num_examples": n,
+        "weighted": plan.weights(0) is not None, "examples": int(idx.size), "unique": int(unique.size),
+        "coverage": unique.size / n if n else 0.0, "duplicates": int(idx.size - unique.size),
+    }
+    entropy = _label_entropy(idx, bid, num_batches, labels) if labels is not None else None
+    if graph is not None:
+        inside, incident, covered, total = _edge_weights(idx, bid, num_batches, graph)
+        # Random batches of the same sizes put a given pair together with probability
+        # sum_b |b| (|b| - 1) / (N (N - 1)) (capped at 1: batches overlap only by padding).
+        distinct = np.bincount(np.unique(bid * n + idx) // n, minlength=num_batches).astype(np.float64)
+        random_share = min(1.0, float((distinct * (distinct - 1)).sum() / (n * (n - 1)))) if n > 1 else 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kept = inside / incident
+        report["graph"] = {
+            "edge_weight_inside": covered / total if total > 0 else None,
+            "edge_weight_inside_random": random_share,
+            "ratio_to_random": covered / total / random_share if total > 0 and random_share > 0 else None,
+        }
+    if labels is not None:
+        labeled = labels[labels >= 0]
+        p = np.bincount(labeled) / labeled.size if labeled.size else np.ones(1)
+        report["labels"] = {
+            "batch_entropy_mean": _finite_or_none(float(np.nanmean(entropy))) if np.isfinite(entropy).any() else None,
+            "batch_entropy_min": _finite_or_none(float(np.nanmin(entropy))) if np.isfinite(entropy).any() else None,
+            "all_labels_entropy": float(-(p[p > 0] * np.log2(p[p > 0])).sum()),
+        }
+    ranks = []
+    for r in range(plan.world_size):
+        mine = batch_rank == r
+        rank_idx = plan.indices(r)
+        rank_sizes = sizes[mine]
+        entry: dict[str, Any] = {
+            "rank": r, "batches": int(mine.sum()), "examples": int(rank_idx.size),
+            "unique": int(np.unique(rank_idx).size),
+            "batch_size": {"min": int(rank_sizes.min()) if rank_sizes.size else 0,
+                           "mean": float(rank_sizes.mean()) if rank_sizes.size else 0.0,
+                           "max": int(rank_sizes.max()) if rank_sizes.size else 0},
+        }
+        weights = plan.weights(r)
+        if weights is not None:
+            entry["weight_sum"] = float(sum(float(w.sum()) for w in weights))
+        if entropy is not None:
+            entry["label_entropy"] = [_finite_or_none(h) for h in entropy[mine].tolist()]
+        if graph is not None:
+            entry["edge_weight_kept"] = [_finite_or_none(k) for k in kept[mine].tolist()]
+        ranks.append(entry)
+    report["ranks"] = ranks
+    return report
+
+
+def _mean_of(values: list[float | None]) -> str:
+    vals = [v for v in values if v is not None]
+    return f"{np.mean(vals):.3f}" if vals else "-"
+
+
+def _print_report(path: str, reports: list[dict[str, Any]]) -> None:
+    first = reports[0]
+    print(f"{path}: {len(reports)} epoch(s), method {first['method'] or '?'}, seed {first['seed']}, "
+          f"{first['num_examples']} examples, {first['world_size']} rank(s) x {first['num_batches']} batches"
+          f"{', weighted' if first['weighted'] else ''}")
+    for rep in reports:
+        print(f"epoch {rep['epoch']}  fingerprint {rep['fingerprint']}  coverage {rep['coverage']:.2%}  "
+              f"duplicates {rep['duplicates']}")
+        head = f"  {'rank':>4} {'batches':>7} {'examples':>8} {'unique':>6}  {'batch size min/mean/max':>23}"
+        if "labels" in rep:
+            head += "  label entropy"
+        if "graph" in rep:
+            head += "  edge weight kept"
+        if rep["weighted"]:
+            head += "  weight sum"
+        print(head)
+        for rk in rep["ranks"]:
+            bs = rk["batch_size"]
+            line = (f"  {rk['rank']:>4} {rk['batches']:>7} {rk['examples']:>8} {rk['unique']:>6}  "
+                    f"{str(bs['min']) + '/' + format(bs['mean'], '.1f') + '/' + str(bs['max']):>23}")
+            if "labels" in rep:
+                line += f"  {_mean_of(rk['label_entropy']):>13}"
+            if "graph" in rep:
+                line += f"  {_mean_of(rk['edge_weight_kept']):>16}"
+            if rep["weighted"]:
+                line += f"  {rk['weight_sum']:>10.1f}"
+            print(line)
+        if "labels" in rep:
+            lab = rep["labels"]
+            mean = "-" if lab["batch_entropy_mean"] is None else f"{lab['batch_entropy_mean']:.3f}"
+            print(f"  label entropy per batch: mean {mean} bits (all labels together: {lab['all_labels_entropy']:.3f} bits)")
+        if "graph" in rep:
+            g = rep["graph"]
+            inside = "-" if g["edge_weight_inside"] is None else f"{g['edge_weight_inside']:.2%}"
+            ratio = "-" if g["ratio_to_random"] is None else f"{g['ratio_to_random']:.1f}x"
+            print(f"  graph edge weight inside batches: {inside} (random batches of these sizes: "
+                  f"{g['edge_weight_inside_random']:.2%}; ratio {ratio})")
+
+
+def _plot(path: str, plan_path: str, reports: list[dict[str, Any]], force: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    (ax_counts, ax_sizes), (ax_entropy, ax_edges) = axes
+    world = reports[0]["world_size"]
+    width = 0.8 / len(reports)
+    for j, rep in enumerate(reports):
+        ax_counts.bar(np.arange(world) + j * width, [rk["examples"] for rk in rep["ranks"]], width,
+                      label=f"epoch {rep['epoch']}")
+    ax_counts.set(title="examples per rank", xlabel="rank", ylabel="examples")
+    ax_counts.set_xticks(np.arange(world) + 0.4 - width / 2, [str(r) for r in range(world)])
+    if 1 < len(reports) <= 8:
+        ax_counts.legend(fontsize="small")
+    sizes = [rk["batch_size"] for rep in reports for rk in rep["ranks"]]
+    ax_sizes.bar(np.arange(len(sizes)), [s["mean"] for s in sizes],
+                 yerr=[[s["mean"] - s["min"] for s in sizes], [s["max"] - s["mean"] for s in sizes]], color="tab:gray")
+    ax_sizes.set(title="batch size (mean, min-max) per epoch and rank", xlabel="epoch / rank", ylabel="examples per batch")
+    if len(sizes) <= 24:
+        ax_sizes.set_xticks(np.arange(len(sizes)), [f"{rep['epoch']}/{rk['rank']}" for rep in reports for rk in rep["ranks"]])
+
+    def per_batch(ax: Any, key: str, title: str, ylabel: str, missing: str, reference: Callable[[dict], float] | None) -> None:
+        if key not in reports[0]["ranks"][0]:
+            ax.text(0.5, 0.5, missing, ha="center", va="center", transform=ax.transAxes)
+            ax.set(title=title, xticks=[], yticks=[])
+            return
+        offset = 0
+        for rep in reports:
+            for rk in rep["ranks"]:
+                vals = np.array([np.nan if v is None else v for v in rk[key]], dtype=float)
+                ax.plot(offset + np.arange(vals.size), vals, lw=1, color=f"C{rk['rank'] % 10}",
+                        label=f"rank {rk['rank']}" if rep is reports[0] else None)
+            if reference is not None:
+                ax.hlines(reference(rep), offset, offset + rep["num_batches"] - 1, colors="k", linestyles="dashed")
+            offset += rep["num_batches"]
+            if rep is not reports[-1]:
+                ax.axvline(offset - 0.5, color="0.8", lw=0.8)
+        ax.set(title=title, xlabel="batch (epochs one after another)", ylabel=ylabel)
+        if world <= 8:
+            ax.legend(fontsize="small")
+
+    n = reports[0]["num_examples"]
+    per_batch(ax_entropy, "label_entropy", "label entropy per batch (dashed: all labels)", "bits",
+              "no --labels given", lambda rep: rep["labels"]["all_labels_entropy"])
+    mean_size = np.mean([s["mean"] for s in sizes]) if sizes else 1.0
+    per_batch(ax_edges, "edge_weight_kept", "share of the batch's edge weight kept inside it\n(dashed: random batches)",
+              "share", "no --graph given", lambda rep: (mean_size - 1) / max(n - 1, 1))
+    fig.suptitle(f"{os.path.basename(plan_path)}: method {reports[0]['method'] or '?'}, "
+                 f"fingerprint(s) {', '.join(rep['fingerprint'] for rep in reports[:3])}{' ...' if len(reports) > 3 else ''}",
+                 fontsize="medium")
+    fig.tight_layout()
+    fmt = os.path.splitext(path)[1].lstrip(".").lower()
+    try:
+        with atomic_write(path, "wb", overwrite=force) as fh:
+            fig.savefig(fh, format=fmt)
+    finally:
+        plt.close(fig)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    _check_output(args.plot, args.force, what="plot", suffixes=PLOT_SUFFIXES)
+    if args.plot is not None and os.path.abspath(args.plot) == os.path.abspath(args.plan):
+        raise UsageError("--plot would overwrite the plan file")
+    plans = load_plans(args.plan)
+    if args.epoch is not None:
+        chosen = [p for p in plans if p.epoch == args.epoch]
+        if not chosen:
+            raise UsageError(f"{args.plan!r} has no epoch {args.epoch} (it has {[p.epoch for p in plans]})")
+        plans = chosen
+    for p in plans:
+        p.validate()
+    sizes = {p.num_examples for p in plans}
+    if len(sizes) != 1 and (args.labels or args.graph):
+        raise UsageError(f"the epochs of {args.plan!r} index datasets of different sizes {sorted(sizes)}")
+    n = plans[0].num_examples
+    labels = _labels(args.labels, n, allow_unlabeled=True) if args.labels else None
+    graph = _graph(args.graph, n) if args.graph else None
+    reports = [plan_report(p, labels, graph) for p in _progress(plans, args.quiet or len(plans) < 3, desc="inspect", unit="epoch")]
+    if args.plot:
+        _write(args.plot, lambda: _plot(args.plot, args.plan, reports, args.force))
+    if args.json:
+        _print_json({"plan": args.plan, "epochs": reports, **({"plot": args.plot} if args.plot else {})})
+    else:
+        _print_report(args.plan, reports)
+        if args.plot:
+            print(f"wrote {args.plot}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``batchsel`` command with ``argv`` (default ``sys.argv[1:]``); returns
+    the exit code.
+
+    >>> main(["--version"])  # doctest: +ELLIPSIS
+    batchsel ...
+    0
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
+                        format="batchsel: %(levelname)s: %(name)s: %(message)s")
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help / --version
+            return int(exc.code or 0)
+        return args.run(args)
+    except (UsageError, ValueError, TypeError, FileExistsError) as exc:
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"batchsel: error: {_one_line(exc)}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("batchsel: interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader of stdout went away (e.g. `| head`): stop quietly, with the status a
+        # shell reports for SIGPIPE; devnull keeps Python's exit flush from failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except MemoryError:
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write("batchsel: error: out of memory (for large N use --neighbors, a sparse similarity)\n")
+        return EXIT_UNEXPECTED
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        if debug:
+            traceback.print_exc()
+            sys.stderr.write(f"batchsel: unexpected error: {type(exc).__name__}: {_one_line(exc)}\n")
+        else:
+            sys.stderr.write(f"batchsel: unexpected error: {type(exc).__name__}: {_one_line(exc)} "
+                             "(run with --debug for the traceback)\n")
+        return EXIT_UNEXPECTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

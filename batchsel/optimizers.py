@@ -1,0 +1,576 @@
+"""Greedy maximization of set functions: naive, lazy, stochastic, lazier-than-lazy and
+GreeDi (simulated over ``parts`` in one process, or over the ranks of a communicator).
+
+Every optimizer picks, at each step, the item of largest marginal gain (per unit cost when
+``costs`` are given) among those it looks at, ties broken to the smallest index, so runs
+are reproducible and ``"lazy"`` returns exactly what ``"naive"`` returns.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numba import njit
+from tqdm.auto import tqdm
+
+from ._checks import check_int, check_seed
+from .functions.base import SetFunction
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZERS = ("naive", "lazy", "stochastic", "lazier-than-lazy", "greedi")
+
+# Lazy greedy re-evaluates the stale top of its queue in batches (one vectorized gains()
+# call each): the first batch of a pick is about as large as the recent picks needed (at
+# least _LAZY_FIRST), each next batch of the same pick twice as large, up to _LAZY_MAX.
+_LAZY_FIRST = 4
+_LAZY_MAX = 1024
+# Gains per gains() call when every candidate is evaluated (bounds temporaries).
+_CHUNK = 1 << 16
+# A stale bound u is trusted to be >= the gain only up to this relative slack: functions
+# whose floating-point gains are not exactly monotone get re-evaluated instead.
+_SLACK = 1e-12
+
+
+@dataclass
+class Selection:
+    """The result of :func:`maximize`.
+
+    Attributes
+    ----------
+    indices:
+        Selected items (int64), in selection order; the ``initial`` items are not listed.
+    gains:
+        Marginal gain (float64) of each selected item when it was added.
+    value:
+        ``f(initial + indices)``.
+    optimizer:
+        The optimizer that produced it.
+    evaluations:
+        Number of marginal gains computed (the cost measure of greedy algorithms).
+    extra:
+        Optimizer details (GreeDi: ``parts``, ``merged_value``, ``part_values``).
+    """
+
+    indices: np.ndarray
+    gains: np.ndarray
+    value: float
+    optimizer: str = "lazy"
+    evaluations: int = 0
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+
+def maximize(
+    f: SetFunction,
+    k: int | float,
+    optimizer: str = "lazy",
+    *,
+    epsilon: float = 0.01,
+    seed: int = 0,
+    costs: Any = None,
+    initial: Any = None,
+    exclude: Any = None,
+    candidates: Any = None,
+    parts: int | None = None,
+    comm: Any = None,
+    progress: bool = False,
+) -> Selection:
+    """Greedily maximize the set function ``f`` under a cardinality (or knapsack) budget.
+
+    ``f`` is reset, the ``initial`` items are added, then items are added one at a time;
+    ``f`` is left holding the final set (``f.selected == [*initial, *indices]``).
+
+    Parameters
+    ----------
+    f:
+        A :class:`~batchsel.functions.SetFunction`.
+    k:
+        Number of items to pick (``1 <= k <= n``); with ``costs``, the budget: picks are
+        made by gain per unit cost while the total cost stays ``<= k``.
+    optimizer:
+        ``"naive"`` (every gain at every step), ``"lazy"`` (priority queue of stale
+        gains, which bound the current ones by submodularity; same result as naive),
+        ``"stochastic"`` (each step looks at ``ceil(n / k * ln(1 / epsilon))`` random
+        remaining items; ``E[f] >= (1 - 1/e - epsilon) OPT``), ``"lazier-than-lazy"``
+        (stochastic greedy with lazy evaluation inside each sample: the same picks as
+        ``"stochastic"`` with the same seed, fewer evaluations), ``"greedi"`` (the items are
+        split into ``parts`` random parts, or over the ranks of ``comm``; greedy picks k
+        in each part, then greedy on the union; the better of that and the best part wins).
+    epsilon, seed:
+        Sample size and seed of the stochastic optimizers and of GreeDi's split.
+    costs:
+        Positive cost of every item (length n).
+    initial:
+        Items in the set before the first pick.
+    exclude:
+        Items that may not be picked.
+    candidates:
+        The only items that may be picked (``f`` is still over its whole ground set).
+    parts:
+        Number of parts for ``"greedi"`` in one process (default 4).
+    comm:
+        A communicator (``rank``, ``size``, ``allgather``) for ``"greedi"`` across
+        processes: rank r runs greedy on part r and every rank returns the same result.
+        All ranks must call with the same arguments.
+    progress:
+        A tqdm progress bar over the picks.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> from batchsel import FacilityLocation, maximize
+    >>> x = np.random.default_rng(0).normal(size=(300, 16)).astype(np.float32)
+    >>> f = FacilityLocation.from_embeddings(x)
+    >>> lazy = maximize(f, 10)
+    >>> naive = maximize(f, 10, "naive")
+    >>> bool(np.array_equal(lazy.indices, naive.indices)), lazy.evaluations < naive.evaluations
+    (True, True)
+    >>> stochastic = maximize(f, 10, "stochastic", seed=1)
+    >>> bool(stochastic.value >= 0.9 * lazy.value)
+    True
+    """
+    from .selectors.base import check_indices  # at call time: selectors may import this module
+
+    if not isinstance(f, SetFunction):
+        raise TypeError(f"f must be a SetFunction, got {type(f).__name__}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    n = f.n
+    seed = check_seed(seed)
+    if not (isinstance(epsilon, (int, float)) and 0 < epsilon < 1):
+        raise ValueError(f"epsilon must be in (0, 1), got {epsilon!r}")
+
+    cost = None
+    if costs is not None:
+        cost = np.asarray(costs, dtype=np.float64)
+        if cost.shape != (n,):
+            raise ValueError(f"costs must have one value per item (shape ({n},)), got shape {cost.shape}")
+        if not np.isfinite(cost).all() or (cost <= 0).any():
+            bad = cost[~(np.isfinite(cost) & (cost > 0))][0]
+            raise ValueError(f"costs must be finite and > 0, found {bad}")
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)) or not k > 0:
+            raise ValueError(f"k (the budget) must be a number > 0, got {k!r}")
+        budget = float(k)
+    else:
+        budget = check_int(k, "k", minimum=1, maximum=n)
+
+    init = np.unique(check_indices(initial, n, "initial")) if initial is not None else np.empty(0, np.int64)
+    allowed = np.zeros(n, dtype=bool)
+    if candidates is None:
+        allowed[:] = True
+    else:
+        allowed[check_indices(candidates, n, "candidates")] = True
+    if exclude is not None:
+        allowed[check_indices(exclude, n, "exclude")] = False
+    allowed[init] = False
+    pool = np.flatnonzero(allowed).astype(np.int64)
+    if cost is None and budget > pool.size:
+        raise ValueError(f"k={budget} but only {pool.size} items may be picked "
+                         f"(n={n}, after candidates/exclude/initial)")
+    if pool.size == 0:
+        raise ValueError("no item may be picked (candidates/exclude/initial leave none)")
+
+    run = _Run(f, init, cost, progress)
+    if optimizer == "greedi":
+        return _greedi(run, pool, budget, seed, parts, comm)
+    if parts is not None or comm is not None:
+        raise ValueError(f"parts and comm apply to optimizer='greedi', not {optimizer!r}")
+    if optimizer == "naive":
+        return run.finish(_naive(run, pool, budget), "naive")
+    if optimizer == "lazy":
+        return run.finish(_lazy(run, pool, budget), "lazy")
+    rng = np.random.default_rng(seed)
+    return run.finish(_stochastic(run, pool, budget, epsilon, rng, lazy=optimizer == "lazier-than-lazy"), optimizer)
+
+
+# -- machinery ---------------------------------------------------------------------------
+class _Run:
+    """One optimization: the function, its initial items, costs, counters and the gains
+    of the picks (as ``f.add`` computed them)."""
+
+    def __init__(self, f: SetFunction, init: np.ndarray, cost: np.ndarray | None, progress: bool) -> None:
+        self.f, self.init, self.cost, self.progress = f, init, cost, progress
+        self.evaluations = 0
+        self.start()
+
+    def start(self) -> None:
+        self.f.reset()
+        for j in self.init:
+            self.f.add(int(j))
+        self.picked_gains: list[float] = []
+
+    def ratios(self, idx: np.ndarray) -> np.ndarray:
+        """Gains (per unit cost) of ``idx``, in chunks."""
+        self.evaluations += idx.size
+        if idx.size <= _CHUNK:
+            g = self.f.gains(idx)
+        else:
+            g = np.concatenate([self.f.gains(idx[s:s + _CHUNK]) for s in range(0, idx.size, _CHUNK)])
+        return g if self.cost is None else g / self.cost[idx]
+
+    def affordable(self, idx: np.ndarray, remaining: float) -> np.ndarray:
+        return idx if self.cost is None else idx[self.cost[idx] <= remaining]
+
+    def take(self, j: int) -> float:
+        """Add j; returns the cost spent."""
+        self.picked_gains.append(self.f.add(j))
+        return 1.0 if self.cost is None else float(self.cost[j])
+
+    def bar(self, total: float, desc: str):
+        return tqdm(total=total, desc=desc, disable=not self.progress, leave=False)
+
+    def finish(self, picks: list[int], name: str) -> Selection:
+        return Selection(indices=np.asarray(picks, dtype=np.int64),
+                         gains=np.asarray(self.picked_gains, dtype=np.float64),
+                         value=float(self.f.value), optimizer=name, evaluations=self.evaluations)
+
+
+def _naive(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
+    picks: list[int] = []
+    remaining = budget
+    live = pool.copy()
+    bar = run.bar(budget, "naive greedy")
+    while live.size:
+        live = run.affordable(live, remaining)
+        if live.size == 0:
+            break
+        r = run.ratios(live)
+        best = int(np.argmax(r))  # first maximum: smallest index, live being sorted
+        j = int(live[best])
+        remaining -= run.take(j)
+        picks.append(j)
+        live = np.delete(live, best)
+        bar.update(1 if run.cost is None else run.cost[j])
+        if run.cost is None and len(picks) == budget:
+            break
+    bar.close()
+    return picks
+
+
+# -- lazy greedy's priority queue: a 4-ary max-heap keyed by (bound desc, item asc), packed
+# in one (capacity, 3) float64 array of rows (bound, item, stamp) so that a node's children
+# share two cache lines, with ``pos[item]`` its row (-1 when out of the heap). The stamp
+# says whether the bound is the exact current gain: for functions that report how adds
+# lower the gains (``SetFunction._decrements``), stamp >= 0 marks an exact gain; reported
+# drops accumulate in ``pending`` and are applied when the entry reaches the top (stamp
+# -1: a bound only); for the others a bound is exact when its stamp is the current step. numba, because lazy greedy moves ~100 entries
+# per pick on large ground sets, which Python heap operations would make costlier than
+# the gains themselves. Items and steps are < 2**53: exact in float64.
+@njit(cache=True, nogil=True, inline="always")
+def _before(h, a, b):
+    return h[a, 0] > h[b, 0] or (h[a, 0] == h[b, 0] and h[a, 1] < h[b, 1])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _swap(h, pos, a, b):
+    for c in range(3):
+        h[a, c], h[b, c] = h[b, c], h[a, c]
+    pos[np.int64(h[a, 1])] = a
+    pos[np.int64(h[b, 1])] = b
+
+
+@njit(cache=True, nogil=True)
+def _sift_down(h, pos, size, at):
+    while True:
+        first = 4 * at + 1
+        if first >= size:
+            return
+        best = first
+        for c in range(first + 1, min(first + 4, size)):
+            if _before(h, c, best):
+                best = c
+        if not _before(h, best, at):
+            return
+        _swap(h, pos, at, best)
+        at = best
+
+
+@njit(cache=True, nogil=True)
+def _sift_up(h, pos, at):
+    while at > 0:
+        parent = (at - 1) // 4
+        if not _before(h, at, parent):
+            return
+        _swap(h, pos, at, parent)
+        at = parent
+
+
+@njit(cache=True, nogil=True)
+def _heapify(h, pos):
+    for at in range(h.shape[0]):
+        pos[np.int64(h[at, 1])] = at
+    for at in range((h.shape[0] - 2) // 4, -1, -1):
+        _sift_down(h, pos, h.shape[0], at)
+
+
+@njit(cache=True, nogil=True)
+def _pop_root(h, pos, size):
+    """Remove the root; returns the new size (the root's row is moved to index size-1)."""
+    _swap(h, pos, 0, size - 1)
+    pos[np.int64(h[size - 1, 1])] = -1
+    _sift_down(h, pos, size - 1, 0)
+    return size - 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fresh(h, at, step, tracked, pending):
+    if tracked:
+        return h[at, 2] >= 0 and pending[np.int64(h[at, 1])] == 0
+    return h[at, 2] == step
+
+
+@njit(cache=True, nogil=True)
+def _settle(h, pos, size, at, pending, slack):
+    """Apply the pending drop of the entry at ``at``: lower its bound (keeping a margin of
+    ``slack`` times its size against the rounding of the gain computation), mark it
+    inexact and sift it down. Returns whether there was anything to apply."""
+    u = np.int64(h[at, 1])
+    drop = pending[u]
+    if drop == 0:
+        return False
+    pending[u] = 0.0
+    old = h[at, 0]
+    h[at, 0] = min(old, old - drop + slack * abs(old))
+    h[at, 2] = -1.0
+    _sift_down(h, pos, size, at)
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _lazy_pop(h, pos, size_box, step, tracked, pending, batch, slack, out, out_bound):
+    """One move of lazy greedy. Returns 1 with the winner in out[0] when the top entry is
+    exact and no other bound (inflated by ``slack``) can reach it; 0 with up to ``batch``
+    stale items in out[:count] (removed from the heap) to re-evaluate; -1 when empty.
+    ``out_bound`` receives the bounds (of the winner, or of the stale items). Pending
+    drops (tracked functions) are applied as entries reach the top."""
+    size = size_box[0]
+    held = -1
+    while True:
+        if size == 0:
+            size_box[0] = 0
+            return -1, 0
+        if _settle(h, pos, size, 0, pending, slack):
+            continue
+        if not _fresh(h, 0, step, tracked, pending):
+            break
+        if size == 1:
+            out[0] = np.int64(h[0, 1])
+            out_bound[0] = h[0, 0]
+            size_box[0] = _pop_root(h, pos, size)
+            return 1, 1
+        c = 1  # the runner-up is the best child of the root
+        for d in range(2, min(5, size)):
+            if _before(h, d, c):
+                c = d
+        if _settle(h, pos, size, c, pending, slack):
+            continue
+        bound = h[c, 0] + slack * abs(h[c, 0])
+        if _fresh(h, c, step, tracked, pending) or bound < h[0, 0] or (bound == h[0, 0] and h[c, 1] > h[0, 1]):
+            out[0] = np.int64(h[0, 1])
+            out_bound[0] = h[0, 0]
+            size_box[0] = _pop_root(h, pos, size)
+            return 1, 1
+        size = _pop_root(h, pos, size)
+        held = size  # its row now sits at index `size`, past the heap
+        break
+    count = 0
+    while count < batch and size > 0:
+        if _settle(h, pos, size, 0, pending, slack):
+            continue
+        if _fresh(h, 0, step, tracked, pending):
+            break
+        out[count] = np.int64(h[0, 1])
+        out_bound[count] = h[0, 0]
+        count += 1
+        size = _pop_root(h, pos, size)
+    if held >= 0:
+        # Put the exact top back: move its row to the end of the heap and sift it up.
+        if held != size:
+            _swap(h, pos, size, held)
+        pos[np.int64(h[size, 1])] = size
+        _sift_up(h, pos, size)
+        size += 1
+    size_box[0] = size
+    return 0, count
+
+
+@njit(cache=True, nogil=True)
+def _lazy_push(h, pos, size_box, items, bounds, stamp):
+    size = size_box[0]
+    for i in range(items.shape[0]):
+        h[size, 0] = bounds[i]
+        h[size, 1] = items[i]
+        h[size, 2] = stamp
+        pos[items[i]] = size
+        _sift_up(h, pos, size)
+        size += 1
+    size_box[0] = size
+
+
+@njit(cache=True, nogil=True)
+def _lazy_drop(pos, pending, items, drops):
+    """Record drops (>= 0; an item may repeat) of the gains of items still in the heap;
+    they are applied when the entries reach the top (_settle)."""
+    for i in range(items.shape[0]):
+        if pos[items[i]] >= 0:
+            pending[items[i]] += drops[i]
+
+
+def _inflate(u: float) -> float:
+    return u + _SLACK * abs(u)
+
+
+def _lazy(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
+    picks: list[int] = []
+    remaining = budget
+    # Every entry's bound is an upper bound of the item's current gain (ratio).
+    heap = np.zeros((pool.size, 3))
+    heap[:, 0] = run.ratios(pool)
+    heap[:, 1] = pool
+    pos = np.full(run.f.n, -1, dtype=np.int64)
+    _heapify(heap, pos)
+    size = np.array([pool.size], dtype=np.int64)
+    tracked = run.f._decrements(int(pool[0])) is not None  # probe: no state change
+    pending = np.zeros(run.f.n)
+    out = np.empty(_LAZY_MAX, dtype=np.int64)
+    out_bound = np.empty(_LAZY_MAX)
+    # Re-evaluations one-at-a-time lazy greedy would have needed in recent picks (stale
+    # bounds >= the winner's gain): sets the size of a pick's first batch.
+    typical = float(_LAZY_FIRST)
+    step = 0
+    bar = run.bar(budget, "lazy greedy")
+    while size[0] and (run.cost is not None or len(picks) < budget):
+        batch = int(min(_LAZY_MAX, max(_LAZY_FIRST, typical)))
+        bounds: list[np.ndarray] = []
+        chosen = -1
+        while True:
+            code, count = _lazy_pop(heap, pos, size, step, tracked, pending, batch, _SLACK, out, out_bound)
+            if code < 0:
+                break
+            if code == 1:
+                j = int(out[0])
+                if run.cost is not None and run.cost[j] > remaining:
+                    continue  # unaffordable now, hence for good: the budget only shrinks
+                chosen, best = j, out_bound[0]
+                break
+            bounds.append(out_bound[:count].copy())
+            idx = out[:count].copy()
+            if run.cost is not None:
+                idx = idx[run.cost[idx] <= remaining]
+            if idx.size:
+                _lazy_push(heap, pos, size, idx, run.ratios(idx).astype(np.float64), step)
+            batch = min(2 * batch, _LAZY_MAX)
+        if chosen < 0:
+            break
+        if tracked:
+            items, drops = run.f._decrements(chosen)
+            if run.cost is not None:
+                drops = drops / run.cost[items]
+            _lazy_drop(pos, pending, items, drops)
+        remaining -= run.take(chosen)
+        picks.append(chosen)
+        step += 1
+        needed = sum(int((b >= best).sum()) for b in bounds)
+        typical = 0.75 * typical + 0.25 * needed
+        bar.update(1 if run.cost is None else run.cost[chosen])
+    bar.close()
+    return picks
+
+
+def _stochastic(run: _Run, pool: np.ndarray, budget: float, epsilon: float, rng: np.random.Generator,
+                lazy: bool) -> list[int]:
+    picks: list[int] = []
+    remaining = budget
+    live = pool.copy()
+    steps = budget if run.cost is None else max(1.0, budget / float(np.median(run.cost[pool])))
+    sample_size = max(1, math.ceil(pool.size / steps * math.log(1 / epsilon)))
+    bounds = np.full(run.f.n, np.inf) if lazy else None
+    bar = run.bar(budget, "stochastic greedy")
+    while live.size:
+        live = run.affordable(live, remaining)
+        if live.size == 0:
+            break
+        pos = np.sort(rng.choice(live.size, size=min(sample_size, live.size), replace=False))
+        sample = live[pos]
+        if lazy:
+            best_pos, best_r = _lazy_in_sample(run, sample, bounds)
+        else:
+            r = run.ratios(sample)
+            best_pos = int(np.argmax(r))
+            best_r = float(r[best_pos])
+        j = int(sample[best_pos])
+        remaining -= run.take(j)
+        picks.append(j)
+        live = np.delete(live, pos[best_pos])
+        bar.update(1 if run.cost is None else run.cost[j])
+        if run.cost is None and len(picks) == budget:
+            break
+    bar.close()
+    return picks
+
+
+def _lazy_in_sample(run: _Run, sample: np.ndarray, bounds: np.ndarray) -> tuple[int, float]:
+    """Best (gain, smallest index) of a sorted sample, evaluating in the order of the
+    stale bounds (``bounds``, updated in place) until no stale bound can beat the best."""
+    order = np.lexsort((sample, -bounds[sample]))
+    best_pos, best_r = -1, -np.inf
+    start, size = 0, _LAZY_FIRST
+    while start < order.size:
+        u = bounds[sample[order[start]]]
+        if best_pos >= 0 and (_inflate(u) < best_r or (_inflate(u) == best_r and sample[order[start]] > sample[best_pos])):
+            break
+        chunk = order[start:start + size]
+        r = run.ratios(sample[chunk])
+        bounds[sample[chunk]] = r
+        for p, v in zip(chunk.tolist(), r.tolist()):
+            if v > best_r or (v == best_r and sample[p] < sample[best_pos]):
+                best_pos, best_r = p, v
+        start += chunk.size
+        size = min(2 * size, _LAZY_MAX)
+    return best_pos, best_r
+
+
+def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | None, comm: Any) -> Selection:
+    if comm is not None:
+        if parts is not None and parts != comm.size:
+            raise ValueError(f"parts={parts} but the communicator has {comm.size} ranks")
+        m = int(comm.size)
+    else:
+        m = check_int(parts if parts is not None else 4, "parts", minimum=1)
+    perm = np.random.default_rng(seed).permutation(pool)
+    splits = [np.sort(s) for s in np.array_split(perm, m)]
+    per_part = budget if run.cost is not None else None
+
+    def local(part: np.ndarray) -> tuple[list[int], float]:
+        run.start()
+        if part.size == 0:
+            return [], -np.inf
+        b = per_part if per_part is not None else min(int(budget), part.size)
+        picks = _lazy(run, part, b)
+        return picks, float(run.f.value)
+
+    if comm is None:
+        results = [local(p) for p in splits]
+    else:
+        results = comm.allgather(local(splits[int(comm.rank)]))
+    union = np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p, _ in results]))
+    run.start()
+    b = budget if run.cost is not None else min(int(budget), union.size)
+    merged = _lazy(run, union, b)
+    merged_value = float(run.f.value)
+    best_local = max(range(m), key=lambda i: (results[i][1], -i))
+    picks = merged
+    if results[best_local][1] > merged_value:
+        picks = results[best_local][0]
+        run.start()
+        for j in picks:
+            run.take(j)
+    sel = run.finish(picks, "greedi")
+    sel.extra.update(parts=m, merged_value=merged_value, part_values=[v for _, v in results])
+    return sel

@@ -1,0 +1,420 @@
+"""Submodular batch selection (SMDL; Joseph, Teja R, Singh, Balasubramanian, IJCAI 2019).
+
+Each step picks a batch S of size B from a candidate pool P of this rank's unused examples
+(``pool_size`` of them, drawn at random) by greedily maximizing
+
+    F(S) = l_u U(S) + l_r R(S) + l_m M(S) + l_f Fm(S)
+
+- ``U(S) = sum_{x in S} H(softmax(logits(x)))`` uncertainty, from the latest logits given to
+  :meth:`SubmodularSelector.observe`;
+- ``R(S) = sum_{i in Q} max_{s in S} sim(i, s)``: facility location of S over the pool, a
+  properly submodular diversity term (the paper's sum of minimum distances is not), with
+  ``sim(i, j) = exp(-|x_i - x_j|^2 / sigma^2)``, sigma^2 the pool's mean pairwise squared
+  distance. Q is the pool (``coverage_size=None``) or a random subset of it of
+  ``coverage_size`` examples, which keeps the similarity matrix at ``|P| x |Q|``; then the
+  points of Q do not cover themselves (``sim(i, i) = 0``), so R estimates how well S
+  covers the pool rather than rewarding picks of Q's own members. Coverage of the whole
+  pool improves with |Q| (B = 128 from 1024 clustered points: random batches 845, Q = 256
+  922, Q = 512 940, the whole pool 945) and so does the cost; the default 256 keeps a
+  batch near 2 ms;
+- ``M(S) = sum_{x in S} (c - |x - mu|)``: closeness to the data mean mu, with c the largest
+  distance in the pool (so M >= 0 and closer is better);
+- ``Fm(S) = sum_f sqrt(sum_{x in S} m_f(x))``: feature match, m = softmax of the embedding.
+
+Unlike the reference code, every term is divided by a *fixed* constant per pool (not by
+its own sum at every step, which cancelled the weights): its value on a random batch of
+B pool examples. The weights are thus each term's share of a typical batch's objective:
+the scales are comparable and every weight changes the result. (Dividing by the largest
+singleton gain instead, as DESIGN suggests, makes the facility location irrelevant after a
+few picks: its gains saturate while the modular terms keep their full size.) Stochastic
+greedy draws a fresh sample of ``ceil(|P| / B * ln(1 / epsilon))`` candidates at every
+pick; ``optimizer="lazy"`` is exact greedy. Ties go to the smallest example index. The
+greedy loop runs compiled (numba); the cost per batch is
+``O(|P| |Q| d + B * sample * (|Q| + d))``, bounded by the pool, never by N.
+
+With the paper's weights, ``l_m = 0.5`` makes half of the objective closeness to the mean:
+batches avoid outliers but are *less* diverse than random ones when classes lie at
+different distances from the mean (raw pixels); diversity-leaning weights such as
+``(0.2, 0.5, 0.1, 0.2)`` give batches with higher coverage and label entropy than random.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Sequence
+
+import numba
+import numpy as np
+
+from .._checks import check_int, load_embeddings
+from .base import OnlineSelector, check_indices, check_rows
+from .partition import _before, _heap_pop, _heap_push
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZERS = ("stochastic", "lazy")
+DEFAULT_WEIGHTS = (0.2, 0.1, 0.5, 0.2)
+# Rows of the embeddings read at a time when computing the mean (bounds memory on memmaps).
+_MEAN_BLOCK = 1 << 16
+
+
+@numba.njit(cache=True, fastmath=True)
+def _gain(c: int, sim_t: np.ndarray, cover: np.ndarray, modular: np.ndarray, feats: np.ndarray,
+          acc: np.ndarray, root: np.ndarray, w_r: float, w_f: float) -> float:
+    g = modular[c]
+    if w_r != 0.0:
+        rf = np.float32(0.0)
+        for i in range(sim_t.shape[1]):
+            rf += max(sim_t[c, i] - cover[i], np.float32(0.0))
+        g += w_r * rf
+    if w_f != 0.0:
+        f = np.float32(0.0)
+        for j in range(feats.shape[1]):
+            f += np.sqrt(acc[j] + feats[c, j]) - root[j]
+        g += w_f * f
+    return g
+
+
+@numba.njit(cache=True, fastmath=True)
+def _add(c: int, sim_t: np.ndarray, cover: np.ndarray, feats: np.ndarray, acc: np.ndarray, root: np.ndarray) -> None:
+    for i in range(sim_t.shape[1]):
+        cover[i] = max(cover[i], sim_t[c, i])
+    for j in range(feats.shape[1]):
+        acc[j] += feats[c, j]
+        root[j] = np.sqrt(acc[j])
+
+
+@numba.njit(cache=True)
+def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r: float, w_f: float, k: int,
+                 sample_size: int, uniforms: np.ndarray) -> np.ndarray:
+    """Greedy maximization of the normalized SMDL objective over a pool of p items.
+
+    ``sim_t`` is p x q (similarity of each candidate to the coverage set), ``modular`` the
+    weighted, normalized modular terms, ``feats`` p x d non-negative features, ``w_r`` and
+    ``w_f`` the normalized weights of R and Fm. ``sample_size`` > 0:
+    stochastic greedy with ``uniforms`` (k x sample_size, in [0, 1)) drawing the samples,
+    each sample searched lazily (the best of the sample, with fewer evaluations);
+    0: exact lazy greedy. Returns the k picks (pool positions) in selection order.
+    """
+    p = sim_t.shape[0]
+    cover = np.zeros(sim_t.shape[1], dtype=np.float32)
+    acc = np.zeros(feats.shape[1], dtype=np.float32)
+    root = np.zeros(feats.shape[1], dtype=np.float32)
+    picks = np.empty(k, dtype=np.int64)
+    if sample_size > 0:
+        rest = np.arange(p)
+        m = p
+        # stale gains bound the current ones (submodularity): inside each sample, candidates
+        # are evaluated by decreasing bound until no bound can beat the best fresh gain
+        bound = np.full(p, np.inf)
+        for t in range(k):
+            s = min(sample_size, m)
+            for i in range(s):
+                # partial Fisher-Yates: rest[:s] becomes a uniform sample of rest[:m]
+                j = i + int(uniforms[t, i] * (m - i))
+                if j >= m:
+                    j = m - 1
+                rest[i], rest[j] = rest[j], rest[i]
+            by_bound = np.argsort(-bound[rest[:s]], kind="mergesort")
+            best, best_gain, best_slot = -1, 0.0, -1
+            for i in by_bound:
+                c = rest[i]
+                if best >= 0 and bound[c] < best_gain:
+                    break
+                g = _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f)
+                bound[c] = g
+                if best < 0 or _before(g, c, best_gain, best):
+                    best, best_gain, best_slot = c, g, i
+            picks[t] = best
+            rest[best_slot] = rest[m - 1]
+            m -= 1
+            _add(best, sim_t, cover, feats, acc, root)
+    else:
+        # lazy greedy: a max-heap of stale upper bounds (gains only shrink)
+        keys = np.empty(p, dtype=np.float64)
+        items = np.empty(p, dtype=np.int64)
+        size = 0
+        for c in range(p):
+            size = _heap_push(keys, items, size, _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f), c)
+        for t in range(k):
+            while True:
+                c = items[0]
+                size = _heap_pop(keys, items, size)
+                g = _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f)
+                if size == 0 or _before(g, c, keys[0], items[0]):
+                    break
+                size = _heap_push(keys, items, size, g, c)
+            picks[t] = c
+            _add(c, sim_t, cover, feats, acc, root)
+    return picks
+
+
+def entropy_of_logits(logits: np.ndarray) -> np.ndarray:
+    """Entropy (nats) of softmax(logits) per row, computed stably.
+
+    >>> entropy_of_logits(np.zeros((1, 4))).round(4).tolist()
+    [1.3863]
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return -(np.exp(log_p) * log_p).sum(axis=1)
+
+
+def _scaled(values: np.ndarray, scale: float) -> np.ndarray:
+    """``values * scale / mean(values)`` (zeros when the mean is 0)."""
+    mean = float(values.mean())
+    return values * (scale / mean) if mean > 0 else np.zeros_like(values)
+
+
+def _to_tail(order: np.ndarray, m: int, count: int, rng: np.random.Generator) -> None:
+    """Move ``count`` random entries of ``order[:m]`` to ``order[m - count:m]`` in O(count)
+    (for count << m), keeping the others in ``order[:m - count]``."""
+    pos = rng.choice(m, size=count, replace=False)
+    lo = m - count
+    inside = pos[pos >= lo]
+    outside = pos[pos < lo]
+    free = np.ones(count, dtype=bool)
+    free[inside - lo] = False
+    slots = lo + np.flatnonzero(free)
+    order[outside], order[slots] = order[slots], order[outside].copy()
+
+
+class SubmodularSelector(OnlineSelector):
+    """Submodular mini-batch selection (SMDL, DESIGN section 2.1), online.
+
+    Parameters
+    ----------
+    embeddings:
+        ``N x d`` embeddings (array, torch tensor, ``.npy`` path opened memory-mapped, or
+        an :class:`~batchsel.EmbeddingIndex`); refresh rows with
+        ``observe(indices, embeddings=...)``.
+    batch_size:
+        B.
+    seed:
+        Seeds pools, stochastic greedy and the shards.
+    weights:
+        ``(l_u, l_r, l_m, l_f)``: uncertainty, diversity (facility location), closeness to
+        the mean, feature match. Defaults are the paper's (0.2, 0.1, 0.5, 0.2).
+    pool_size:
+        Candidates per step, drawn from the rank's unused examples (default ``8 * B``).
+    coverage_size:
+        Examples of the pool whose coverage R measures (default 256; ``None``: the whole
+        pool, best coverage, ``|P|^2 d`` work per batch). Keep it well above B.
+    optimizer, epsilon:
+        ``"stochastic"`` greedy with ``ceil(pool / B * ln(1 / epsilon))`` candidates per
+        pick, or exact ``"lazy"`` greedy.
+    warmup_epochs:
+        Epochs ``< warmup_epochs`` draw random batches (without replacement).
+    partition:
+        ``"random"`` (a fresh split every epoch) or ``"submodular"`` (GreedMax shards).
+    drop_last:
+        DistributedSampler's: pad ranks by repeating examples, or drop the tail.
+
+    Uncertainty uses the latest logits of each example. Before any logits were observed it
+    is uniform (it does not change the choice); afterwards, examples never observed count as
+    maximally uncertain (entropy ``ln C``), so they are explored first. Losses are ignored.
+    ``partition="submodular"`` computes the GreedMax shards once per world size, from the
+    embeddings at that moment; they are kept in :meth:`state_dict`.
+    Within an epoch a rank never repeats an example (except the padding of
+    ``drop_last=False``); every rank has ``ceil(shard / B)`` batches, the last may be smaller.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).normal(size=(300, 8)).astype(np.float32)
+    >>> sel = SubmodularSelector(x, batch_size=32, seed=0, pool_size=128)
+    >>> batches = list(sel.iter_batches(epoch=0))
+    >>> len(batches), len(np.unique(np.concatenate(batches)))
+    (10, 300)
+    >>> sel.observe(batches[0], logits=np.zeros((32, 10)))
+    """
+
+    partitions = ("random", "submodular")
+
+    def __init__(
+        self,
+        embeddings: Any,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        weights: Sequence[float] = DEFAULT_WEIGHTS,
+        pool_size: int | None = None,
+        coverage_size: int | None = 256,
+        optimizer: str = "stochastic",
+        epsilon: float = 0.01,
+        warmup_epochs: int = 0,
+        partition: str = "random",
+        drop_last: bool = False,
+    ) -> None:
+        if hasattr(embeddings, "embeddings") and hasattr(embeddings, "knn_graph"):  # EmbeddingIndex
+            embeddings = embeddings.embeddings
+        self.embeddings = load_embeddings(embeddings)
+        super().__init__(self.embeddings.shape[0], batch_size, seed=seed, drop_last=drop_last, partition=partition)
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (4,):
+            raise ValueError(f"weights must be 4 numbers (l_u, l_r, l_m, l_f), got {weights!r}")
+        if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"weights must be finite, >= 0 and not all 0, got {weights!r}")
+        self.weights = tuple(float(v) for v in w)
+        self.pool_size = 8 * self.batch_size if pool_size is None else check_int(pool_size, "pool_size", minimum=1)
+        if self.pool_size < self.batch_size:
+            raise ValueError(f"pool_size must be >= batch_size ({self.batch_size}), got {pool_size}")
+        self.coverage_size = None if coverage_size is None else check_int(coverage_size, "coverage_size", minimum=1)
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+        self.optimizer = optimizer
+        if not 0 < epsilon < 1:
+            raise ValueError(f"epsilon must be in (0, 1), got {epsilon!r}")
+        self.epsilon = float(epsilon)
+        self.warmup_epochs = check_int(warmup_epochs, "warmup_epochs", minimum=0)
+        self.entropy_ = np.full(self.num_examples, np.nan, dtype=np.float32)
+        self.num_classes_: int | None = None
+        self._refreshed = False
+        self.mean_ = self._mean()
+
+    def _mean(self) -> np.ndarray:
+        total = np.zeros(self.embeddings.shape[1], dtype=np.float64)
+        for start in range(0, self.num_examples, _MEAN_BLOCK):
+            total += self.embeddings[start:start + _MEAN_BLOCK].sum(axis=0, dtype=np.float64)
+        return total / self.num_examples
+
+    def _partition_data(self) -> np.ndarray:
+        return self.embeddings
+
+    # -- feedback ---------------------------------------------------------------------
+    def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
+        """Record the latest logits (their entropy) and/or refreshed embeddings of
+        ``indices``; losses are not used by SMDL."""
+        idx = check_indices(indices, self.num_examples)
+        if logits is not None:
+            z = check_rows(logits, len(idx), "logits", ndim=2)
+            if self.num_classes_ is not None and z.shape[1] != self.num_classes_:
+                raise ValueError(f"logits have {z.shape[1]} classes, earlier logits had {self.num_classes_}")
+            self.num_classes_ = int(z.shape[1])
+            self.entropy_[idx] = entropy_of_logits(z)
+        if embeddings is not None:
+            e = check_rows(embeddings, len(idx), "embeddings", ndim=2)
+            if e.shape[1] != self.embeddings.shape[1]:
+                raise ValueError(f"embeddings have dimension {e.shape[1]}, expected {self.embeddings.shape[1]}")
+            if not self._refreshed:  # the caller's array or memmap is never written
+                logger.info("copying the %d x %d embeddings to refresh them", *self.embeddings.shape)
+                self.embeddings = np.array(self.embeddings, dtype=np.float32, order="C")
+                self._refreshed = True
+            idx, last = np.unique(idx[::-1], return_index=True)  # the last row wins for repeats
+            e = e[::-1][last]
+            self.mean_ += (e.astype(np.float64) - self.embeddings[idx]).sum(axis=0) / self.num_examples
+            self.embeddings[idx] = e
+
+    def _scores_state(self) -> dict[str, Any]:
+        state = {"entropy": self.entropy_.copy(), "num_classes": self.num_classes_, "mean": self.mean_.copy()}
+        if self._refreshed:
+            state["embeddings"] = self.embeddings.copy()
+        return state
+
+    def _load_scores(self, state: dict[str, Any]) -> None:
+        entropy = np.asarray(state["entropy"], dtype=np.float32)
+        if entropy.shape != (self.num_examples,):
+            raise ValueError(f"state has entropies for {entropy.shape} examples, expected {self.num_examples}")
+        self.entropy_ = entropy.copy()
+        self.num_classes_ = state["num_classes"]
+        self.mean_ = np.asarray(state["mean"], dtype=np.float64).copy()
+        if "embeddings" in state:
+            self.embeddings = np.array(state["embeddings"], dtype=np.float32, order="C")
+            self._refreshed = True
+
+    # -- selection --------------------------------------------------------------------
+    def _next_batch(self, run: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+        order, m = run["order"], run["m"]
+        k = min(self.batch_size, m)
+        if run["epoch"] < self.warmup_epochs or k == m:
+            _to_tail(order, m, k, rng)
+            run["m"] = m - k
+            return run["shard"][order[m - k:m]]
+        p = min(self.pool_size, m)
+        _to_tail(order, m, p, rng)
+        pool_pos = order[m - p:m].copy()
+        examples = run["shard"][pool_pos]
+        srt = np.argsort(examples, kind="stable")  # pool in index order: ties -> smallest index
+        picks = self.select_from_pool(examples[srt], k, rng)
+        chosen = srt[picks]
+        rest = np.ones(p, dtype=bool)
+        rest[chosen] = False
+        order[m - p:m - k] = pool_pos[rest]
+        order[m - k:m] = pool_pos[chosen]
+        run["m"] = m - k
+        return examples[chosen]
+
+    def select_from_pool(self, pool: np.ndarray, k: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Positions (into ``pool``, a sorted array of example indices) of the ``k``
+        examples greedy picks, in selection order."""
+        rng = np.random.default_rng(self.seed) if rng is None else rng
+        pool = np.asarray(pool, dtype=np.int64)
+        p = len(pool)
+        l_u, l_r, l_m, l_f = self.weights
+        x = np.asarray(self.embeddings[pool], dtype=np.float32)
+        # Fixed normalization: each term's value on a random batch of k pool examples is
+        # its weight (modular terms: k times the pool mean; R and Fm: one random batch).
+        modular = np.zeros(p, dtype=np.float64)
+        if l_u > 0:
+            u = self.entropy_[pool].astype(np.float64)
+            if self.num_classes_ is None:
+                u[:] = 1.0  # no logits yet: uniform
+            else:
+                u[np.isnan(u)] = math.log(self.num_classes_)
+            modular += _scaled(u, l_u / k)
+        if l_m > 0:
+            diff = x - self.mean_.astype(np.float32)
+            dist = np.sqrt(np.einsum("ij,ij->i", diff, diff)).astype(np.float64)
+            modular += _scaled(dist.max() - dist, l_m / k)
+        typical = rng.choice(p, size=k, replace=False)
+        w_r = w_f = 0.0
+        sim_t = np.zeros((p, 0), dtype=np.float32)
+        feats = np.zeros((p, 0), dtype=np.float32)
+        if l_r > 0:
+            q = p if self.coverage_size is None else min(self.coverage_size, p)
+            cov = np.arange(p) if q == p else np.sort(rng.choice(p, size=q, replace=False))
+            sim_t = self._similarity(x, cov)
+            if q < p:  # coverage points do not cover themselves: see the module docstring
+                sim_t[cov, np.arange(q)] = 0.0
+            w_r = l_r / float(sim_t[typical].max(axis=0).sum())
+        if l_f > 0:
+            feats = x - x.max(axis=1, keepdims=True)
+            np.exp(feats, out=feats)
+            feats /= feats.sum(axis=1, keepdims=True)
+            w_f = l_f / float(np.sqrt(feats[typical].sum(axis=0)).sum())
+        if self.optimizer == "stochastic":
+            sample = min(p, max(1, math.ceil(p / k * math.log(1.0 / self.epsilon))))
+            uniforms = rng.random((k, sample))
+        else:
+            sample, uniforms = 0, np.zeros((0, 0))
+        return _smdl_greedy(sim_t, modular, feats, w_r, w_f, int(k), int(sample), uniforms)
+
+    @staticmethod
+    def _similarity(x: np.ndarray, cov: np.ndarray) -> np.ndarray:
+        """``exp(-|x_i - x_c|^2 / sigma^2)`` for every pool row i and coverage row c, with
+        sigma^2 the pool's mean pairwise squared distance; one GEMM on augmented rows
+        gives ``-|x_i - x_c|^2 / sigma^2`` directly (no p x q temporaries)."""
+        sq = np.einsum("ij,ij->i", x, x)
+        sigma2 = 2.0 * (float(sq.mean()) - float(np.square(x.mean(axis=0, dtype=np.float64)).sum()))
+        scale = np.float32(1.0 / sigma2 if sigma2 > 1e-12 else 1.0)
+        p, d = x.shape
+        left = np.empty((p, d + 2), dtype=np.float32)
+        np.multiply(x, 2 * scale, out=left[:, :d])
+        left[:, d] = -scale * sq
+        left[:, d + 1] = -scale
+        right = np.empty((len(cov), d + 2), dtype=np.float32)
+        right[:, :d] = x[cov]
+        right[:, d] = 1.0
+        right[:, d + 1] = sq[cov]
+        sim_t = left @ right.T
+        np.minimum(sim_t, 0.0, out=sim_t)  # rounding can make a squared distance negative
+        return np.exp(sim_t, out=sim_t)
+
+    def __repr__(self) -> str:
+        return (f"SubmodularSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
+                f"weights={self.weights}, pool_size={self.pool_size}, optimizer={self.optimizer!r}, "
+                f"partition={self.partition!r}, seed={self.seed})")
+
+
+__all__ = ["SubmodularSelector", "entropy_of_logits"]

@@ -1,0 +1,211 @@
+"""Benchmark of the selectors.
+
+1. One SMDL batch, B = 128 from a pool of 1024, d = 64 (target <= 2 ms), next to the
+   forward + backward + SGD step of a small torch MLP on that batch (the anchor; target:
+   selection <= 5% of the step). Two MLPs are shown: one on the 64-d embeddings themselves
+   (64-256-256-10, tiny) and one on CIFAR-sized inputs (3072-512-512-10).
+2. A graph-block plan for N = 1M (k-NN graph + METIS partition + plan): wall time of each
+   part and peak RSS, next to a RandomSelector plan of the same N (the anchor). Runs in a
+   child process so its peak RSS is its own.
+3. GreedMax (partition="submodular") for N = 100k, W = 8, next to a random split: time
+   and the worst shard's facility-location value.
+
+Run: ``python benchmarks/bench_selectors.py`` (``--quick``: N = 20k, < 1 minute).
+Part 1 runs selection (numpy BLAS) and the MLP (torch) on one thread each, calls
+interleaved so both see the same machine load; median and 10th percentile are printed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def clustered(n: int, d: int, seed: int = 0, clusters: int = 100) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(clusters, d)).astype(np.float32) * 3
+    x = centers[rng.integers(0, clusters, n)]
+    x += rng.normal(size=(n, d)).astype(np.float32)
+    return x
+
+
+# -- 1. SMDL batch vs an MLP step -------------------------------------------------------------
+def paired(fns: dict, repeats: int) -> dict:
+    """Median and 10th-percentile wall milliseconds of each function, the functions called
+    in turn so that they share the machine's load alike (on a busy machine the 10th
+    percentile is closer to the uncontended cost)."""
+    for fn in fns.values():
+        fn()  # warm-up (numba cache load, allocator)
+    wall = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            wall[name].append(time.perf_counter() - t)
+    return {k: (1e3 * statistics.median(v), 1e3 * float(np.percentile(v, 10))) for k, v in wall.items()}
+
+
+def bench_smdl(n: int, repeats: int) -> None:
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from batchsel import SubmodularSelector
+
+    x = clustered(n, 64)
+    batch, pool_size = 128, 1024
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread each: selection and training share nothing else
+    torch.manual_seed(0)
+    yb = torch.randint(0, 10, (batch,))
+    fns = {}
+    for name, dim, width in (("MLP 64-256-256-10", 64, 256), ("MLP 3072-512-512-10", 3072, 512)):
+        model = torch.nn.Sequential(torch.nn.Linear(dim, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                                    torch.nn.ReLU(), torch.nn.Linear(width, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        inputs = torch.from_numpy(x[:batch]) if dim == 64 else torch.randn(batch, dim)
+
+        def step(model=model, opt=opt, inputs=inputs):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(inputs), yb).backward()
+            opt.step()
+
+        fns[name] = step
+    for optimizer in ("stochastic", "lazy"):
+        sel = SubmodularSelector(x, batch, seed=0, pool_size=pool_size, optimizer=optimizer)
+        sel.observe(np.arange(n), logits=np.random.default_rng(0).normal(size=(n, 10)))
+        state = {"it": sel.iter_batches(0), "epoch": 0}
+
+        def one_batch(sel=sel, state=state):  # a full online step: pool draw, gather, the terms, greedy
+            for b in state["it"]:
+                return b
+            state["epoch"] += 1
+            state["it"] = sel.iter_batches(state["epoch"])
+            return next(state["it"])
+
+        fns[f"SMDL {optimizer}"] = one_batch
+    with threadpool_limits(limits=1, user_api="blas"):
+        res = paired(fns, repeats)
+    torch.set_num_threads(threads)
+    mlps = [k for k in fns if k.startswith("MLP")]
+    print(f"\n1. One SMDL batch (B={batch}, pool={pool_size}, d=64, N={n:,}, coverage_size=256) next to one "
+          f"forward+backward+SGD step of an MLP on a batch of {batch}; 1 thread each, calls interleaved, "
+          f"{repeats} repeats; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"   {'':<20} {'median ms':>9} {'p10 ms':>8}   " + "   ".join(f"{'% of ' + m + ' (median/p10)':>36}" for m in mlps))
+    for name, (med, p10) in res.items():
+        ratios = "   ".join(f"{100 * med / res[m][0]:>27.1f}% / {100 * p10 / res[m][1]:5.1f}%" for m in mlps)
+        print(f"   {name:<20} {med:>9.3f} {p10:>8.3f}   {ratios if name.startswith('SMDL') else ''}")
+    print("   targets: <= 2 ms per batch; <= 5% of the training step")
+
+
+# -- 2. graph blocks at 1M ---------------------------------------------------------------------
+def graph_worker(n: int, d: int, batch: int) -> None:
+    from batchsel import EmbeddingIndex, GraphBlockSelector, RandomSelector
+
+    x = clustered(n, d, clusters=1000)
+    out = {"n": n, "d": d, "batch": batch}
+    t = time.perf_counter()
+    graph = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=10)
+    out["graph_s"] = time.perf_counter() - t
+    out["edges"] = int(graph.nnz // 2)
+    del x
+    sel = GraphBlockSelector(graph, batch, seed=0, blocks_per_batch=4)
+    t = time.perf_counter()
+    blocks = sel.blocks_
+    out["metis_s"] = time.perf_counter() - t
+    out["blocks"] = int(sel.num_blocks)
+    t = time.perf_counter()
+    plan = sel.plan(0, world_size=8)
+    out["plan_s"] = time.perf_counter() - t
+    sizes = np.array([len(b) for r in range(8) for b in plan.batches(r)])
+    out["batch_min"], out["batch_max"] = int(sizes.min()), int(sizes.max())
+    t = time.perf_counter()
+    anchor = RandomSelector(n, batch, seed=0).plan(0, world_size=8)
+    out["random_plan_s"] = time.perf_counter() - t
+    # in-batch edge weight of 200 batches, ours vs random
+    def inside(p):
+        bs = p.batches(0)[:200]
+        idx = np.concatenate(bs)
+        bid = np.repeat(np.arange(len(bs)), [len(b) for b in bs])
+        where = np.full(n, -1)
+        where[idx] = bid
+        sub = graph[idx].tocoo()
+        return float(sub.data[where[sub.col] == bid[sub.row]].sum() / sub.data.sum())
+    out["in_batch_frac"], out["random_in_batch_frac"] = inside(plan), inside(anchor)
+    del blocks
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(out))
+
+
+def bench_graph(n: int, d: int, batch: int) -> None:
+    cmd = [sys.executable, __file__, "--graph-worker", str(n), str(d), str(batch)]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    r = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    total = r["graph_s"] + r["metis_s"] + r["plan_s"]
+    print(f"\n2. Graph-block plan, N={r['n']:,}, d={r['d']}, k=10 graph ({r['edges']:,} edges), "
+          f"B={r['batch']}, q=4 ({r['blocks']:,} METIS blocks), 8 ranks")
+    print(f"   k-NN graph (faiss)   {r['graph_s']:8.1f} s")
+    print(f"   METIS partition      {r['metis_s']:8.1f} s   (once; cached, reused every epoch)")
+    print(f"   plan of one epoch    {r['plan_s']:8.2f} s   vs RandomSelector plan {r['random_plan_s']:.2f} s "
+          f"(ratio {r['plan_s'] / r['random_plan_s']:.1f}x)")
+    print(f"   total                {total:8.1f} s   (child process wall {wall:.1f} s incl. data generation)")
+    print(f"   peak RSS             {r['peak_rss_mb']:8.0f} MB")
+    print(f"   batch sizes {r['batch_min']}..{r['batch_max']} (target {r['batch']}); in-batch edge weight "
+          f"{100 * r['in_batch_frac']:.1f}% vs random {100 * r['random_in_batch_frac']:.2f}% "
+          f"({r['in_batch_frac'] / max(r['random_in_batch_frac'], 1e-12):.0f}x)")
+
+
+# -- 3. GreedMax -------------------------------------------------------------------------------
+def bench_greedmax(n: int, world: int) -> None:
+    from batchsel import EmbeddingIndex, submodular_partition
+    from batchsel.selectors import partition_values
+
+    x = clustered(n, 32)
+    t = time.perf_counter()
+    graph = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=10)
+    graph_s = time.perf_counter() - t
+    submodular_partition(graph[:1000][:, :1000], 2)  # numba compile / cache load, not timed
+    t = time.perf_counter()
+    parts = submodular_partition(graph, world, seed=0)
+    greedmax_s = time.perf_counter() - t
+    t = time.perf_counter()
+    perm = np.random.default_rng(0).permutation(n)
+    rand = [perm[r::world] for r in range(world)]
+    random_s = time.perf_counter() - t
+    ours, theirs = partition_values(graph, parts), partition_values(graph, rand)
+    print(f"\n3. GreedMax partition, N={n:,}, W={world}, k=10 graph ({graph_s:.1f} s to build)")
+    print(f"   GreedMax {greedmax_s:7.2f} s   random split {random_s:.3f} s")
+    print(f"   worst shard's facility location: GreedMax {ours.min():.1f}, random {theirs.min():.1f} "
+          f"(x{ours.min() / theirs.min():.3f}); max possible {n}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (< 1 minute)")
+    ap.add_argument("--graph-worker", nargs=3, type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.graph_worker:
+        graph_worker(*args.graph_worker)
+        return
+    if args.quick:
+        bench_smdl(20_000, 30)
+        bench_graph(20_000, 32, 128)
+        bench_greedmax(20_000, 8)
+    else:
+        bench_smdl(100_000, 200)
+        bench_graph(1_000_000, 32, 128)
+        bench_greedmax(100_000, 8)
+
+
+if __name__ == "__main__":
+    main()

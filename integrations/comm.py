@@ -1,0 +1,391 @@
+"""Communicators: one small interface over a single process, mpi4py and torch.distributed.
+
+Everything in batchsel that talks across ranks (the sampler's feedback all-gather and plan
+check, GreeDi over real ranks) goes through :class:`Communicator`: ``rank``, ``size``,
+``broadcast``, ``allgather``, ``allreduce`` and ``barrier``. :func:`get_communicator` picks
+the implementation from the environment, so the same script runs as one process, under
+``torchrun`` or under ``mpiexec``.
+
+Nothing here has side effects at import: ``mpi4py.MPI`` (whose import initializes MPI) is
+imported only when an :class:`MPIComm` is built, and torch only by :class:`TorchDistComm`.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+# Variables set by mpiexec / mpirun / srun for every MPI process: Open MPI, MPICH and Intel
+# MPI (Hydra's PMI), PMIx (Open MPI 5, srun --mpi=pmix), MVAPICH.
+MPI_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE")
+# Variables torchrun (and torch.multiprocessing scripts following its convention) set.
+TORCHRUN_ENV_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR")
+
+_REDUCE_OPS = ("sum", "max", "min", "prod")
+
+
+def _check_op(op: str) -> str:
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"op must be one of {_REDUCE_OPS}, got {op!r}")
+    return op
+
+
+def _check_root(root: Any, size: int) -> int:
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+        raise TypeError(f"root must be an integer, got {root!r}")
+    if not 0 <= root < size:
+        raise ValueError(f"root must be in [0, {size}), got {root}")
+    return int(root)
+
+
+_HEADER_LEN = 16  # int64 words: [is_array, ndim, dtype string (8 bytes), shape...]
+
+
+def _array_header(obj: Any) -> np.ndarray:
+    """A fixed-size header describing ``obj`` for all-gathering: dtype and shape of a plain
+    numeric ndarray (whose bytes then travel raw), or a "not an array" flag (the object
+    then travels pickled). Fixed size, so one cheap buffer all-gather exchanges them."""
+    header = np.zeros(_HEADER_LEN, dtype=np.int64)
+    if isinstance(obj, np.ndarray) and obj.dtype != object and not obj.dtype.fields:
+        code = obj.dtype.str.encode()
+        if len(code) <= 8 and obj.ndim <= _HEADER_LEN - 3:
+            header[:2] = 1, obj.ndim
+            header[2] = np.frombuffer(code.ljust(8, b"\0"), dtype=np.int64)[0]
+            header[3:3 + obj.ndim] = obj.shape
+    return header
+
+
+def _decode_headers(headers: np.ndarray) -> list[tuple[np.dtype, tuple]] | None:
+    """(dtype, shape) of every rank's array, or None unless every rank sent an array."""
+    headers = headers.reshape(-1, _HEADER_LEN)
+    if not headers[:, 0].all():
+        return None
+    out = []
+    for h in headers:
+        dtype = np.dtype(h[2:3].tobytes().rstrip(b"\0").decode())
+        out.append((dtype, tuple(int(v) for v in h[3:3 + h[1]])))
+    return out
+
+
+class Communicator:
+    """The collective operations batchsel needs. Every method is collective: all ranks
+    call it, in the same order.
+
+    ``allgather`` of numpy arrays sends raw bytes (no pickling of the payload); any other
+    picklable object works too. ``allreduce`` takes a numeric array (or scalar) and returns
+    a new array; ``op`` is ``"sum"``, ``"max"``, ``"min"`` or ``"prod"``.
+    """
+
+    rank: int = 0
+    size: int = 1
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        raise NotImplementedError
+
+    def allgather(self, obj: Any) -> list:
+        raise NotImplementedError
+
+    def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def abort(self, errorcode: int = 1) -> None:
+        """End the whole job now (used when one rank fails, so the others do not hang in
+        a collective). The default ends this process only."""
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(errorcode)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(rank={self.rank}, size={self.size})"
+
+
+class SingleProcessComm(Communicator):
+    """The communicator of a job with one process: every collective is the identity.
+
+    >>> comm = SingleProcessComm()
+    >>> comm.rank, comm.size, comm.allgather("x"), comm.allreduce([1, 2]).tolist()
+    (0, 1, ['x'], [1, 2])
+    """
+
+    rank = 0
+    size = 1
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        _check_root(root, 1)
+        return obj
+
+    def allgather(self, obj: Any) -> list:
+        return [obj]
+
+    def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
+        _check_op(op)
+        return np.array(array, copy=True)
+
+
+# -- MPI --------------------------------------------------------------------------------
+def _import_mpi() -> Any:
+    try:
+        from mpi4py import MPI  # importing initializes MPI: only done on demand
+    except ImportError as exc:
+        raise ImportError("MPIComm needs mpi4py (pip install mpi4py, plus an MPI such as openmpi)") from exc
+    return MPI
+
+
+_abort_hook_installed = False
+
+
+def install_mpi_abort_hook() -> None:
+    """Make an uncaught exception on any rank abort the whole MPI job.
+
+    Without it, the failing rank's interpreter waits in ``MPI_Finalize`` while the other
+    ranks wait in their next collective: the job hangs instead of failing. The hook
+    prints the traceback as usual, then calls ``MPI_Abort`` (what ``python -m mpi4py``
+    does). Installing it twice is a no-op.
+    """
+    global _abort_hook_installed
+    if _abort_hook_installed:
+        return
+    MPI = _import_mpi()
+    previous: Callable = sys.excepthook
+
+    def hook(exc_type: type, exc: BaseException, tb: Any) -> None:
+        try:
+            err = sys.__stderr__ or sys.stderr
+            if sys.stderr is not err:
+                # a wrapping hook (torch.distributed's) is capturing stderr to reformat it
+                # afterwards; it never gets to: write the traceback out directly
+                traceback.print_exception(exc_type, exc, tb, file=err)
+            else:
+                previous(exc_type, exc, tb)
+            err.write(f"batchsel: uncaught {exc_type.__name__} on MPI rank {MPI.COMM_WORLD.Get_rank()}; "
+                      "aborting the job\n")
+            err.flush()
+            if sys.stdout is not None:
+                sys.stdout.flush()
+        finally:
+            MPI.COMM_WORLD.Abort(1)
+
+    sys.excepthook = hook
+    _abort_hook_installed = True
+
+
+class MPIComm(Communicator):
+    """A communicator over mpi4py (``MPI.COMM_WORLD`` unless ``comm`` is given).
+
+    ``abort_on_exception`` (default True) installs :func:`install_mpi_abort_hook`, so a
+    rank that raises ends the job instead of leaving the others waiting forever.
+    Arrays are gathered with ``Allgatherv`` on their raw bytes; other objects pickled.
+    """
+
+    def __init__(self, comm: Any = None, abort_on_exception: bool = True) -> None:
+        self._MPI = _import_mpi()
+        self.comm = self._MPI.COMM_WORLD if comm is None else comm
+        self.rank = int(self.comm.Get_rank())
+        self.size = int(self.comm.Get_size())
+        self.abort_on_exception = bool(abort_on_exception)
+        if self.abort_on_exception and self.size > 1:
+            install_mpi_abort_hook()
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        return self.comm.bcast(obj, root=_check_root(root, self.size))
+
+    def allgather(self, obj: Any) -> list:
+        mine = _array_header(obj)
+        all_headers = np.empty(self.size * _HEADER_LEN, dtype=np.int64)
+        self.comm.Allgather(mine, all_headers)
+        headers = _decode_headers(all_headers)
+        if headers is None:
+            return self.comm.allgather(obj)
+        send = np.ascontiguousarray(obj).reshape(-1).view(np.uint8)
+        counts = np.array([d.itemsize * int(np.prod(s, dtype=np.int64)) for d, s in headers], dtype=np.int64)
+        if counts.sum() >= 2**31:  # MPI counts are C ints
+            return self.comm.allgather(obj)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        recv = np.empty(int(counts.sum()), dtype=np.uint8)
+        if (counts == counts[0]).all():  # the common case; Allgather has the faster algorithms
+            self.comm.Allgather([send, self._MPI.BYTE], [recv, self._MPI.BYTE])
+        else:
+            self.comm.Allgatherv([send, self._MPI.BYTE], [recv, counts.tolist(), displs.tolist(), self._MPI.BYTE])
+        return [recv[o:o + c].view(d).reshape(s) for (d, s), o, c in zip(headers, displs, counts)]
+
+    def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
+        op = _check_op(op)
+        send = np.ascontiguousarray(array)
+        if not (np.issubdtype(send.dtype, np.number) or send.dtype == bool):
+            raise TypeError(f"allreduce needs a numeric array, got dtype {send.dtype}")
+        recv = np.empty_like(send)
+        mpi_op = {"sum": self._MPI.SUM, "max": self._MPI.MAX, "min": self._MPI.MIN, "prod": self._MPI.PROD}[op]
+        self.comm.Allreduce(send, recv, op=mpi_op)
+        return recv
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, errorcode: int = 1) -> None:
+        sys.stderr.flush()
+        self.comm.Abort(errorcode)
+
+
+# -- torch.distributed ------------------------------------------------------------------
+def _torch_dist_initialized() -> bool:
+    """True when torch.distributed has a default process group (without importing torch
+    when the program never did)."""
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+class TorchDistComm(Communicator):
+    """A communicator over torch.distributed (any backend with all_gather; gloo on CPU).
+
+    Uses the default process group (or ``group``). When none exists yet, the first
+    collective initializes one from torchrun's variables (``init_method="env://"``,
+    ``backend``, ``timeout`` seconds); until then ``rank`` and ``size`` come from
+    ``RANK`` / ``WORLD_SIZE``. That lets a sampler be built before the training script
+    calls ``init_process_group`` itself.
+    """
+
+    def __init__(self, group: Any = None, backend: str = "gloo", timeout: float = 1800.0) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            raise RuntimeError("this torch build has no torch.distributed")
+        self._dist = dist
+        self.group = group
+        self.backend = backend
+        self.timeout = float(timeout)
+        if not dist.is_initialized() and not all(v in os.environ for v in TORCHRUN_ENV_VARS):
+            raise RuntimeError("torch.distributed is not initialized and RANK / WORLD_SIZE / MASTER_ADDR are not "
+                               "set: call init_process_group (or batchsel.integrations.init_distributed) first")
+
+    def _ensure_init(self) -> None:
+        if not self._dist.is_initialized():
+            logger.info("initializing torch.distributed (%s) from the environment", self.backend)
+            self._dist.init_process_group(self.backend, init_method="env://",
+                                          timeout=datetime.timedelta(seconds=self.timeout))
+
+    @property
+    def rank(self) -> int:  # type: ignore[override]
+        if self._dist.is_initialized():
+            return self._dist.get_rank(self.group)
+        return int(os.environ["RANK"])
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        if self._dist.is_initialized():
+            return self._dist.get_world_size(self.group)
+        return int(os.environ["WORLD_SIZE"])
+
+    def _global_rank(self, group_rank: int) -> int:
+        if self.group is None:
+            return group_rank
+        return self._dist.get_global_rank(self.group, group_rank)
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        self._ensure_init()
+        root = _check_root(root, self.size)
+        box = [obj if self.rank == root else None]
+        self._dist.broadcast_object_list(box, src=self._global_rank(root), group=self.group)
+        return box[0]
+
+    def allgather(self, obj: Any) -> list:
+        import torch
+
+        self._ensure_init()
+        all_headers = torch.empty(self.size * _HEADER_LEN, dtype=torch.int64)
+        gather_flat = getattr(self._dist, "all_gather_single", None) or self._dist.all_gather_into_tensor
+        gather_flat(all_headers, torch.from_numpy(_array_header(obj)), group=self.group)
+        headers = _decode_headers(all_headers.numpy())
+        if headers is None:
+            out: list = [None] * self.size
+            self._dist.all_gather_object(out, obj, group=self.group)
+            return out
+        counts = [d.itemsize * int(np.prod(s, dtype=np.int64)) for d, s in headers]
+        width = max(max(counts), 1)
+        raw = np.ascontiguousarray(obj).reshape(-1).view(np.uint8)
+        if raw.size == width:
+            send = torch.from_numpy(raw)
+        else:  # gloo's all_gather needs equal sizes: pad to the largest
+            send = torch.zeros(width, dtype=torch.uint8)
+            send[:raw.size] = torch.from_numpy(raw)
+        recv = torch.empty(self.size * width, dtype=torch.uint8)
+        self._dist.all_gather(list(recv.split(width)), send, group=self.group)
+        flat = recv.numpy()
+        return [flat[r * width:r * width + c].view(d).reshape(s) for r, (c, (d, s)) in enumerate(zip(counts, headers))]
+
+    def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
+        import torch
+
+        op = _check_op(op)
+        self._ensure_init()
+        a = np.array(array, copy=True)
+        if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+            raise TypeError(f"allreduce needs a numeric array, got dtype {a.dtype}")
+        t = torch.from_numpy(a.reshape(-1))
+        reduce_op = {"sum": self._dist.ReduceOp.SUM, "max": self._dist.ReduceOp.MAX,
+                     "min": self._dist.ReduceOp.MIN, "prod": self._dist.ReduceOp.PRODUCT}[op]
+        self._dist.all_reduce(t, op=reduce_op, group=self.group)
+        return t.numpy().reshape(a.shape)
+
+    def barrier(self) -> None:
+        self._ensure_init()
+        self._dist.barrier(group=self.group)
+
+
+# -- choice -----------------------------------------------------------------------------
+def launched_by_mpi() -> bool:
+    """True when this process was started by mpiexec / mpirun / srun (MPI variables set)."""
+    return any(v in os.environ for v in MPI_ENV_VARS)
+
+
+def launched_by_torchrun() -> bool:
+    """True when torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR) are set."""
+    return all(v in os.environ for v in TORCHRUN_ENV_VARS)
+
+
+_KINDS = ("auto", "single", "mpi", "torch")
+
+
+def get_communicator(kind: str = "auto") -> Communicator:
+    """The communicator for this process.
+
+    ``kind="auto"`` chooses, in order: torch.distributed when a process group is already
+    initialized (the one the DDP loop uses); :class:`MPIComm` when mpiexec's variables
+    (``OMPI_COMM_WORLD_SIZE``, ``PMI_SIZE``, ``PMIX_RANK``) are set or MPI is already
+    initialized; :class:`TorchDistComm` when torchrun's (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``) are; otherwise :class:`SingleProcessComm`. ``"single"``, ``"mpi"``
+    and ``"torch"`` force one.
+
+    >>> get_communicator("single").size
+    1
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+    if kind == "single":
+        return SingleProcessComm()
+    if kind == "mpi":
+        return MPIComm()
+    if kind == "torch":
+        return TorchDistComm()
+    if _torch_dist_initialized():
+        return TorchDistComm()
+    mpi_module = sys.modules.get("mpi4py.MPI")
+    if launched_by_mpi() or (mpi_module is not None and mpi_module.Is_initialized()
+                             and mpi_module.COMM_WORLD.Get_size() > 1):
+        return MPIComm()
+    if launched_by_torchrun():
+        return TorchDistComm()
+    return SingleProcessComm()
+
+
+__all__ = ["Communicator", "SingleProcessComm", "MPIComm", "TorchDistComm", "get_communicator",
+           "install_mpi_abort_hook", "launched_by_mpi", "launched_by_torchrun", "MPI_ENV_VARS", "TORCHRUN_ENV_VARS"]

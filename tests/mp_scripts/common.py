@@ -1,0 +1,87 @@
+"""Helpers shared by the multi-process test scripts (and tests/test_sampler.py): a tiny
+online selector and a launcher for torch.multiprocessing + gloo."""
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+
+from batchsel.selectors.base import Selector, epoch_rng, even_split
+
+
+class TinyOnline(Selector):
+    """A minimal online selector for tests: rank r's batch t is the B not-yet-used
+    examples of r's shard (a per-epoch shuffle, split as DistributedSampler does) with the
+    highest observed score, ties broken by the shuffle order. Scores are the latest loss
+    observed for an example."""
+
+    online = True
+
+    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False) -> None:
+        super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)
+        self.scores = np.zeros(num_examples)
+        self.observed = np.zeros(num_examples, dtype=np.int64)  # how often each example was observed
+        self._used: np.ndarray | None = None  # positions of this rank's shard used this epoch
+
+    def _shard(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
+        perm = epoch_rng(self.seed, epoch).permutation(self.num_examples)
+        return even_split(perm, world_size, self.drop_last)[rank]
+
+    def num_batches(self, world_size: int = 1) -> int:
+        n = self.num_examples // world_size if self.drop_last else -(-self.num_examples // world_size)
+        return -(-n // self.batch_size)
+
+    def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0):
+        shard = self._shard(epoch, rank, world_size)
+        if start == 0 or self._used is None:
+            self._used = np.zeros(len(shard), dtype=bool)
+        for _ in range(start, self.num_batches(world_size)):
+            free = np.flatnonzero(~self._used)
+            order = np.argsort(-self.scores[shard[free]], kind="stable")[: self.batch_size]
+            pick = free[order]
+            self._used[pick] = True
+            yield shard[pick].astype(np.int64)
+
+    def observe(self, indices, losses=None, logits=None, embeddings=None) -> None:
+        idx = np.asarray(indices, dtype=np.int64)
+        if losses is not None:
+            self.scores[idx] = np.asarray(losses, dtype=np.float64)
+        np.add.at(self.observed, idx, 1)
+
+    def state_dict(self):
+        return {"scores": self.scores.copy(), "observed": self.observed.copy(),
+                "used": None if self._used is None else self._used.copy()}
+
+    def load_state_dict(self, state):
+        self.scores = np.array(state["scores"], dtype=np.float64)
+        self.observed = np.array(state["observed"], dtype=np.int64)
+        self._used = None if state["used"] is None else np.array(state["used"], dtype=bool)
+
+
+def fake_loss(indices: np.ndarray, epoch: int) -> np.ndarray:
+    """A deterministic stand-in for per-example losses."""
+    return ((np.asarray(indices) * 7919 + 31 * epoch) % 101) / 101.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torch_worker(rank: int, world_size: int, port: int, fn, args) -> None:
+    # what torchrun would set; init_torch_distributed_from_mpi takes it from there
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    fn(*args)
+
+
+def spawn_torch(fn, world_size: int, *args) -> None:
+    """Run ``fn(*args)`` on ``world_size`` processes with torchrun-style variables set;
+    torch.multiprocessing ends the others when one fails. Forked, so the children reuse
+    the parent's imports (torch, batchsel) instead of paying for them again."""
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_torch_worker, args=(world_size, free_port(), fn, args), nprocs=world_size,
+                       join=True, start_method="fork")

@@ -1,0 +1,336 @@
+"""The ``batchsel`` command line, run as a user runs it: as a subprocess, on small real data
+(a subset of scikit-learn's digits). A few checks that need to break the program from the
+inside (an unexpected exception, Ctrl-C during a write) call ``main()`` in-process."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import batchsel
+from batchsel import cli
+
+N = 400  # digits used: small enough that every command runs in well under a second
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "batchsel", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def needs(name: str):
+    """Skip while another part of the library (built concurrently) has not landed yet."""
+    return pytest.mark.skipif(not hasattr(batchsel, name), reason=f"batchsel.{name} not available")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    from sklearn.datasets import load_digits
+
+    folder = tmp_path_factory.mktemp("cli_data")
+    digits = load_digits()
+    x = digits.data[:N].astype(np.float32)
+    y = digits.target[:N].astype(np.int64)
+    np.save(folder / "emb.npy", x)
+    np.save(folder / "labels.npy", y)
+    np.save(folder / "labels_short.npy", y[:-1])
+    np.savez(folder / "bundle.npz", emb=x, labels=y)
+    bad = x.copy()
+    bad[7, 3] = np.nan
+    np.save(folder / "nan.npy", bad)
+    np.save(folder / "flat.npy", x[:, 0])
+    (folder / "a_folder.npy").mkdir()
+    (folder / "not_a_plan.npz").write_bytes(b"PK\x03\x04 truncated")
+    graph = batchsel.EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=10)
+    sp.save_npz(folder / "graph.npz", graph)
+    return folder
+
+
+@pytest.fixture
+def work(data, tmp_path) -> Path:
+    """A fresh folder holding (copies of) the input files."""
+    for f in data.iterdir():
+        if f.is_file():
+            shutil.copy(f, tmp_path / f.name)
+        else:
+            (tmp_path / f.name).mkdir()
+    return tmp_path
+
+
+def load_x(folder: Path) -> np.ndarray:
+    return np.load(folder / "emb.npy")
+
+
+def inside_fraction(plan: batchsel.EpochPlan, graph: sp.csr_matrix) -> float:
+    """Share of the graph's edge weight whose two ends share a batch, by brute force."""
+    together = np.zeros(graph.shape, dtype=bool)
+    for r in range(plan.world_size):
+        for b in plan.batches(r):
+            together[np.ix_(b, b)] = True
+    dense = graph.toarray()
+    return float(dense[together].sum() / dense.sum())
+
+
+# -- the basics ---------------------------------------------------------------------------
+
+def test_version(data):
+    out = run("--version", cwd=data)
+    assert out.returncode == 0 and out.stdout.strip() == f"batchsel {batchsel.__version__}"
+
+
+@pytest.mark.parametrize("command", [[], ["select"], ["plan"], ["inspect"]])
+def test_help_has_a_worked_example(command, capsys):
+    # --help only parses arguments: in-process keeps it cheap.
+    assert cli.main([*command, "--help"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: batchsel") and "example" in text
+    assert f"\n  batchsel {command[0] if command else 'plan'} " in text  # a command line to copy
+
+
+# -- plan and inspect ---------------------------------------------------------------------
+
+def test_random_plan_matches_python_api_and_inspects(work):
+    out = run("plan", "emb.npy", "--batch-size", "32", "--workers", "3", "--epochs", "2", "--seed", "5",
+              "--out", "plan.npz", "--json", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    selector = batchsel.RandomSelector(N, 32, seed=5)
+    expected = [selector.plan(epoch=e, world_size=3) for e in range(2)]
+    assert [e["fingerprint"] for e in summary["epochs"]] == [p.fingerprint() for p in expected]
+    saved = batchsel.load_plans(work / "plan.npz")
+    assert [p.validate().fingerprint() for p in saved] == [p.fingerprint() for p in expected]
+
+    out = run("inspect", "plan.npz", "--json", "--labels", "labels.npy", "--graph", "graph.npz", cwd=work)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    labels = np.load(work / "labels.npy")
+    graph = sp.load_npz(work / "graph.npz")
+    for rep, plan in zip(report["epochs"], expected):
+        assert rep["fingerprint"] == plan.fingerprint()
+        assert rep["coverage"] == 1.0  # 400 examples over 3 ranks: padded, nothing lost
+        assert rep["duplicates"] == 3 * 134 - N
+        assert [r["examples"] for r in rep["ranks"]] == [plan.indices(r).size for r in range(3)]
+        # label entropy of one batch, recomputed here
+        batch = plan.batches(1)[2]
+        p = np.unique(labels[batch], return_counts=True)[1] / batch.size
+        assert rep["ranks"][1]["label_entropy"][2] == pytest.approx(-(p * np.log2(p)).sum())
+        assert rep["graph"]["edge_weight_inside"] == pytest.approx(inside_fraction(plan, graph), rel=1e-5)
+        # random batches keep about what random batches are expected to keep
+        assert 0.5 < rep["graph"]["ratio_to_random"] < 2.0
+
+
+@needs("GraphBlockSelector")
+def test_graph_plan_keeps_edges_and_plots(work):
+    out = run("plan", "emb.npy", "--method", "graph", "--neighbors", "10", "--batch-size", "40", "--workers", "2",
+              "--seed", "3", "--save-graph", "knn.npz", "--out", "plan.npz", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    assert "fingerprint" in out.stdout
+    graph = sp.load_npz(work / "knn.npz")
+    expected = batchsel.GraphBlockSelector(graph, 40, seed=3).plan(epoch=0, world_size=2)
+    assert batchsel.EpochPlan.load(work / "plan.npz").validate().fingerprint() == expected.fingerprint()
+
+    out = run("inspect", "plan.npz", "--labels", "labels.npy", "--graph", "knn.npz", "--plot", "plan.png", cwd=work)
+    assert out.returncode == 0, out.stderr
+    assert expected.fingerprint() in out.stdout and "edge weight inside batches" in out.stdout
+    assert (work / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # random batches of 40 keep about 39 / (N - 1) of the edge weight; graph batches many times more
+    assert inside_fraction(expected, graph.tocsr()) > 3 * 39 / (N - 1)
+
+
+@pytest.mark.parametrize("method, extra, build", [
+    pytest.param("submodular", [], lambda x, y: batchsel.SubmodularSelector(x, 32, seed=2),
+                 marks=needs("SubmodularSelector")),
+    pytest.param("loss", [], lambda x, y: batchsel.LossRankSelector(len(x), 32, seed=2),
+                 marks=needs("LossRankSelector")),
+    pytest.param("coreset", ["--labels", "labels.npy", "--fraction", "0.25"],
+                 lambda x, y: batchsel.CoresetSelector(x, y, 32, seed=2, fraction=0.25),
+                 marks=needs("CoresetSelector")),
+])
+def test_other_methods_match_python_api(work, method, extra, build):
+    out = run("plan", "emb.npy", "--method", method, *extra, "--batch-size", "32", "--workers", "2", "--seed", "2",
+              "--out", "plan.npz", "--json", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    expected = build(load_x(work), np.load(work / "labels.npy")).plan(epoch=0, world_size=2)
+    saved = batchsel.EpochPlan.load(work / "plan.npz").validate()
+    assert saved.fingerprint() == expected.fingerprint() == json.loads(out.stdout)["epochs"][0]["fingerprint"]
+    assert saved.method == expected.method
+
+
+def test_report_of_a_weighted_plan_with_repeats_and_unlabeled_examples():
+    # in-process: the figures of `inspect` on a hand-made plan whose answers are known
+    plan = batchsel.EpochPlan([[np.array([0, 1, 2]), np.array([3, 0])], [np.array([4, 5]), np.array([5, 6])]],
+                              weights=[[np.ones(3), np.full(2, 2.0)], [np.ones(2), np.ones(2)]], num_examples=8)
+    labels = np.array([0, 0, 1, 1, -1, -1, 2, 2])
+    graph = sp.csr_matrix(np.array([[0, 1, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 3],
+                                    [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 0, 0], [0, 0, 0, 0, 2, 0, 0, 0],
+                                    [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 3, 0, 0, 0, 0, 0]], dtype=np.float32))
+    rep = cli.plan_report(plan, labels, graph)
+    assert rep["weighted"] and [r["weight_sum"] for r in rep["ranks"]] == [7.0, 4.0]
+    assert rep["coverage"] == 7 / 8 and rep["duplicates"] == 2  # example 7 never drawn; 0 and 5 twice
+    assert rep["ranks"][0]["label_entropy"] == [pytest.approx(-(2 / 3) * np.log2(2 / 3) - (1 / 3) * np.log2(1 / 3)), 1.0]
+    assert rep["ranks"][1]["label_entropy"] == [None, 0.0]  # a batch of unlabeled examples has no entropy
+    # edges: 0-1 (inside batch 0), 4-5 (inside rank 1 batch 0), 2-7 (7 is never drawn)
+    assert rep["graph"]["edge_weight_inside"] == pytest.approx((2 * 1 + 2 * 2) / (2 * 1 + 2 * 2 + 2 * 3))
+    assert rep["ranks"][0]["edge_weight_kept"] == [pytest.approx(2 / 5), 0.0]
+    json.dumps(rep, allow_nan=False)  # what --json prints
+
+
+# -- select -------------------------------------------------------------------------------
+
+@needs("maximize")
+def test_select_matches_python_api(work):
+    out = run("select", "emb.npy", "--k", "15", "--json", "--out", "picked.npy", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    f = batchsel.FacilityLocation.from_embeddings(load_x(work), metric="euclidean")
+    expected = batchsel.maximize(f, 15, optimizer="lazy")
+    assert result["indices"] == expected.indices.tolist()
+    np.testing.assert_allclose(result["gains"], expected.gains, rtol=1e-6)
+    assert result["value"] == pytest.approx(expected.value, rel=1e-6)
+    np.testing.assert_array_equal(np.load(work / "picked.npy"), expected.indices)
+
+    # text output from a named array of an .npz: INDEX<TAB>GAIN lines, same order
+    out = run("select", "bundle.npz:emb", "--k", "15", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    assert [int(line.split("\t")[0]) for line in out.stdout.splitlines()] == expected.indices.tolist()
+
+
+@needs("maximize")
+def test_select_other_objectives_and_torch_input(work):
+    import torch
+
+    torch.save(torch.from_numpy(load_x(work)), work / "emb.pt")
+    out = run("select", "emb.pt", "--k", "8", "--objective", "feature-based", "--optimizer", "naive", "--json",
+              "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    expected = batchsel.maximize(batchsel.FeatureBased(load_x(work)), 8, optimizer="naive")
+    assert json.loads(out.stdout)["indices"] == expected.indices.tolist()
+
+
+@needs("maximize")
+def test_select_graph_cut_uses_apricots_similarity(work):
+    # the graph functions get apricot's euclidean similarity max d^2 - d^2, built here by hand
+    out = run("select", "emb.npy", "--k", "8", "--objective", "graph-cut", "--json", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    x = load_x(work).astype(np.float64)
+    d2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=-1)
+    expected = batchsel.maximize(batchsel.GraphCut((d2.max() - d2).astype(np.float32)), 8)
+    result = json.loads(out.stdout)
+    assert result["indices"] == expected.indices.tolist()
+    np.testing.assert_allclose(result["gains"], expected.gains, rtol=1e-4)
+
+
+# -- bad input: exit 2, one line, nothing written -----------------------------------------
+
+BAD = {
+    "missing file": ["select", "nowhere.npy", "--k", "5", "--out", "out.npy"],
+    "directory": ["select", "a_folder.npy", "--k", "5", "--out", "out.npy"],
+    "NaN embeddings": ["select", "nan.npy", "--k", "5", "--out", "out.npy"],
+    "1-D array": ["plan", "flat.npy", "--batch-size", "8", "--workers", "2", "--out", "out.npz"],
+    "k larger than N": ["select", "emb.npy", "--k", str(N + 1), "--out", "out.npy"],
+    "unknown method": ["plan", "emb.npy", "--method", "magic", "--batch-size", "8", "--workers", "2", "--out", "out.npz"],
+    "labels of the wrong length": ["plan", "emb.npy", "--method", "coreset", "--labels", "labels_short.npy",
+                                   "--batch-size", "8", "--workers", "2", "--out", "out.npz"],
+    "output folder missing": ["plan", "emb.npy", "--batch-size", "8", "--workers", "2", "--out", "no/such/out.npz"],
+}
+# More of the same, checked in-process (the same code path without a process start each).
+BAD_IN_PROCESS = {
+    "output under a file": ["plan", "emb.npy", "--batch-size", "8", "--workers", "2", "--out", "emb.npy/out.npz"],
+    "batch size zero": ["plan", "emb.npy", "--batch-size", "0", "--workers", "2", "--out", "out.npz"],
+    "not a plan file": ["inspect", "not_a_plan.npz", "--plot", "out.png"],
+    "inspect labels of the wrong length": ["inspect", "plan.npz", "--labels", "labels_short.npy"],
+    "graph of the wrong size": ["inspect", "plan.npz", "--graph", "small_graph.npz"],
+    "coreset without labels": ["plan", "emb.npy", "--method", "coreset", "--batch-size", "8", "--workers", "2",
+                               "--out", "out.npz"],
+    "option of another method": ["plan", "emb.npy", "--pool-size", "64", "--batch-size", "8", "--workers", "2",
+                                 "--out", "out.npz"],
+    "negative features": ["select", "centered.npy", "--k", "3", "--objective", "feature-based"],
+    "bad --k": ["select", "emb.npy", "--k", "three"],
+    "no command": [],
+}
+
+
+def check_one_line_error(code: int, out: str, err: str, folder: Path, before: list[str]) -> None:
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("batchsel: error: "), err
+    assert "Traceback" not in err and out == ""
+    assert sorted(p.name for p in folder.iterdir()) == before  # no output, no temporary file
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_exits_2_with_one_line(work, case):
+    before = sorted(p.name for p in work.iterdir())
+    out = run(*BAD[case], cwd=work)
+    check_one_line_error(out.returncode, out.stdout, out.stderr, work, before)
+
+
+def test_more_bad_input_in_process(work, monkeypatch, capsys):
+    monkeypatch.chdir(work)
+    batchsel.RandomSelector(N, 50).plan(0, 2).save("plan.npz")
+    sp.save_npz("small_graph.npz", sp.identity(10, format="csr"))
+    np.save("centered.npy", load_x(work) - load_x(work).mean(axis=0))
+    before = sorted(p.name for p in work.iterdir())
+    for case, argv in BAD_IN_PROCESS.items():
+        code = cli.main([*argv, "--quiet"] if argv else [])
+        captured = capsys.readouterr()
+        check_one_line_error(code, captured.out, captured.err, work, before)
+
+
+def test_existing_output_needs_force(work):
+    (work / "plan.npz").write_bytes(b"keep me")
+    args = ["plan", "emb.npy", "--batch-size", "50", "--workers", "2", "--out", "plan.npz", "--quiet"]
+    out = run(*args, cwd=work)
+    assert out.returncode == 2 and "--force" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert (work / "plan.npz").read_bytes() == b"keep me"
+    out = run(*args, "--force", cwd=work)
+    assert out.returncode == 0, out.stderr
+    assert batchsel.EpochPlan.load(work / "plan.npz").num_examples == N
+
+
+# -- failures from the inside (in-process) ------------------------------------------------
+
+def test_unexpected_error_exits_1_traceback_only_with_debug(work, monkeypatch, capsys):
+    def broken(args):
+        raise RuntimeError("something broke")
+
+    monkeypatch.setattr(cli, "cmd_inspect", broken)
+    assert cli.main(["inspect", str(work / "nowhere.npz")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "something broke" in err and "--debug" in err
+    assert cli.main(["inspect", str(work / "nowhere.npz"), "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "something broke" in err
+
+
+def test_ctrl_c_during_write_leaves_no_file(work, monkeypatch, capsys):
+    def interrupted(file, **arrays):
+        file.write(b"half a plan")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", interrupted)
+    code = cli.main(["plan", str(work / "emb.npy"), "--batch-size", "50", "--workers", "2",
+                     "--out", str(work / "plan.npz"), "--quiet"])
+    assert code == 130 and "interrupted" in capsys.readouterr().err
+    assert not any(p.name.startswith(("plan.npz", ".plan.npz")) for p in work.iterdir())
+
+
+# -- the shell example ----------------------------------------------------------------------
+
+@needs("GraphBlockSelector")
+@needs("maximize")
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_cli_example_script_runs(tmp_path):
+    env = dict(os.environ, BATCHSEL=f"{sys.executable} -m batchsel", PYTHON=sys.executable)
+    out = subprocess.run(["bash", str(ROOT / "examples" / "cli_example.sh"), "300", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "method graph" in out.stdout and "graph edge weight inside batches" in out.stdout
+    assert (tmp_path / "graph_plan.png").stat().st_size > 0

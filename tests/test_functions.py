@@ -1,0 +1,270 @@
+"""Set functions: identical to apricot-select 0.6.1, consistent state, input checks."""
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from batchsel import (FacilityLocation, FeatureBased, GraphCut, LogDeterminant, Mixture, Modular,
+                      SaturatedCoverage, SumRedundancy, knn_graph, maximize)
+
+apricot = pytest.importorskip("apricot")
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _points(n, d=16, seed=0):
+    return _rng(seed).normal(size=(n, d)).astype(np.float32)
+
+
+def _rbf(x):
+    sq = ((x[:, None, :].astype(np.float64) - x[None, :, :]) ** 2).sum(-1)
+    return np.exp(-sq / (2 * x.shape[1]))
+
+
+def _knn_similarity(x, k=8):
+    g = knn_graph(x, k=k, metric="l2", progress=False)
+    return (g + sp.identity(x.shape[0], format="csr", dtype=np.float32)).tocsr()
+
+
+def _int32(g):
+    """apricot's numba kernels are typed int32: give it an int32 copy."""
+    g = g.copy()
+    g.indices, g.indptr = g.indices.astype(np.int32), g.indptr.astype(np.int32)
+    return g
+
+
+def _assert_same(sel, ref, k):
+    """Same first-k ranking; gains equal to 1e-5 relative (plus a tiny absolute slack for
+    gains that apricot computes as a difference of two large sums)."""
+    np.testing.assert_array_equal(sel.indices[:k], ref.ranking[:k])
+    scale = np.abs(ref.gains).max()
+    np.testing.assert_allclose(sel.gains[:k], ref.gains[:k], rtol=1e-5, atol=1e-9 * scale)
+
+
+def _fit(selector, data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return selector.fit(data)
+
+
+# -- identical to apricot ---------------------------------------------------------------------
+@pytest.mark.parametrize("n", [150, 600])
+def test_facility_location_dense_euclidean_matches_apricot(n):
+    x = _points(n, seed=n)
+    k = n // 10
+    ref = _fit(apricot.FacilityLocationSelection(k, metric="euclidean", optimizer="lazy"), x.astype(np.float64))
+    _assert_same(maximize(FacilityLocation.from_embeddings(x), k), ref, k)
+
+
+def test_facility_location_double_precision_on_tight_far_clusters():
+    """Blobs far from the origin (submodlib's benchmark data): the float64 path still
+    matches apricot; the default float32 path reaches the same objective value."""
+    from sklearn.datasets import make_blobs
+
+    x, _ = make_blobs(n_samples=500, centers=10, n_features=256, cluster_std=2, center_box=(0, 100), random_state=4)
+    x = x.astype(np.float32)
+    ref = _fit(apricot.FacilityLocationSelection(50, metric="euclidean", optimizer="lazy"), x.astype(np.float64))
+    _assert_same(maximize(FacilityLocation.from_embeddings(x, precision="double"), 50), ref, 50)
+    single = maximize(FacilityLocation.from_embeddings(x), 50)
+    assert single.value == pytest.approx(ref.gains.sum(), rel=1e-5)
+
+
+def test_facility_location_cosine_matches_apricot():
+    x = _points(300, seed=3)
+    ref = _fit(apricot.FacilityLocationSelection(30, metric="cosine", optimizer="lazy"), x.astype(np.float64))
+    _assert_same(maximize(FacilityLocation.from_embeddings(x, metric="cosine"), 30), ref, 30)
+
+
+def test_facility_location_sparse_knn_matches_apricot():
+    x = _points(800, seed=4)
+    g = _knn_similarity(x)
+    ref = _fit(apricot.FacilityLocationSelection(60, metric="precomputed", optimizer="lazy"), _int32(g))
+    f = FacilityLocation(g)
+    assert f.similarity.indices.dtype == np.int64 and f.similarity.indptr.dtype == np.int64
+    _assert_same(maximize(f, 60), ref, 60)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_feature_based_sqrt_matches_apricot(sparse):
+    if sparse:
+        feats = sp.random(400, 60, density=0.1, random_state=5, format="csr")
+        ref_data = _int32(feats)
+    else:
+        feats = np.abs(_points(400, seed=5))
+        ref_data = feats.astype(np.float64)
+    ref = _fit(apricot.FeatureBasedSelection(40, concave_func="sqrt", optimizer="lazy"), ref_data)
+    _assert_same(maximize(FeatureBased(feats, "sqrt"), 40), ref, 40)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_graph_functions_match_apricot(sparse):
+    x = _points(300, seed=6)
+    sim = _knn_similarity(x) if sparse else _rbf(x)
+    ref_sim = _int32(sim) if sparse else sim
+    cases = [
+        (GraphCut(sim, lam=1.0), apricot.GraphCutSelection(30, metric="precomputed", alpha=1, optimizer="lazy")),
+        (SaturatedCoverage(sim, alpha=0.2),
+         apricot.SaturatedCoverageSelection(30, metric="precomputed", alpha=0.2, optimizer="lazy")),
+    ]
+    if not sparse:  # apricot's sparse SumRedundancy indexes X[idx, idx] of a CSR: same values
+        cases.append((SumRedundancy(sim), apricot.SumRedundancySelection(30, metric="precomputed", optimizer="lazy")))
+    for f, selector in cases:
+        _assert_same(maximize(f, 30), _fit(selector, ref_sim), 30)
+
+
+def test_mixture_matches_apricot():
+    x = _points(300, seed=7)
+    sim = _rbf(x)
+    weights = np.array([1.0, 0.3])
+    f = Mixture([FacilityLocation(sim), GraphCut(sim)], weights)
+    ref = _fit(apricot.MixtureSelection(
+        30, [apricot.FacilityLocationSelection(30, metric="precomputed"), apricot.GraphCutSelection(30, metric="precomputed")],
+        weights=weights, metric="precomputed", optimizer="lazy"), sim)
+    _assert_same(maximize(f, 30), ref, 30)
+
+
+# -- state consistency ---------------------------------------------------------------------
+def _all_functions(seed=8):
+    x = _points(120, d=6, seed=seed)
+    sim = _rbf(x)
+    g = _knn_similarity(x, k=6)
+    return {
+        "fl_dense": FacilityLocation(sim),
+        "fl_sparse": FacilityLocation(g),
+        "fl_euclid": FacilityLocation.from_embeddings(x),
+        "feature_sqrt": FeatureBased(np.abs(x)),
+        "feature_log_sparse": FeatureBased(sp.csr_matrix(np.maximum(x, 0)), "log"),
+        "feature_inverse": FeatureBased(np.abs(x), "inverse"),
+        "feature_min": FeatureBased(np.abs(x), "min", saturation=2.0),
+        "feature_callable": FeatureBased(np.abs(x), np.cbrt),
+        "graph_cut": GraphCut(g, lam=2.0),
+        "sum_redundancy": SumRedundancy(sim),
+        "saturated": SaturatedCoverage(sim, alpha=0.1),
+        "logdet": LogDeterminant(sim),
+        "modular": Modular(_rng(seed).normal(size=120)),
+        "mixture": Mixture([FacilityLocation(g), Modular(np.abs(x[:, 0]))], [1.0, 2.0]),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_all_functions()))
+def test_gains_add_evaluate_agree(name):
+    f = _all_functions()[name]
+    rng = _rng(1)
+    order = rng.permutation(f.n)[:12]
+    brute_prev = 0.0
+    for j in order:
+        predicted = f.gains(np.array([j]))[0]
+        gain = f.add(int(j))
+        assert gain == predicted
+        brute = f.evaluate(f.selected)
+        # The gain is f(S + j) - f(S) computed from scratch.
+        assert gain == pytest.approx(brute - brute_prev, rel=1e-6, abs=1e-6 * max(1.0, abs(brute)))
+        brute_prev = brute
+        assert f.value == pytest.approx(brute, rel=1e-6, abs=1e-6)
+    # Items in the set gain nothing; evaluate leaves the state alone; reset empties it.
+    assert np.all(f.gains(order) == 0)
+    before = f.gains(np.arange(f.n))
+    f.evaluate(rng.permutation(f.n)[:30])
+    np.testing.assert_array_equal(f.gains(np.arange(f.n)), before)
+    with pytest.raises(ValueError, match="already in the set"):
+        f.add(int(order[0]))
+    f.reset()
+    assert f.selected == [] and f.value == 0.0
+    assert f.evaluate([]) == 0.0
+
+
+@pytest.mark.parametrize("name", ["fl_dense", "fl_sparse", "feature_sqrt", "saturated", "logdet", "graph_cut"])
+def test_gains_do_not_increase(name):
+    """Submodularity, in floating point too: lazy greedy's stale bounds rely on it."""
+    f = _all_functions()[name]
+    everything = np.arange(f.n)
+    prev = f.gains(everything)
+    for j in _rng(2).permutation(f.n)[:20]:
+        f.add(int(j))
+        cur = f.gains(everything)
+        assert np.all(cur <= prev)
+        prev = cur
+
+
+def test_gains_do_not_depend_on_the_batch():
+    f = FacilityLocation.from_embeddings(_points(500, d=32, seed=9))
+    f.add(3)
+    all_gains = f.gains(np.arange(f.n))
+    single = np.array([f.gains(np.array([j]))[0] for j in range(0, f.n, 7)])
+    np.testing.assert_array_equal(single, all_gains[::7])
+
+
+# -- construction ----------------------------------------------------------------------------
+def test_from_embeddings_sparse_and_auto():
+    x = _points(300, d=8, seed=10)
+    f = FacilityLocation.from_embeddings(x, neighbors=5)
+    assert f.sparse and f.similarity.indices.dtype == np.int64
+    np.testing.assert_array_equal(f.similarity.diagonal(), 1.0)  # every item covers itself
+    assert f.similarity.getnnz(axis=1).min() >= 6
+    auto = FacilityLocation.from_embeddings(x, dense_max=299)
+    assert auto.sparse
+    assert not FacilityLocation.from_embeddings(x, dense_max=300).sparse
+
+
+def test_dense_euclidean_is_apricots_similarity():
+    x = _points(200, d=12, seed=11).astype(np.float64) * 5 + 40  # far from the origin
+    sq = ((x[:, None] - x[None]) ** 2).sum(-1)
+    expected = sq.max() - sq
+    for precision in ("single", "double"):
+        f = FacilityLocation.from_embeddings(x, precision=precision)
+        got = f.similarity.astype(np.float64) - f.floor
+        np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * sq.max())
+
+
+def test_functions_accept_int32_sparse_and_store_int64():
+    g = _int32(_knn_similarity(_points(100, d=4, seed=12)))
+    for f in (FacilityLocation(g), GraphCut(g), SaturatedCoverage(g), SumRedundancy(g)):
+        assert f.similarity.indices.dtype == np.int64 and f.similarity.indptr.dtype == np.int64
+
+
+# -- bad input ---------------------------------------------------------------------------------
+def test_bad_similarities():
+    sim = _rbf(_points(20, d=3))
+    bad = sim.copy()
+    bad[3, 4] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        FacilityLocation(bad)
+    with pytest.raises(ValueError, match="square"):
+        FacilityLocation(sim[:, :10])
+    with pytest.raises(ValueError, match="square"):
+        GraphCut(sp.csr_matrix(sim[:10]))
+    negative = sim.copy()
+    negative[2, 5] = -0.5
+    with pytest.raises(ValueError, match="non-negative, found -0.5"):
+        FacilityLocation(negative)
+    with pytest.raises(ValueError, match="non-negative"):
+        SaturatedCoverage(sp.csr_matrix(-sim))
+    with pytest.raises(ValueError, match="non-negative"):
+        FeatureBased(-np.ones((3, 2)))
+    with pytest.raises(ValueError, match="concave"):
+        FeatureBased(np.ones((3, 2)), "cube")
+    with pytest.raises(ValueError, match="saturation"):
+        FeatureBased(np.ones((3, 2)), "min")
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        LogDeterminant(np.array([[1.0, 2.0], [2.0, 1.0]]))
+    with pytest.raises(ValueError, match="same ground set"):
+        Mixture([Modular(np.ones(3)), Modular(np.ones(4))])
+    with pytest.raises(ValueError, match="weights"):
+        Mixture([Modular(np.ones(3)), Modular(np.ones(3))], [1.0, -1.0])
+    with pytest.raises(ValueError, match="metric"):
+        FacilityLocation.from_embeddings(np.ones((5, 2)), metric="manhattan")
+    with pytest.raises(ValueError, match="NaN"):
+        FacilityLocation.from_embeddings(np.full((5, 2), np.nan))
+
+
+def test_bad_items():
+    f = Modular(np.ones(5))
+    with pytest.raises(ValueError, match=r"\[0, 5\), found 7"):
+        f.gains([1, 7])
+    with pytest.raises(ValueError, match=r"\[0, 5\), got -1"):
+        f.add(-1)
+    with pytest.raises(TypeError, match="integer"):
+        f.add(1.5)

@@ -1,0 +1,201 @@
+"""Optimizers: lazy == naive exactly, stochastic quality and seeding, GreeDi (simulated
+and over a communicator), costs / initial / exclude / candidates, input checks."""
+import math
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from batchsel import (FacilityLocation, FeatureBased, GraphCut, LogDeterminant, Mixture, Modular,
+                      SaturatedCoverage, Selection, SumRedundancy, knn_graph, maximize)
+
+
+def _points(n, d=8, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)
+
+
+def _functions():
+    x = _points(400, seed=1)
+    g = knn_graph(x, k=8, metric="l2", progress=False)
+    g = (g + sp.identity(400, format="csr", dtype=np.float32)).tocsr()
+    sim = FacilityLocation.from_embeddings(x, metric="cosine").similarity.astype(np.float64)
+    return {
+        "fl_dense": FacilityLocation.from_embeddings(x),
+        "fl_sparse": FacilityLocation(g),
+        "feature": FeatureBased(np.abs(x)),
+        "feature_callable": FeatureBased(sp.csr_matrix(np.maximum(x, 0)), np.cbrt),
+        "graph_cut": GraphCut(g, lam=3.0),
+        "sum_redundancy": SumRedundancy(sim),
+        "saturated": SaturatedCoverage(sim, alpha=0.05),
+        "saturated_sparse": SaturatedCoverage(g, alpha=0.3),
+        "fl_sparse_asymmetric": FacilityLocation(sp.triu(g).tocsr() + sp.identity(400, format="csr")),
+        "logdet": LogDeterminant(sim[:150, :150]),
+        "mixture": Mixture([FacilityLocation(g), FeatureBased(np.abs(x))], [1.0, 0.5]),
+        "mixture_tracked": Mixture([FacilityLocation(g), GraphCut(g, lam=4.0), Modular(x[:, 0] ** 2)], [1.0, 0.2, 0.5]),
+    }
+
+
+NAMES = ["fl_dense", "fl_sparse", "fl_sparse_asymmetric", "feature", "feature_callable", "graph_cut",
+         "sum_redundancy", "saturated", "saturated_sparse", "logdet", "mixture", "mixture_tracked"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lazy_equals_naive(name):
+    f = _functions()[name]
+    k = 25
+    naive = maximize(f, k, "naive")
+    lazy = maximize(f, k, "lazy")
+    np.testing.assert_array_equal(lazy.indices, naive.indices)
+    np.testing.assert_array_equal(lazy.gains, naive.gains)
+    assert lazy.value == naive.value
+    assert lazy.evaluations < naive.evaluations
+    assert f.selected == lazy.indices.tolist()  # f is left holding the selection
+    assert lazy.value == pytest.approx(f.evaluate(lazy.indices), rel=1e-6, abs=1e-9)
+    assert lazy.gains.sum() == pytest.approx(lazy.value, rel=1e-9, abs=1e-9)
+    assert lazy.indices.dtype == np.int64 and lazy.gains.dtype == np.float64
+
+
+def test_symmetric_sparse_functions_track_their_gains():
+    """A symmetric sparse similarity lets lazy greedy lower exactly the gains an add
+    changes: about one evaluation per pick after the first pass."""
+    fs = _functions()
+    assert fs["fl_sparse"].symmetric and not fs["fl_sparse_asymmetric"].symmetric
+    tracked = maximize(fs["fl_sparse"], 40)
+    untracked = maximize(FacilityLocation(fs["fl_sparse"].similarity, symmetric=False), 40)
+    np.testing.assert_array_equal(tracked.indices, untracked.indices)
+    np.testing.assert_array_equal(tracked.gains, untracked.gains)
+    assert tracked.evaluations - 400 <= 3 * 40 < untracked.evaluations - 400
+
+
+def test_lazy_equals_naive_with_costs_initial_exclude_candidates():
+    f = _functions()["fl_sparse"]
+    rng = np.random.default_rng(3)
+    costs = rng.uniform(0.5, 3.0, size=f.n)
+    kw = dict(costs=costs, initial=[5, 17], exclude=np.arange(0, 400, 9), candidates=np.arange(300))
+    naive = maximize(f, 30.0, "naive", **kw)
+    lazy = maximize(f, 30.0, "lazy", **kw)
+    np.testing.assert_array_equal(lazy.indices, naive.indices)
+    np.testing.assert_array_equal(lazy.gains, naive.gains)
+    picked = lazy.indices
+    assert costs[picked].sum() <= 30.0
+    assert not np.isin(picked, [5, 17]).any() and (picked < 300).all() and (picked % 9 != 0).all()
+    assert f.selected[:2] == [5, 17]
+    # No affordable candidate was left out.
+    left = np.setdiff1d(np.arange(300)[np.arange(300) % 9 != 0], np.concatenate([picked, [5, 17]]))
+    assert (costs[left] > 30.0 - costs[picked].sum()).all()
+
+
+def test_ties_break_to_the_smallest_index():
+    f = Modular(np.array([1.0, 3.0, 2.0, 3.0, 3.0, 2.0]))
+    for optimizer in ("naive", "lazy"):
+        assert maximize(f, 5, optimizer).indices.tolist() == [1, 3, 4, 2, 5]
+    # Duplicated points: facility location gains tie exactly.
+    x = np.repeat(_points(50, seed=4), 2, axis=0)
+    f = FacilityLocation.from_embeddings(x)
+    lazy, naive = maximize(f, 10, "lazy"), maximize(f, 10, "naive")
+    np.testing.assert_array_equal(lazy.indices, naive.indices)
+    assert (lazy.indices % 2 == 0).all()  # of each identical pair, the first
+
+
+def test_stochastic_quality_and_seeding():
+    f = FacilityLocation.from_embeddings(_points(2000, d=16, seed=5))
+    k = 100
+    lazy = maximize(f, k, "lazy")
+    runs = [maximize(f, k, "stochastic", seed=s, epsilon=0.01) for s in (0, 0, 1)]
+    assert all(r.value >= 0.97 * lazy.value for r in runs)
+    np.testing.assert_array_equal(runs[0].indices, runs[1].indices)
+    assert not np.array_equal(runs[0].indices, runs[2].indices)
+    # k samples of ceil(n / k * ln(1 / epsilon)) remaining items.
+    assert runs[0].evaluations == k * math.ceil(f.n / k * math.log(100))
+    assert len(set(runs[0].indices.tolist())) == k
+
+
+def test_lazier_than_lazy_equals_stochastic():
+    f = FacilityLocation.from_embeddings(_points(1500, seed=6))
+    stochastic = maximize(f, 60, "stochastic", seed=7)
+    lazier = maximize(f, 60, "lazier-than-lazy", seed=7)
+    np.testing.assert_array_equal(lazier.indices, stochastic.indices)
+    np.testing.assert_array_equal(lazier.gains, stochastic.gains)
+    assert lazier.evaluations < stochastic.evaluations
+
+
+def test_greedi_parts():
+    f = FacilityLocation.from_embeddings(_points(1200, seed=8))
+    lazy = maximize(f, 40, "lazy")
+    one = maximize(f, 40, "greedi", parts=1)
+    np.testing.assert_array_equal(one.indices, lazy.indices)
+    four = maximize(f, 40, "greedi", parts=4, seed=3)
+    again = maximize(f, 40, "greedi", parts=4, seed=3)
+    np.testing.assert_array_equal(four.indices, again.indices)
+    assert four.value >= 0.95 * lazy.value and len(four) == 40
+    assert four.value == pytest.approx(f.evaluate(four.indices))
+    assert four.extra["parts"] == 4 and four.value >= max(four.extra["part_values"])
+
+
+class _ThreadComm:
+    """rank/size/allgather over threads of one process, for the test."""
+
+    def __init__(self, rank, shared):
+        self.rank, self.size, self._shared = rank, shared["size"], shared
+
+    def allgather(self, obj):
+        s = self._shared
+        s["slots"][self.rank] = obj
+        s["barrier"].wait()
+        out = list(s["slots"])
+        s["barrier"].wait()
+        return out
+
+
+def test_greedi_over_a_communicator_matches_the_simulation():
+    x = _points(900, seed=9)
+    size = 3
+    shared = {"size": size, "slots": [None] * size, "barrier": threading.Barrier(size)}
+    results = [None] * size
+
+    def worker(rank):
+        f = FacilityLocation.from_embeddings(x)  # every rank holds its own function
+        results[rank] = maximize(f, 30, "greedi", comm=_ThreadComm(rank, shared), seed=2)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    simulated = maximize(FacilityLocation.from_embeddings(x), 30, "greedi", parts=size, seed=2)
+    for r in results:
+        np.testing.assert_array_equal(r.indices, simulated.indices)
+        assert r.value == simulated.value
+
+
+def test_progress_bar_runs(capsys):
+    sel = maximize(Modular(np.arange(10.0)), 3, progress=True)
+    assert isinstance(sel, Selection) and sel.indices.tolist() == [9, 8, 7]
+
+
+def test_bad_arguments():
+    f = Modular(np.ones(10))
+    for k in (0, -1, 11):
+        with pytest.raises(ValueError, match="k must be"):
+            maximize(f, k)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        maximize(f, 2.5)
+    with pytest.raises(ValueError, match="only 3 items"):
+        maximize(f, 5, candidates=[1, 2, 3])
+    with pytest.raises(ValueError, match="optimizer"):
+        maximize(f, 2, "sieve")
+    with pytest.raises(ValueError, match=r"costs must have one value per item \(shape \(10,\)\), got shape \(9,\)"):
+        maximize(f, 2, costs=np.ones(9))
+    with pytest.raises(ValueError, match="costs must be finite and > 0, found 0.0"):
+        maximize(f, 2, costs=np.r_[np.ones(9), 0.0])
+    with pytest.raises(ValueError, match="budget"):
+        maximize(f, 0, costs=np.ones(10))
+    with pytest.raises(ValueError, match="epsilon"):
+        maximize(f, 2, "stochastic", epsilon=1.5)
+    with pytest.raises(ValueError, match="greedi"):
+        maximize(f, 2, "lazy", parts=2)
+    with pytest.raises(ValueError, match=r"\[0, 10\), found 10"):
+        maximize(f, 2, exclude=[10])
+    with pytest.raises(TypeError, match="SetFunction"):
+        maximize(np.ones(3), 2)

@@ -1,0 +1,311 @@
+"""SelectionBatchSampler, WeightedDataset and the communicators, in one process.
+
+Ranks are simulated with explicit ``rank`` / ``world_size``; the real multi-process runs
+are in test_integrations_mp.py."""
+import io
+import os
+import subprocess
+import sys
+from collections import deque
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from batchsel import RandomSelector, SelectionBatchSampler
+from batchsel.integrations import WeightedDataset
+from batchsel.integrations.comm import Communicator, SingleProcessComm, get_communicator
+from batchsel.selectors import CoresetSelector, LossRankSelector, SubmodularSelector
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mp_scripts"))
+from common import TinyOnline, fake_loss  # noqa: E402
+
+# Online selectors: the project's, and a tiny one that does not replay its drawn batches
+# itself (the sampler's checkpoint then carries the batches drawn ahead).
+ONLINE = {
+    "loss_rank": lambda n, b, seed: LossRankSelector(n, b, seed=seed),
+    "submodular": lambda n, b, seed: SubmodularSelector(
+        np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32), b, seed=seed, pool_size=20),
+    "tiny": lambda n, b, seed: TinyOnline(n, b, seed=seed),
+}
+
+
+def online_selector(n=40, batch_size=4, seed=0, kind="loss_rank"):
+    return ONLINE[kind](n, batch_size, seed)
+
+
+def latest_losses(selector):
+    return selector.losses_ if isinstance(selector, LossRankSelector) else selector.scores
+
+
+def sampler_for(selector, rank=0, world_size=1, **kw):
+    return SelectionBatchSampler(selector, rank=rank, world_size=world_size, **kw)
+
+
+class IndexDataset(torch.utils.data.Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.tensor(float(i)), i
+
+
+# -- the DistributedSampler contract ----------------------------------------------------
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_batches_are_the_plans_and_cover_the_data(world_size):
+    sel = RandomSelector(30, batch_size=4, seed=5)
+    seen = []
+    for rank in range(world_size):
+        s = sampler_for(sel, rank, world_size)
+        s.set_epoch(2)
+        batches = list(s)
+        assert len(batches) == len(s) == sel.num_batches(world_size)
+        assert all(isinstance(b, list) and all(type(i) is int for i in b) for b in batches)
+        assert batches == [b.tolist() for b in sel.plan(2, world_size).batches(rank)]
+        seen += [i for b in batches for i in b]
+    assert sorted(seen) == list(range(30))  # 30 = 3 * 10: disjoint and covering
+
+
+def test_epoch_and_seed_decide_the_order_without_global_rng():
+    np_state, torch_state = np.random.get_state()[1].copy(), torch.random.get_rng_state().clone()
+    a = sampler_for(RandomSelector(50, 5, seed=1))
+    b = sampler_for(RandomSelector(50, 5, seed=1))
+    e0 = list(a)
+    a.set_epoch(1)
+    e1 = list(a)
+    assert e0 == list(b) and e0 != e1
+    b.set_epoch(1)
+    assert list(b) == e1
+    assert list(sampler_for(RandomSelector(50, 5, seed=2))) != e0
+    assert list(sampler_for(RandomSelector(50, 5, seed=1), seed=1)) == e0
+    with pytest.raises(ValueError, match="seed=2"):
+        sampler_for(RandomSelector(50, 5, seed=1), seed=2)  # the seed lives in the selector
+    assert (np.random.get_state()[1] == np_state).all() and torch.equal(torch.random.get_rng_state(), torch_state)
+
+
+def test_arguments_are_checked():
+    with pytest.raises(TypeError, match="Selector"):
+        SelectionBatchSampler([1, 2, 3])
+    with pytest.raises(ValueError, match="rank"):
+        sampler_for(RandomSelector(10, 2), rank=2, world_size=2)
+    with pytest.raises(ValueError, match="sync_every"):
+        sampler_for(RandomSelector(10, 2), sync_every=0)
+    with pytest.raises(ValueError, match="disagrees"):
+        SelectionBatchSampler(RandomSelector(10, 2), world_size=2, comm=SingleProcessComm())
+    with pytest.raises(ValueError, match="online"):
+        sampler_for(online_selector(), weighted=True)
+    with pytest.raises(ValueError, match="epoch"):
+        sampler_for(RandomSelector(10, 2)).set_epoch(-1)
+
+
+# -- DataLoader -------------------------------------------------------------------------
+def test_dataloader_with_workers_and_feedback():
+    sel = online_selector(40, 4)
+    sampler = sampler_for(sel)
+    loader = DataLoader(IndexDataset(40), batch_sampler=sampler, num_workers=2)
+    got, expected = [], np.full(40, np.inf)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, idx in loader:
+            assert torch.equal(x, idx.float())
+            got.append(idx.tolist())
+            losses = fake_loss(idx.numpy(), epoch)
+            sampler.observe(idx, losses=torch.as_tensor(losses))
+            expected[idx.numpy()] = losses
+    assert len(got) == 2 * len(sampler) and all(len(b) == 4 for b in got)
+    # every batch's feedback reached the selector (loss-rank: the latest loss of each example)
+    assert np.isfinite(expected).sum() > 20 and np.array_equal(latest_losses(sel), expected)
+
+
+def test_weighted_coreset_batches_reach_the_dataset_through_workers():
+    x = np.random.default_rng(0).normal(size=(200, 8)).astype(np.float32)
+    y = np.repeat([0, 1], [150, 50])
+    sel = CoresetSelector(x, y, batch_size=5, fraction=0.1, seed=0)
+    data = WeightedDataset(TensorDataset(torch.arange(200), torch.from_numpy(y)))
+    sampler = sampler_for(sel, rank=1, world_size=2, weighted=True)
+    sampler.set_epoch(3)
+    plan = sel.plan(3, 2)
+    batches = list(DataLoader(data, batch_sampler=sampler, num_workers=2))
+    assert len(batches) == len(sampler) == plan.num_batches
+    for (ib, yb, wb), b, w in zip(batches, plan.batches(1), plan.weights(1)):
+        assert wb.dtype == torch.float32
+        assert ib.tolist() == b.tolist() and torch.equal(yb, torch.from_numpy(y[b]))
+        assert np.array_equal(wb.numpy(), w) and not np.all(w == 1)  # the coreset's weights, per example
+
+
+def test_weighted_dataset_per_example_weights():
+    data = WeightedDataset([(10, 0), (11, 1), (12, 0)], weights=np.array([1.0, 2.0, 3.0]))
+    assert data[2] == (12, 0, np.float32(3.0)) and len(data) == 3
+    assert WeightedDataset([(10, 0)])[0][-1] == 1.0
+    with pytest.raises(ValueError, match="entries"):
+        WeightedDataset([(10, 0)], weights=[1.0, 2.0])
+    with pytest.raises(ValueError, match=">= 0"):
+        WeightedDataset([(10, 0)], weights=[-1.0])
+
+
+# -- resume -----------------------------------------------------------------------------
+def roundtrip(state):
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf)  # weights_only default: the state must be plain tensors and Python
+
+
+@pytest.mark.parametrize("workers_ahead", [0, 3])
+def test_resume_offline_mid_epoch(workers_ahead):
+    full = sampler_for(RandomSelector(60, 4, seed=3), rank=1, world_size=2)
+    full.set_epoch(4)
+    expected = list(full)
+    run = sampler_for(RandomSelector(60, 4, seed=3), rank=1, world_size=2)
+    run.set_epoch(4)
+    it = iter(run)
+    done = 3
+    for _ in range(done + workers_ahead):  # a DataLoader with workers fetches ahead
+        next(it)
+    state = roundtrip(run.state_dict(batches_done=done if workers_ahead else None))
+    resumed = sampler_for(RandomSelector(60, 4, seed=3), rank=1, world_size=2)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(4)
+    assert list(resumed) == expected[done:]
+    assert list(resumed) == expected  # the next pass over the epoch starts from its beginning
+
+
+def simulate(sampler, epoch, prefetch, stop_after=None):
+    """A training loop over a DataLoader that keeps ``prefetch`` batches in flight: batch
+    t + prefetch + 1 is drawn after the feedback of batch t. Returns the batches trained
+    on and, with ``stop_after``, the state saved after that many batches."""
+    sampler.set_epoch(epoch)
+    trained, done = [], sampler.state_dict()["batches_done"]
+    it = iter(sampler)
+    queue = deque(b for _, b in zip(range(prefetch), it))
+    while True:
+        queue.extend(b for _, b in zip(range(1), it))  # the loop asks for its next batch
+        if not queue:
+            break
+        batch = queue.popleft()
+        trained.append(batch)
+        done += 1
+        sampler.observe(batch, losses=fake_loss(np.array(batch), epoch))
+        if stop_after is not None and len(trained) == stop_after:
+            return trained, roundtrip(sampler.state_dict(batches_done=done))
+    return trained, None
+
+
+@pytest.mark.parametrize("kind", sorted(ONLINE))
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_resume_online_mid_epoch_replays_prefetched_batches(prefetch, kind):
+    def fresh():
+        return sampler_for(online_selector(40, 4, seed=1, kind=kind), rank=0, world_size=2)
+
+    full = fresh()
+    simulate(full, 0, prefetch)
+    expected, _ = simulate(full, 1, prefetch)
+
+    run = fresh()
+    simulate(run, 0, prefetch)
+    first, state = simulate(run, 1, prefetch, stop_after=2)
+    assert len(state["pending"]) == prefetch
+    resumed = fresh()
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["position"] == state["position"]  # loaded, not iterated: unchanged
+    rest, _ = simulate(resumed, 1, prefetch)
+    assert first + rest == expected
+    if kind != "submodular":  # the resumed selector ends with the same scores
+        assert np.array_equal(latest_losses(resumed.selector), latest_losses(full.selector))
+
+
+def test_load_state_dict_rejects_other_runs():
+    s = sampler_for(RandomSelector(40, 4, seed=0), rank=0, world_size=2)
+    state = s.state_dict()
+    with pytest.raises(ValueError, match="rank"):
+        sampler_for(RandomSelector(40, 4, seed=0), rank=1, world_size=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="seed"):
+        sampler_for(RandomSelector(40, 4, seed=9), rank=0, world_size=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="method"):
+        sampler_for(online_selector(40, 4), rank=0, world_size=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="not a SelectionBatchSampler state"):
+        s.load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match="batches_done"):
+        s.state_dict(batches_done=1)  # nothing handed out yet
+
+
+# -- feedback and agreement across ranks --------------------------------------------------
+class FakeComm(Communicator):
+    """Rank 0 of a pretend 2-rank job whose peer sends ``peer`` to every all-gather."""
+
+    def __init__(self, peer):
+        self.rank, self.size, self.peer, self.calls = 0, 2, peer, 0
+
+    def allgather(self, obj):
+        self.calls += 1
+        return [obj, self.peer]
+
+
+def test_observe_converts_checks_and_forwards():
+    sel = online_selector(20, 4)
+    s = sampler_for(sel)
+    s.observe(torch.tensor([3, 4]), losses=torch.tensor([0.5, 0.25], requires_grad=True))
+    assert sel.losses_[3] == 0.5 and sel.losses_[4] == 0.25
+    with pytest.raises(ValueError, match="rows"):
+        s.observe([1, 2], losses=[0.1])
+    with pytest.raises(TypeError, match="integers"):
+        s.observe([0.5])
+    comm = FakeComm(peer=[])
+    sampler_for(RandomSelector(20, 4), rank=0, world_size=2, comm=comm).observe([1], losses=[1.0])
+    assert comm.calls == 0  # RandomSelector ignores feedback: no collective
+
+
+def test_sync_every_gathers_feedback_from_all_ranks_in_order():
+    peer_obs = [{"indices": np.array([7]), "losses": np.array([0.9]), "logits": None, "embeddings": None}] * 2
+    sel = online_selector(20, 4, kind="tiny")
+    comm = FakeComm(peer=peer_obs)
+    s = SelectionBatchSampler(sel, comm=comm, sync_every=2)
+    s.observe([1], losses=[0.1])
+    assert comm.calls == 0 and sel.observed.sum() == 0  # buffered until the second call
+    s.observe([2], losses=[0.2])
+    assert comm.calls == 1
+    assert sel.observed[[1, 2, 7]].tolist() == [1, 1, 2] and sel.scores[7] == 0.9
+
+
+def test_verify_compares_fingerprints():
+    s = SelectionBatchSampler(RandomSelector(20, 4), comm=FakeComm(peer=None))
+    mine = s.fingerprint()
+    assert mine == RandomSelector(20, 4).plan(0, 2).fingerprint()
+    s.comm.peer = mine
+    assert s.verify() == mine
+    s.comm.peer = "0" * 16
+    with pytest.raises(RuntimeError, match="disagree"):
+        s.verify()
+    on = SelectionBatchSampler(online_selector(), comm=FakeComm(peer=None))
+    assert on.fingerprint() != on.fingerprint(epoch=1)
+    assert on.fingerprint() != SelectionBatchSampler(online_selector(seed=3), comm=FakeComm(peer=None)).fingerprint()
+
+
+# -- communicators ------------------------------------------------------------------------
+def test_single_process_communicator(monkeypatch):
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    comm = get_communicator()
+    assert isinstance(comm, SingleProcessComm) and (comm.rank, comm.size) == (0, 1)
+    assert comm.broadcast({"a": 1}) == {"a": 1} and comm.allgather(3) == [3]
+    assert comm.allreduce(np.array([1.5, 2.0]), op="max").tolist() == [1.5, 2.0]
+    comm.barrier = lambda: None
+    with pytest.raises(ValueError, match="op"):
+        comm.allreduce([1], op="mean")
+    with pytest.raises(ValueError, match="kind"):
+        get_communicator("nccl")
+    with pytest.raises(ValueError, match="root"):
+        comm.broadcast(1, root=1)
+
+
+def test_import_initializes_neither_mpi_nor_torch_distributed():
+    code = ("import sys, batchsel, batchsel.integrations, torch.distributed as d; "
+            "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py.MPI imported'; "
+            "assert not d.is_initialized(); print('clean')")
+    env = dict(os.environ, OMPI_COMM_WORLD_SIZE="2")  # even as if started by mpiexec
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "clean" in out.stdout, out.stderr
