@@ -3,13 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from .base import SetFunction, as_similarity, diagonal, row
-from .graph_cut import _block_sum
+from .graph_cut import GraphCut
 
 
-class SumRedundancy(SetFunction):
+class SumRedundancy(GraphCut):
     """Sum redundancy ``f(S) = -sum_{s, t in S} S[s, t]`` (ordered pairs, ``s = t``
     included): a pure penalty on similarity inside S. The marginal gain of j is
     ``-(S[j, j] + 2 sum_{s in S} S[s, j])``, the gain of apricot's
@@ -32,25 +29,5 @@ class SumRedundancy(SetFunction):
     """
 
     def __init__(self, similarity: Any) -> None:
-        self.similarity = as_similarity(similarity, "similarity")
-        self._diag = diagonal(self.similarity)
-        super().__init__(self.similarity.shape[0])
-
-    def _reset_state(self) -> None:
-        self._penalty = self._diag.copy()
-
-    def _gains(self, idx):
-        return -self._penalty[idx]
-
-    def _decrements(self, j: int) -> tuple[np.ndarray, np.ndarray]:
-        cols, vals = row(self.similarity, j)
-        if isinstance(cols, slice):
-            cols = np.arange(self.n)
-        return cols, 2.0 * vals.astype(np.float64)
-
-    def _add(self, j: int) -> None:
-        cols, vals = row(self.similarity, j)
-        self._penalty[cols] += 2.0 * vals
-
-    def _evaluate(self, idx) -> float:
-        return -_block_sum(self.similarity, idx)
+        # GraphCut without its representativeness term: the same state and updates.
+        super().__init__(similarity, lam=0.0)
