@@ -12,15 +12,17 @@ from .optimizers import Selection, maximize
 from .plan import EpochPlan, load_plans, save_plans
 from .selectors import (CoresetSelector, GraphBlockSelector, LossRankSelector, RandomSelector, Selector,
                         SubmodularSelector, submodular_partition)
-from .integrations import SelectionBatchSampler
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):  # GraphRegularizedLoss imports torch: only when it is used
+def __getattr__(name: str):  # these import torch (~2 s): only when they are used
     if name == "GraphRegularizedLoss":
         from .losses import GraphRegularizedLoss
         return GraphRegularizedLoss
+    if name == "SelectionBatchSampler":
+        from .integrations import SelectionBatchSampler
+        return SelectionBatchSampler
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [

@@ -7,7 +7,9 @@ per MPI rank.
 """
 from __future__ import annotations
 
+import atexit
 import datetime
+import gc
 import logging
 import os
 import socket
@@ -46,6 +48,18 @@ def _master_address(comm: Communicator, hosts: list[str]) -> str:
     return comm.broadcast(addr if comm.rank == 0 else None)
 
 
+def _destroy_process_group() -> None:
+    """At exit, before the interpreter finalizes: a gloo group still alive then (DDP keeps
+    it referenced from garbage cycles) lets its worker thread take the GIL during
+    finalization and abort the process (seen as signal 6 at the end of good runs)."""
+    import torch.distributed as dist
+
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+
+
 def init_torch_distributed_from_mpi(backend: str = "gloo", timeout: float = 300.0,
                                     abort_on_exception: bool = True) -> tuple[int, int]:
     """Initialize torch.distributed's default process group and return ``(rank, world_size)``.
@@ -72,6 +86,7 @@ def init_torch_distributed_from_mpi(backend: str = "gloo", timeout: float = 300.
 
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
+    atexit.register(_destroy_process_group)
     td = datetime.timedelta(seconds=float(timeout))
     if launched_by_mpi():
         comm = MPIComm(abort_on_exception=abort_on_exception)
