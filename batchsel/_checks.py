@@ -132,3 +132,39 @@ def check_labels(labels: Any, num_examples: int, name: str = "labels", allow_unl
 def check_seed(seed: Any) -> int:
     """Seeds are non-negative integers (they are combined with the epoch)."""
     return check_int(seed, "seed", minimum=0)
+
+
+def check_indices(indices: Any, num_examples: int, name: str = "indices") -> np.ndarray:
+    """Return example indices as a 1-D int64 array, checked to lie in ``[0, N)``."""
+    if hasattr(indices, "detach") and hasattr(indices, "numpy"):  # torch tensor
+        indices = indices.detach().cpu().numpy()
+    idx = np.asarray(indices)
+    if idx.ndim == 0:
+        idx = idx.reshape(1)
+    if idx.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {idx.shape}")
+    if idx.size and not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"{name} must be integers, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < 0 or idx.max() >= num_examples):
+        bad = idx[(idx < 0) | (idx >= num_examples)][0]
+        raise ValueError(f"{name} must be in [0, {num_examples}), found {int(bad)}")
+    return idx
+
+
+def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
+    """Feedback values (losses: 1-D, logits / embeddings: 2-D) as a finite float array
+    with one row per index."""
+    if hasattr(values, "detach") and hasattr(values, "numpy"):
+        values = values.detach().cpu().numpy()
+    try:
+        v = np.asarray(values, dtype=np.float64 if ndim == 1 else np.float32)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be numeric: {exc}") from None
+    if v.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {v.shape}")
+    if v.shape[0] != count:
+        raise ValueError(f"{name} has {v.shape[0]} rows but {count} indices were given")
+    if not np.isfinite(v).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return v

@@ -429,7 +429,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None
     losses = None
     if args.losses:
-        from .selectors.base import check_rows
+        from ._checks import check_rows
 
         losses = check_rows(load_array(args.losses), n, f"losses {args.losses!r} (one per example)", ndim=1)
     graph = _graph(args.graph, n) if args.graph else None

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 from tqdm.auto import tqdm
 
-from ._checks import check_int, check_seed
+from ._checks import check_indices, check_int, check_seed
 from .functions.base import SetFunction
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,6 @@ def maximize(
     >>> bool(stochastic.value >= 0.9 * lazy.value)
     True
     """
-    from .selectors.base import check_indices  # at call time: selectors may import this module
 
     if not isinstance(f, SetFunction):
         raise TypeError(f"f must be a SetFunction, got {type(f).__name__}")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._checks import check_finite, check_graph, to_int64
+from .._checks import check_finite, check_graph, check_indices, to_int64
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,6 @@ class SetFunction:
                 bad = items[(items < 0) | (items >= self.n)][0]
                 raise ValueError(f"{name} must be in [0, {self.n}), found {int(bad)}")
             return items
-        from ..selectors.base import check_indices  # at call time: no import cycle
 
         return check_indices(items, self.n, name)
 

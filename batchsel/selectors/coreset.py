@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int, check_labels, load_embeddings
+from .._checks import check_indices, check_int, check_labels, check_rows, load_embeddings
 from ..plan import EpochPlan
-from .base import Selector, check_indices, check_rows, epoch_rng, even_split, shard_length, split_batches
+from .base import Selector, epoch_rng, even_split, shard_length, split_batches
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
-from .base import OnlineSelector, check_indices, check_rows
+from .._checks import check_indices, check_int, check_rows
+from .base import OnlineSelector
 
 logger = logging.getLogger(__name__)
 

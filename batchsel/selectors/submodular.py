@@ -46,8 +46,8 @@ from typing import Any, Sequence
 import numba
 import numpy as np
 
-from .._checks import check_int, load_embeddings
-from .base import OnlineSelector, check_indices, check_rows
+from .._checks import check_indices, check_int, check_rows, load_embeddings
+from .base import OnlineSelector
 from .partition import _before, _heap_pop, _heap_push
 
 logger = logging.getLogger(__name__)
