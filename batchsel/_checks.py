@@ -13,6 +13,14 @@ import scipy.sparse as sp
 _FINITE_BLOCK = 1 << 16
 
 
+def tensor_to_numpy(x: Any) -> Any:
+    """A torch tensor as a numpy array (detached, on the CPU); anything else unchanged.
+    Duck-typed, so checking input never imports torch."""
+    if hasattr(x, "detach") and hasattr(x, "numpy"):
+        return x.detach().cpu().numpy()
+    return x
+
+
 def _describe(x: Any) -> str:
     if isinstance(x, np.ndarray):
         return f"array of shape {x.shape} and dtype {x.dtype}"
@@ -59,8 +67,7 @@ def load_embeddings(embeddings: Any, name: str = "embeddings") -> np.ndarray:
         if not path.endswith(".npy"):
             raise ValueError(f"{name}: expected a .npy file, got {path!r}")
         embeddings = np.load(path, mmap_mode="r")
-    elif hasattr(embeddings, "detach") and hasattr(embeddings, "numpy"):  # torch tensor
-        embeddings = embeddings.detach().cpu().numpy()
+    embeddings = tensor_to_numpy(embeddings)
     if isinstance(embeddings, np.ndarray):
         x = embeddings
     else:
@@ -113,8 +120,7 @@ def to_int64(matrix: sp.csr_matrix) -> sp.csr_matrix:
 def check_labels(labels: Any, num_examples: int, name: str = "labels", allow_unlabeled: bool = False) -> np.ndarray:
     """Return labels as a 1-D int64 array of length ``num_examples``; -1 marks an
     unlabeled example when ``allow_unlabeled``."""
-    if hasattr(labels, "detach") and hasattr(labels, "numpy"):
-        labels = labels.detach().cpu().numpy()
+    labels = tensor_to_numpy(labels)
     y = np.asarray(labels)
     if y.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {y.shape}")
@@ -136,8 +142,7 @@ def check_seed(seed: Any) -> int:
 
 def check_indices(indices: Any, num_examples: int, name: str = "indices") -> np.ndarray:
     """Return example indices as a 1-D int64 array, checked to lie in ``[0, N)``."""
-    if hasattr(indices, "detach") and hasattr(indices, "numpy"):  # torch tensor
-        indices = indices.detach().cpu().numpy()
+    indices = tensor_to_numpy(indices)
     idx = np.asarray(indices)
     if idx.ndim == 0:
         idx = idx.reshape(1)
@@ -155,8 +160,7 @@ def check_indices(indices: Any, num_examples: int, name: str = "indices") -> np.
 def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
     """Feedback values (losses: 1-D, logits / embeddings: 2-D) as a finite float array
     with one row per index."""
-    if hasattr(values, "detach") and hasattr(values, "numpy"):
-        values = values.detach().cpu().numpy()
+    values = tensor_to_numpy(values)
     try:
         v = np.asarray(values, dtype=np.float64 if ndim == 1 else np.float32)
     except (TypeError, ValueError) as exc:

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from batchsel._checks import check_int, check_seed
+from batchsel._checks import check_int, check_seed, tensor_to_numpy
 from batchsel.selectors.base import Selector
 
 from .comm import Communicator, get_communicator
@@ -30,9 +30,7 @@ _FEEDBACK = ("losses", "logits", "embeddings")
 
 
 def _to_numpy(x: Any) -> np.ndarray:
-    if hasattr(x, "detach") and hasattr(x, "numpy"):  # torch tensor, without importing torch
-        x = x.detach().cpu().numpy()
-    return np.asarray(x)
+    return np.asarray(tensor_to_numpy(x))
 
 
 def _digest(obj: Any, h: Any) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._checks import check_finite, check_graph, check_indices, to_int64
+from .._checks import check_finite, check_graph, check_indices, tensor_to_numpy, to_int64
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +141,7 @@ def as_similarity(similarity: Any, name: str = "similarity", nonnegative: bool =
         s = check_graph(similarity, name=name)
         values = s.data
     else:
-        if hasattr(similarity, "detach") and hasattr(similarity, "numpy"):
-            similarity = similarity.detach().cpu().numpy()
+        similarity = tensor_to_numpy(similarity)
         s = np.asarray(similarity)
         if s.dtype == object or not (np.issubdtype(s.dtype, np.number) or s.dtype == bool):
             raise TypeError(f"{name} must be numeric, got dtype {s.dtype}")
@@ -174,8 +173,7 @@ def as_features(features: Any, name: str = "features") -> np.ndarray | sp.csr_ma
         if values.size and not np.isfinite(values).all():
             raise ValueError(f"{name} contains NaN or inf")
     else:
-        if hasattr(features, "detach") and hasattr(features, "numpy"):
-            features = features.detach().cpu().numpy()
+        features = tensor_to_numpy(features)
         x = np.asarray(features)
         if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
             raise TypeError(f"{name} must be numeric, got dtype {x.dtype}")

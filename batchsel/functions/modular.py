@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import tensor_to_numpy
 from .base import SetFunction
 
 
@@ -22,8 +23,7 @@ class Modular(SetFunction):
     """
 
     def __init__(self, weights: Any) -> None:
-        if hasattr(weights, "detach") and hasattr(weights, "numpy"):
-            weights = weights.detach().cpu().numpy()
+        weights = tensor_to_numpy(weights)
         w = np.asarray(weights)
         if w.ndim != 1 or w.size == 0:
             raise ValueError(f"weights must be a non-empty 1-D array, got shape {w.shape}")
