@@ -1,175 +1,485 @@
-"""Training-quality benchmark: random vs SMDL vs loss-rank vs CRAIG coreset batches.
+"""Regime benchmark: where does a batchsel method reach an accuracy sooner than random batches?
 
-Trains the small MLP of ``examples/train_ddp.py`` on digits (one process, a 1-rank gloo
-group) with each batch selector over several seeds, and reports side by side with random
-batches (the anchor, measured in the same run):
+Every method runs at its defaults, through the public API (a selector in a
+``SelectionBatchSampler``, losses and logits fed back with ``observe`` after each step), with
+random batches (``RandomSelector`` = ``DistributedSampler`` + ``BatchSampler``) as the anchor
+in the same run, seeds interleaved so that machine-load drift hits every method alike.
 
-1. test accuracy at an equal number of SGD steps (mean +- std over seeds);
-2. steps to reach random's mean final accuracy (per seed, the first evaluation step whose
-   test accuracy reaches it; mean over the seeds that reach it, and how many do not);
-3. wall time including selection, and the share of it spent selecting.
+Datasets and models (each a fixed train / validation / test split; inputs standardized with
+training statistics; the inputs are the embeddings the selectors see):
 
-The coreset selector trains on ``--fraction`` of the data per epoch, so it runs
-``ceil(epochs / fraction)`` epochs to take about as many steps as the others; accuracy
-"at equal steps" is read from each curve at the smallest step count any method reached
-(every curve is evaluated every ``--eval-every`` steps). Nothing is tuned here: every
-method runs with the defaults of ``train_ddp.py``.
+- ``digits-mlp``: scikit-learn digits (1797 x 64), MLP 64-64-10, SGD lr 0.05, momentum 0.9;
+- ``mnist1d-mlp``: mnist1d (5000 x 40, generated offline by the ``mnist1d`` package),
+  MLP 40-128-128-10, Adam lr 1e-3;
+- ``mnist1d-cnn``: the same data, a 1-D CNN (3 strided convolutions of 32 channels), Adam.
 
-Run: ``python benchmarks/bench_quality.py`` (5 seeds, 5 epochs, batch 32; a few minutes)
-or ``--quick`` (2 seeds, 2 epochs, < 1 minute). Writes ``benchmarks/out/bench_quality.json``.
+Regimes (built from the training split afresh for every seed; evaluation labels stay clean):
+
+- ``clean``;
+- ``noise``: 25 % of the training labels replaced by a different class, uniformly;
+- ``longtail``: class c keeps ``n_c * 10 ** (-c / (C - 1))`` of its examples (imbalance
+  ratio 10); the metric becomes balanced accuracy (mean per-class recall);
+- ``redundant``: the training set padded with near-duplicates (Gaussian noise of 0.05 of a
+  feature's standard deviation) of 10 examples, so that half of it is redundant.
+
+Figures per dataset, regime and method (the anchor is random's mean final metric):
+
+- final metric, and its difference to random: mean +- standard error over seeds of the
+  paired difference (seed s of every method shares the regime data and the initial weights);
+- steps to reach random's final metric (first evaluation at or above it), the ratio to
+  random's own steps (per seed, mean +- s.e. over the seeds where both reach it) and the
+  seeds that never reach it;
+- wall seconds to reach it (training + selection, evaluation excluded) and the ratio;
+- the share of the wall time spent selecting (drawing batches and ``observe``).
+
+Outputs: a table per dataset, ``benchmarks/out/bench_quality[_quick].json`` (every curve and
+figure) and ``.png`` (mean curves per regime, against steps and against wall seconds).
+
+Run ``python benchmarks/bench_quality.py`` (5 seeds, all datasets and regimes, about 10
+minutes on 2 cores) or ``--quick`` (2 seeds, digits only, shorter runs; what CI runs).
+``--split val`` reports on the validation split instead of the test split: defaults are
+chosen there, never on the test split. Torch runs with one thread (``--threads``).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import os
-import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
 
-import train_ddp  # noqa: E402
-
+import batchsel  # noqa: E402
+from batchsel.integrations import SelectionBatchSampler  # noqa: E402
 from batchsel.io import atomic_write  # noqa: E402
 
-LABELS = {"random": "random", "submodular": "SMDL", "loss": "loss-rank", "coreset": "CRAIG coreset"}
+REGIMES = ("clean", "noise", "longtail", "redundant")
+NOISE_RATE = 0.25
+IMBALANCE = 10.0
+DUPLICATE_SOURCES = 10
+DUPLICATE_NOISE = 0.05
 
 
-def run(method: str, seed: int, epochs: int, args: argparse.Namespace) -> dict:
-    """One training run through ``train_ddp.main`` (which sets up and tears down the
-    1-process group itself, so repeated calls in one process are fine)."""
-    argv = ["--method", method, "--seed", str(seed), "--epochs", str(epochs),
-            "--batch-size", str(args.batch_size), "--eval-every", str(args.eval_every),
-            "--fraction", str(args.fraction)]
-    with contextlib.redirect_stdout(io.StringIO()):  # train_ddp prints one line per run
-        return train_ddp.main(argv)
+# -- data ------------------------------------------------------------------------------
+@dataclass
+class Split:
+    x: np.ndarray  # float32, standardized
+    y: np.ndarray  # int64
 
 
-def accuracy_at(history: list, step: int) -> float:
-    """Test accuracy of the last evaluation at or before ``step``."""
-    return [acc for s, acc in history if s <= step][-1]
+@dataclass
+class Dataset:
+    name: str
+    train: Split
+    val: Split
+    test: Split
+    num_classes: int
 
 
-def first_reaching(history: list, target: float) -> int | None:
-    return next((s for s, acc in history if acc >= target), None)
+_DATA_CACHE: dict[str, Dataset] = {}
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return float(np.mean(values)), (float(statistics.stdev(values)) if len(values) > 1 else 0.0)
+def _standardized(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
+                  y_test: np.ndarray) -> Dataset:
+    from sklearn.model_selection import train_test_split
+
+    x_tr, x_val, y_tr, y_val = train_test_split(x_train, y_train, test_size=0.2, stratify=y_train, random_state=0)
+    mean, std = x_tr.mean(0), x_tr.std(0) + 1e-3
+    norm = lambda a: ((a - mean) / std).astype(np.float32)  # noqa: E731
+    return Dataset(name, Split(norm(x_tr), y_tr.astype(np.int64)), Split(norm(x_val), y_val.astype(np.int64)),
+                   Split(norm(x_test), y_test.astype(np.int64)), int(y_train.max()) + 1)
 
 
-def summarize(runs: dict, methods: list[str]) -> dict:
-    steps_common = min(r["steps"] for rs in runs.values() for r in rs)
-    acc = {m: [accuracy_at(r["history"], steps_common) for r in runs[m]] for m in methods}
-    target = float(np.mean(acc["random"]))
+def load_dataset(name: str) -> Dataset:
+    """``digits`` (1078 / 270 / 449 train / val / test) or ``mnist1d`` (3200 / 800 / 1000)."""
+    if name not in _DATA_CACHE:
+        if name == "digits":
+            from sklearn.datasets import load_digits
+            from sklearn.model_selection import train_test_split
+
+            d = load_digits()
+            x_tr, x_te, y_tr, y_te = train_test_split(d.data.astype(np.float32), d.target, test_size=0.25,
+                                                      stratify=d.target, random_state=0)
+        elif name == "mnist1d":
+            from mnist1d.data import get_dataset_args, make_dataset
+
+            d = make_dataset(get_dataset_args())  # generated offline from the package's templates, seed 42
+            x_tr, y_tr, x_te, y_te = d["x"], d["y"], d["x_test"], d["y_test"]
+        else:
+            raise ValueError(f"unknown dataset {name!r}; choose digits or mnist1d")
+        _DATA_CACHE[name] = _standardized(name, x_tr, y_tr, x_te, y_te)
+    return _DATA_CACHE[name]
+
+
+def make_regime(regime: str, train: Split, num_classes: int, seed: int) -> tuple[Split, dict[str, Any]]:
+    """The training set of ``regime`` for ``seed`` and what was done to it."""
+    rng = np.random.default_rng([seed, 1234])
+    x, y = train.x, train.y
+    if regime == "clean":
+        return train, {}
+    if regime == "noise":
+        flip = rng.choice(len(y), size=round(NOISE_RATE * len(y)), replace=False)
+        noisy = y.copy()
+        noisy[flip] = (y[flip] + rng.integers(1, num_classes, size=len(flip))) % num_classes
+        return Split(x, noisy), {"flipped": np.sort(flip)}
+    if regime == "longtail":
+        keep = []
+        for c in range(num_classes):
+            members = np.flatnonzero(y == c)
+            n_c = max(1, int(len(members) * IMBALANCE ** (-c / (num_classes - 1))))
+            keep.append(rng.choice(members, size=n_c, replace=False))
+        keep = np.sort(np.concatenate(keep))
+        return Split(x[keep], y[keep]), {"kept": keep}
+    if regime == "redundant":
+        sources = rng.choice(len(y), size=DUPLICATE_SOURCES, replace=False)
+        which = sources[rng.integers(0, DUPLICATE_SOURCES, size=len(y))]
+        dup = x[which] + DUPLICATE_NOISE * rng.standard_normal((len(y), x.shape[1])).astype(np.float32)
+        return Split(np.concatenate([x, dup]), np.concatenate([y, y[which]])), {"sources": sources}
+    raise ValueError(f"unknown regime {regime!r}; choose from {REGIMES}")
+
+
+# -- models ----------------------------------------------------------------------------
+@dataclass
+class Task:
+    """A dataset with a model, an optimizer and a step budget."""
+    name: str
+    dataset: str
+    model: Callable[[int, int], torch.nn.Module]
+    optimizer: Callable[[Any], torch.optim.Optimizer]
+    steps: int
+    quick_steps: int
+    eval_every: int
+    batch_size: int = 32
+
+
+class CNN1d(torch.nn.Module):
+    def __init__(self, length: int, num_classes: int, channels: int = 32) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv1d(1, channels, 5, stride=2, padding=2), torch.nn.ReLU(),
+            torch.nn.Conv1d(channels, channels, 3, stride=2, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv1d(channels, channels, 3, stride=2, padding=1), torch.nn.ReLU(), torch.nn.Flatten())
+        with torch.no_grad():
+            width = self.features(torch.zeros(1, 1, length)).shape[1]
+        self.head = torch.nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x.unsqueeze(1)))
+
+
+def mlp(*widths: int) -> Callable[[int, int], torch.nn.Module]:
+    def build(d_in: int, num_classes: int) -> torch.nn.Module:
+        layers, d = [], d_in
+        for w in widths:
+            layers += [torch.nn.Linear(d, w), torch.nn.ReLU()]
+            d = w
+        return torch.nn.Sequential(*layers, torch.nn.Linear(d, num_classes))
+    return build
+
+
+TASKS = {
+    "digits-mlp": Task("digits-mlp", "digits", mlp(64), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+                       steps=300, quick_steps=150, eval_every=10),
+    "mnist1d-mlp": Task("mnist1d-mlp", "mnist1d", mlp(128, 128), lambda p: torch.optim.Adam(p, lr=1e-3),
+                        steps=2000, quick_steps=400, eval_every=50),
+    "mnist1d-cnn": Task("mnist1d-cnn", "mnist1d", lambda d, c: CNN1d(d, c), lambda p: torch.optim.Adam(p, lr=2e-3),
+                        steps=3000, quick_steps=400, eval_every=50),
+}
+
+
+# -- methods ---------------------------------------------------------------------------
+def make_selector(method: str, train: Split, batch_size: int, seed: int) -> batchsel.Selector:
+    """Every method at its defaults (a ``--variant`` adds keyword arguments); the
+    embeddings are the inputs."""
+    base, options = VARIANTS.get(method, (method, {}))
+    n = len(train.y)
+    if base == "random":
+        return batchsel.RandomSelector(n, batch_size, seed=seed, **options)
+    if base == "smdl":
+        return batchsel.SubmodularSelector(train.x, batch_size, seed=seed, **options)
+    if base == "loss-rank":
+        return batchsel.LossRankSelector(n, batch_size, seed=seed, **options)
+    if base == "coreset":
+        return batchsel.CoresetSelector(train.x, train.y, batch_size, **{"fraction": 0.5, **options}, seed=seed)
+    raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+
+
+METHODS = ("random", "smdl", "loss-rank", "coreset")
+LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)"}
+# --variant NAME=METHOD:key=value;key=value -> NAME: (METHOD, {key: value}); for searches on --split val
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {}
+
+
+def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
+    """``"smdl-div=smdl:weights=(0.2, 0.5, 0.1, 0.2);pool_size=128"`` -> name, method, options."""
+    import ast
+
+    try:
+        name, rest = text.split("=", 1)
+        method, _, opts = rest.partition(":")
+        options = {k.strip(): ast.literal_eval(v.strip()) for k, v in
+                   (item.split("=", 1) for item in opts.split(";") if item.strip())}
+    except (ValueError, SyntaxError) as exc:
+        raise ValueError(f"--variant must look like NAME=METHOD:key=value;key=value, got {text!r} ({exc})") from None
+    if method not in METHODS:
+        raise ValueError(f"--variant {text!r}: unknown method {method!r}; choose from {METHODS}")
+    return name.strip(), method, options
+
+
+# -- one run ---------------------------------------------------------------------------
+def metric(model: torch.nn.Module, split: Split, balanced: bool) -> float:
+    with torch.no_grad():
+        pred = model(torch.from_numpy(split.x)).argmax(1).numpy()
+    if not balanced:
+        return float((pred == split.y).mean())
+    return float(np.mean([(pred[split.y == c] == c).mean() for c in np.unique(split.y)]))
+
+
+def train_run(task: Task, method: str, train: Split, evaluation: Split, num_classes: int, seed: int,
+              steps: int, balanced: bool) -> dict[str, Any]:
+    """Train ``task``'s model on ``train`` with ``method``'s batches for ``steps`` steps;
+    the curve is ``[(step, wall seconds so far, metric)]`` every ``task.eval_every`` steps."""
+    torch.manual_seed(seed)  # the same initial weights for every method of a seed
+    model = task.model(train.x.shape[1], num_classes)
+    opt = task.optimizer(model.parameters())
+    selector = make_selector(method, train, task.batch_size, seed)
+    weighted = method == "coreset"
+    sampler = SelectionBatchSampler(selector, rank=0, world_size=1, weighted=weighted)
+    x, y = torch.from_numpy(train.x), torch.from_numpy(train.y)
+    curve, step, epoch, select, wall = [], 0, 0, 0.0, 0.0
+    while step < steps:
+        sampler.set_epoch(epoch)
+        batches = iter(sampler)
+        while step < steps:
+            t0 = time.perf_counter()
+            item = next(batches, None)
+            if item is None:
+                break
+            if weighted:
+                ib, wb = torch.tensor([i for i, _ in item]), torch.tensor([w for _, w in item])
+            else:
+                ib, wb = torch.tensor(item), None
+            t1 = time.perf_counter()
+            logits = model(x[ib])
+            losses = F.cross_entropy(logits, y[ib], reduction="none")
+            loss = (losses * wb).sum() / wb.sum() if wb is not None else losses.mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            t2 = time.perf_counter()
+            sampler.observe(ib, losses=losses.detach(), logits=logits.detach())
+            t3 = time.perf_counter()
+            select += (t1 - t0) + (t3 - t2)
+            wall += t3 - t0
+            step += 1
+            if step % task.eval_every == 0 or step == steps:
+                model.eval()
+                curve.append((step, wall, metric(model, evaluation, balanced)))
+                model.train()
+        epoch += 1
+    return {"curve": curve, "final": curve[-1][2], "wall_seconds": wall, "select_seconds": select,
+            "epochs": epoch, "steps": step}
+
+
+# -- figures ---------------------------------------------------------------------------
+def first_reaching(curve: list, target: float) -> tuple[int, float] | None:
+    """(step, wall seconds) of the first evaluation at or above ``target``."""
+    return next(((s, w) for s, w, m in curve if m >= target - 1e-12), None)
+
+
+def mean_se(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    v = np.asarray(values, dtype=np.float64)
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else 0.0
+
+
+def summarize(runs: dict[str, list[dict]], methods: list[str]) -> dict[str, Any]:
+    """Figures of one (task, regime); runs[method][i] is seed i."""
+    target = float(np.mean([r["final"] for r in runs["random"]]))
+    base_hits = [first_reaching(r["curve"], target) for r in runs["random"]]
     rows = {}
     for m in methods:
-        reached = [first_reaching(r["history"], target) for r in runs[m]]
-        hit = [s for s in reached if s is not None]
+        finals = [r["final"] for r in runs[m]]
+        diffs = [a - b["final"] for a, b in zip(finals, runs["random"])]
+        hits = [first_reaching(r["curve"], target) for r in runs[m]]
+        step_ratios = [h[0] / b[0] for h, b in zip(hits, base_hits) if h and b]
+        wall_ratios = [h[1] / b[1] for h, b in zip(hits, base_hits) if h and b]
         wall = [r["wall_seconds"] for r in runs[m]]
-        select = [r["select_seconds"] for r in runs[m]]
-        mean, std = mean_std(acc[m])
-        rows[m] = {"accuracy_mean": mean, "accuracy_std": std, "accuracy_per_seed": acc[m],
-                   "steps_taken": [r["steps"] for r in runs[m]], "epochs": runs[m][0]["epochs"],
-                   "steps_to_target_per_seed": reached,
-                   "steps_to_target_mean": float(np.mean(hit)) if hit else None,
-                   "not_reached": len(reached) - len(hit),
-                   "wall_seconds_mean": float(np.mean(wall)),
-                   "select_share": float(np.sum(select) / max(np.sum(wall), 1e-12))}
-    base = rows["random"]
-    for m in methods:
-        r = rows[m]
-        r["steps_ratio"] = (r["steps_to_target_mean"] / base["steps_to_target_mean"]
-                            if r["steps_to_target_mean"] and base["steps_to_target_mean"] else None)
-        r["wall_ratio"] = r["wall_seconds_mean"] / base["wall_seconds_mean"]
-        # Seed noise: standard error of the difference of the two means (Welch).
-        n, nb = len(acc[m]), len(acc["random"])
-        se = math.sqrt(r["accuracy_std"] ** 2 / n + base["accuracy_std"] ** 2 / nb)
-        r["accuracy_diff"] = r["accuracy_mean"] - base["accuracy_mean"]
-        r["accuracy_diff_se"] = se
-    return {"steps_common": steps_common, "target_accuracy": target, "rows": rows}
+        rows[m] = {
+            "final_mean": float(np.mean(finals)), "final_per_seed": finals,
+            "diff_mean": mean_se(diffs)[0], "diff_se": mean_se(diffs)[1],
+            "steps_to_target_per_seed": [h[0] if h else None for h in hits],
+            "wall_to_target_per_seed": [h[1] if h else None for h in hits],
+            "steps_to_target_mean": mean_se([h[0] for h in hits if h])[0],
+            "not_reached": sum(h is None for h in hits),
+            "steps_ratio": mean_se(step_ratios)[0], "steps_ratio_se": mean_se(step_ratios)[1],
+            "wall_to_target_ratio": mean_se(wall_ratios)[0], "wall_to_target_ratio_se": mean_se(wall_ratios)[1],
+            "wall_seconds_mean": float(np.mean(wall)),
+            "wall_ratio": float(np.mean(wall) / np.mean([r["wall_seconds"] for r in runs["random"]])),
+            "select_share": float(sum(r["select_seconds"] for r in runs[m]) / max(sum(wall), 1e-12)),
+            "epochs": runs[m][0]["epochs"],
+        }
+    return {"target": target, "rows": rows}
 
 
-def print_table(summary: dict, methods: list[str], seeds: int) -> None:
+def verdict(row: dict, seeds: int) -> str:
+    """``faster``: reaches random's metric in <= 0.7x its steps on every seed, the ratio
+    beyond seed noise (mean + 2 s.e. < 1); ``better`` / ``worse``: final metric beyond 2 s.e."""
+    tags = []
+    if row["not_reached"] == 0 and row["steps_ratio"] is not None and row["steps_ratio"] <= 0.7 \
+            and row["steps_ratio"] + 2 * row["steps_ratio_se"] < 1.0:
+        tags.append("faster")
+    if row["diff_se"] is not None and row["diff_mean"] > 2 * row["diff_se"] and row["diff_se"] > 0:
+        tags.append("better")
+    if row["diff_se"] is not None and row["diff_mean"] < -2 * row["diff_se"] and row["diff_se"] > 0:
+        tags.append("WORSE")
+    return ",".join(tags) or "-"
+
+
+def print_table(task: str, regime: str, summary: dict, methods: list[str], seeds: int, metric_name: str) -> None:
     rows = summary["rows"]
-    print(f"\ndigits, {seeds} seeds; accuracy at {summary['steps_common']} steps; "
-          f"target = random's mean accuracy there = {summary['target_accuracy']:.4f}")
-    head = (f"{'method':<14}{'epochs':>7}{'steps':>11}{'test acc (mean+-std)':>23}{'diff vs random':>18}"
-            f"{'steps to target':>17}{'x random':>10}{'not reached':>13}{'wall s':>9}{'x random':>10}{'selecting':>11}")
+    print(f"\n{task} / {regime}: {seeds} seeds, {metric_name}; target = random's final {summary['target']:.4f}")
+    head = (f"{'method':<20}{'final':>8}{'diff vs random (pt)':>22}{'steps to target':>17}{'x random':>14}"
+            f"{'missed':>8}{'wall to target':>16}{'wall x':>8}{'selecting':>11}{'verdict':>10}")
     print(head)
     print("-" * len(head))
     for m in methods:
         r = rows[m]
-        steps = f"{min(r['steps_taken'])}-{max(r['steps_taken'])}" if len(set(r["steps_taken"])) > 1 \
-            else str(r["steps_taken"][0])
-        to_target = f"{r['steps_to_target_mean']:.0f}" if r["steps_to_target_mean"] is not None else "-"
-        ratio = f"{r['steps_ratio']:.2f}" if r["steps_ratio"] is not None else "-"
-        diff = f"{100 * r['accuracy_diff']:+.2f}+-{100 * r['accuracy_diff_se']:.2f} pt"
-        print(f"{LABELS[m]:<14}{r['epochs']:>7}{steps:>11}"
-              f"{100 * r['accuracy_mean']:>14.2f} +- {100 * r['accuracy_std']:.2f}"
-              f"{diff:>18}{to_target:>17}{ratio:>10}{r['not_reached']:>8}/{seeds:<4}"
-              f"{r['wall_seconds_mean']:>9.2f}{r['wall_ratio']:>10.2f}{100 * r['select_share']:>10.1f}%")
-    smdl = rows.get("submodular")
-    if smdl is not None:
-        faster = smdl["steps_ratio"] is not None and smdl["steps_ratio"] <= 0.7 and smdl["not_reached"] == 0
-        better = smdl["accuracy_diff"] > 2 * smdl["accuracy_diff_se"]
-        print(f"\ngoal (SMDL reaches random's accuracy in <= 0.7x the steps, or beats it by > 2 s.e.): "
-              f"{'MET' if faster or better else 'NOT MET'} "
-              f"(steps ratio {smdl['steps_ratio'] if smdl['steps_ratio'] is None else round(smdl['steps_ratio'], 2)}, "
-              f"{smdl['not_reached']}/{seeds} seeds not reaching; accuracy diff "
-              f"{100 * smdl['accuracy_diff']:+.2f} +- {100 * smdl['accuracy_diff_se']:.2f} pt)")
+        fmt = lambda v, se, p=2: "-" if v is None else f"{v:.{p}f}+-{se:.{p}f}"  # noqa: E731
+        steps = "-" if r["steps_to_target_mean"] is None else f"{r['steps_to_target_mean']:.0f}"
+        print(f"{LABELS.get(m, m):<20}{100 * r['final_mean']:>8.2f}"
+              f"{fmt(None if r['diff_mean'] is None else 100 * r['diff_mean'], 100 * (r['diff_se'] or 0)):>22}"
+              f"{steps:>17}{fmt(r['steps_ratio'], r['steps_ratio_se'] or 0):>14}{r['not_reached']:>5}/{seeds:<2}"
+              f"{fmt(r['wall_to_target_ratio'], r['wall_to_target_ratio_se'] or 0):>16}{r['wall_ratio']:>8.2f}"
+              f"{100 * r['select_share']:>10.1f}%{verdict(r, seeds):>10}")
+
+
+def plot(results: dict, methods: list[str], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(results)
+    regimes = list(next(iter(results.values())))
+    fig, axes = plt.subplots(2 * len(tasks), len(regimes), figsize=(4 * len(regimes), 3.2 * 2 * len(tasks)),
+                             squeeze=False)
+    for ti, task in enumerate(tasks):
+        for ri, regime in enumerate(regimes):
+            runs = results[task][regime]["runs"]
+            for row, xcol, xlabel in ((2 * ti, 0, "steps"), (2 * ti + 1, 1, "wall seconds")):
+                ax = axes[row][ri]
+                for m in methods:
+                    curves = np.array([[pt[xcol] for pt in r["curve"]] for r in runs[m]])
+                    vals = np.array([[pt[2] for pt in r["curve"]] for r in runs[m]])
+                    ax.plot(curves.mean(0), vals.mean(0), label=LABELS.get(m, m))
+                ax.axhline(results[task][regime]["summary"]["target"], color="grey", lw=0.6, ls=":")
+                ax.set_title(f"{task} / {regime}", fontsize=9)
+                ax.set_xlabel(xlabel, fontsize=8)
+                lo = min(results[task][regime]["summary"]["target"] - 0.15, 0.9)
+                ax.set_ylim(max(lo, 0.0), 1.0)
+                ax.tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=80)
+    plt.close(fig)
+
+
+# -- main ------------------------------------------------------------------------------
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {list(TASKS)}")
+    parser.add_argument("--regimes", default=",".join(REGIMES))
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=METHOD:k=v;k=v",
+                        help="a method with other settings, run as NAME (add NAME to --methods)")
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=5, help="epochs for the full-data methods")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--eval-every", type=int, default=5, help="steps between test evaluations")
-    parser.add_argument("--fraction", type=float, default=0.5, help="coreset fraction of the data per epoch")
-    parser.add_argument("--methods", default=",".join(train_ddp.METHODS))
-    parser.add_argument("--quick", action="store_true", help="2 seeds, 2 epochs (< 1 minute)")
-    parser.add_argument("--out", default=None, help="JSON output (default benchmarks/out/bench_quality[_quick].json)")
+    parser.add_argument("--split", choices=("test", "val"), default="test",
+                        help="evaluate on the test split (report) or the validation split (choose defaults)")
+    parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every task's step budget")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--quick", action="store_true", help="2 seeds, digits only, short runs (CI)")
+    parser.add_argument("--out", default=None, help="output stem (default benchmarks/out/bench_quality[_quick])")
     args = parser.parse_args(argv)
     if args.quick:
-        args.seeds, args.epochs = 2, 2
+        args.seeds = min(args.seeds, 2)
+        if args.tasks == ",".join(TASKS):
+            args.tasks = "digits-mlp"
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for text in args.variant:
+        try:
+            name, method, options = parse_variant(text)
+        except ValueError as exc:
+            parser.error(str(exc))
+        VARIANTS[name] = (method, options)
+        LABELS[name] = name
+    for name, given, allowed in (("tasks", tasks, TASKS), ("regimes", regimes, REGIMES),
+                                 ("methods", methods, (*METHODS, *VARIANTS))):
+        bad = sorted(set(given) - set(allowed))
+        if bad or not given:
+            parser.error(f"--{name}: unknown or empty {bad or given!r}; choose from {list(allowed)}")
     if "random" not in methods:
-        raise ValueError(f"--methods must include the anchor 'random', got {methods!r}")
-    unknown = sorted(set(methods) - set(train_ddp.METHODS))
-    if unknown:
-        raise ValueError(f"unknown methods {unknown!r}; choose from {train_ddp.METHODS}")
-    out = args.out or str(ROOT / "benchmarks" / "out" / f"bench_quality{'_quick' if args.quick else ''}.json")
+        parser.error(f"--methods must include the anchor 'random', got {methods!r}")
+    if args.seeds < 2:
+        parser.error(f"--seeds must be >= 2 (standard errors), got {args.seeds}")
+    torch.set_num_threads(args.threads)
+    stem = args.out or str(ROOT / "benchmarks" / "out" / f"bench_quality{'_quick' if args.quick else ''}")
 
     start = time.perf_counter()
-    runs = {m: [] for m in methods}
-    for seed in range(args.seeds):
-        for m in methods:  # interleaved so that machine-load drift hits every method alike
-            epochs = math.ceil(args.epochs / args.fraction) if m == "coreset" else args.epochs
-            runs[m].append(run(m, seed, epochs, args))
-        print(f"seed {seed}: " + ", ".join(f"{LABELS[m]} {runs[m][-1]['final_accuracy']:.4f}" for m in methods),
-              flush=True)
-    summary = summarize(runs, methods)
-    print_table(summary, methods, args.seeds)
+    results: dict[str, dict[str, Any]] = {}
+    for task_name in tasks:
+        task = TASKS[task_name]
+        data = load_dataset(task.dataset)
+        evaluation = data.test if args.split == "test" else data.val
+        steps = max(task.eval_every, round((task.quick_steps if args.quick else task.steps) * args.steps_scale))
+        results[task_name] = {}
+        for regime in regimes:
+            balanced = regime == "longtail"
+            runs: dict[str, list[dict]] = {m: [] for m in methods}
+            for seed in range(args.seeds):
+                train, _ = make_regime(regime, data.train, data.num_classes, seed)
+                for m in methods:  # interleaved: load drift hits every method alike
+                    runs[m].append(train_run(task, m, train, evaluation, data.num_classes, seed, steps, balanced))
+            summary = summarize(runs, methods)
+            results[task_name][regime] = {"summary": summary, "runs": runs, "steps": steps,
+                                          "train_size": len(train.y), "metric": "balanced accuracy" if balanced
+                                          else "accuracy"}
+            print_table(task_name, regime, summary, methods, args.seeds,
+                        f"{'balanced accuracy' if balanced else 'accuracy'} on {args.split} after {steps} steps, "
+                        f"{len(train.y)} training examples")
+            sys.stdout.flush()
     total = time.perf_counter() - start
     print(f"\ntotal {total:.0f} s")
-
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with atomic_write(out, "w") as f:
-        json.dump({"args": vars(args), "summary": summary,
-                   "histories": {m: [r["history"] for r in runs[m]] for m in methods},
-                   "total_seconds": total}, f, indent=1)
-    print(f"wrote {out}")
-    return summary
+    os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
+    with atomic_write(stem + ".json", "w") as f:
+        json.dump(_jsonable({"args": vars(args), "results": results, "total_seconds": total}), f)
+    plot(results, methods, stem + ".png")
+    print(f"wrote {stem}.json and {stem}.png")
+    return results
 
 
 if __name__ == "__main__":
