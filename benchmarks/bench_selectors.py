@@ -3,7 +3,11 @@
 1. One SMDL batch, B = 128 from a pool of 1024, d = 64 (target <= 2 ms), next to the
    forward + backward + SGD step of a small torch MLP on that batch (the anchor; target:
    selection <= 5% of the step). Two MLPs are shown: one on the 64-d embeddings themselves
-   (64-256-256-10, tiny) and one on CIFAR-sized inputs (3072-512-512-10).
+   (64-256-256-10, tiny) and one on CIFAR-sized inputs (3072-512-512-10). Then the same
+   SMDL batch in child processes with the default BLAS threads and with
+   OPENBLAS_NUM_THREADS=1, one process alone and two at once (as two ranks of a job on
+   one machine): the selector runs its similarity product on one BLAS thread itself, so
+   the two columns should agree.
 2. A graph-block plan for N = 1M (k-NN graph + METIS partition + plan): wall time of each
    part and peak RSS, next to a RandomSelector plan of the same N (the anchor). Runs in a
    child process so its peak RSS is its own.
@@ -50,6 +54,58 @@ def paired(fns: dict, repeats: int) -> dict:
             fn()
             wall[name].append(time.perf_counter() - t)
     return {k: (1e3 * statistics.median(v), 1e3 * float(np.percentile(v, 10))) for k, v in wall.items()}
+
+
+def smdl_stepper(n: int):
+    """A function drawing one online SMDL batch (B = 128, pool 1024, d = 64) per call."""
+    from batchsel import SubmodularSelector
+
+    x = clustered(n, 64)
+    sel = SubmodularSelector(x, 128, seed=0, pool_size=1024)
+    sel.observe(np.arange(n), logits=np.random.default_rng(0).normal(size=(n, 10)))
+    state = {"it": sel.iter_batches(0), "epoch": 0}
+
+    def one_batch():
+        for b in state["it"]:
+            return b
+        state["epoch"] += 1
+        state["it"] = sel.iter_batches(state["epoch"])
+        return next(state["it"])
+
+    return one_batch
+
+
+def smdl_thread_worker(n: int, repeats: int, start_at: float) -> None:
+    step = smdl_stepper(n)
+    for _ in range(5):  # numba cache load, first allocations
+        step()
+    time.sleep(max(0.0, start_at - time.time()))  # concurrent workers measure at the same time
+    res = paired({"smdl": step}, repeats)["smdl"]
+    print("RESULT " + json.dumps({"median": res[0], "p10": res[1]}))
+
+
+def bench_smdl_threads(n: int, repeats: int) -> None:
+    """One SMDL batch in child processes: {alone, two at once} x {default BLAS threads,
+    OPENBLAS_NUM_THREADS=1}."""
+    default_env = {k: v for k, v in os.environ.items()
+                   if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
+    print(f"\n   One SMDL batch (stochastic) in separate processes, {repeats} batches each; "
+          f"median / p10 ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"   {'':<22} {'default BLAS threads':>28} {'OPENBLAS_NUM_THREADS=1':>28}")
+    for procs in (1, 2):
+        cells = []
+        for env in (default_env, dict(default_env, OPENBLAS_NUM_THREADS="1")):
+            cmd = [sys.executable, __file__, "--smdl-thread-worker", str(n), str(repeats), str(time.time() + 8)]
+            children = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                        for _ in range(procs)]
+            outs = [c.communicate() for c in children]
+            for c, (_, err) in zip(children, outs):
+                if c.returncode != 0:
+                    raise RuntimeError(err[-3000:])
+            rs = [json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:]) for out, _ in outs]
+            cells.append(", ".join(f"{r['median']:.2f} / {r['p10']:.2f}" for r in rs))
+        label = "alone" if procs == 1 else "two processes at once"
+        print(f"   {label:<22} {cells[0]:>28} {cells[1]:>28}")
 
 
 def bench_smdl(n: int, repeats: int) -> None:
@@ -102,6 +158,7 @@ def bench_smdl(n: int, repeats: int) -> None:
         ratios = "   ".join(f"{100 * med / res[m][0]:>27.1f}% / {100 * p10 / res[m][1]:5.1f}%" for m in mlps)
         print(f"   {name:<20} {med:>9.3f} {p10:>8.3f}   {ratios if name.startswith('SMDL') else ''}")
     print("   targets: <= 2 ms per batch; <= 5% of the training step")
+    bench_smdl_threads(n, max(repeats, 100))
 
 
 # -- 2. graph blocks at 1M ---------------------------------------------------------------------
@@ -192,10 +249,19 @@ def bench_greedmax(n: int, world: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (< 1 minute)")
+    ap.add_argument("--smdl-only", action="store_true", help="only part 1 (the SMDL batch)")
     ap.add_argument("--graph-worker", nargs=3, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--smdl-thread-worker", nargs=3, type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.graph_worker:
         graph_worker(*args.graph_worker)
+        return
+    if args.smdl_thread_worker:
+        n, repeats, start_at = args.smdl_thread_worker
+        smdl_thread_worker(int(n), int(repeats), start_at)
+        return
+    if args.smdl_only:
+        bench_smdl(20_000 if args.quick else 100_000, 30 if args.quick else 200)
         return
     if args.quick:
         bench_smdl(20_000, 30)

@@ -9,6 +9,7 @@ from sklearn.datasets import load_digits
 from batchsel import (CoresetSelector, EmbeddingIndex, GraphBlockSelector, LossRankSelector, RandomSelector,
                       SubmodularSelector, submodular_partition)
 from batchsel.selectors import gradient_proxies, partition_values
+from batchsel.selectors.base import balanced_sizes
 from batchsel.selectors import graph_blocks
 from batchsel.selectors.coreset import class_budgets
 from batchsel.selectors.submodular import entropy_of_logits
@@ -94,7 +95,7 @@ def test_uncertainty_heavy_weights_pick_high_entropy_examples(digits):
     exact = SubmodularSelector(x, 32, seed=0, weights=(1, 0, 0, 0), pool_size=len(x), optimizer="lazy")
     exact.observe(np.arange(len(x)), logits=logits)
     first = next(exact.iter_batches(0))
-    assert set(first.tolist()) == set(np.argsort(-entropy)[:32].tolist())
+    assert set(first.tolist()) == set(np.argsort(-entropy)[:len(first)].tolist())  # 31: sizes 31 and 32
     heavy = SubmodularSelector(x, 32, seed=0, weights=(0.8, 0.1, 0.05, 0.05), pool_size=256)
     heavy.observe(np.arange(len(x)), logits=logits)
     batch = next(heavy.iter_batches(0))
@@ -219,6 +220,194 @@ def test_smdl_warmup_epochs_are_random_without_replacement(digits):
     warm = sel.plan(0).indices()
     assert sorted(warm.tolist()) == list(range(len(x)))
     assert sel.plan(0).fingerprint() != sel.plan(1).fingerprint()
+
+
+# -- SMDL: batch sizes and order within the epoch -------------------------------------------
+@pytest.mark.parametrize("length, batch_size", [(1347, 32), (10, 4), (7, 7), (1, 1), (5, 8), (129, 64), (1000, 1)])
+def test_balanced_sizes_differ_by_at_most_one_and_keep_the_batch_count(length, batch_size):
+    sizes = balanced_sizes(length, batch_size)
+    count = -(-length // batch_size)
+    assert len(sizes) == count and sizes.sum() == length and sizes.max() <= batch_size
+    assert sizes.min() == length // count and sizes.max() - sizes.min() <= 1
+    assert (np.diff(sizes) >= 0).all()  # smaller first: SMDL's deadlines rely on it
+
+
+@pytest.mark.parametrize("n, batch_size, world_size, drop_last", [
+    (1347, 32, 1, False), (1347, 32, 2, False), (1347, 32, 3, True), (100, 33, 4, False), (101, 10, 4, True),
+    (64, 64, 1, False), (65, 64, 1, False), (50, 7, 6, False)])
+def test_smdl_has_no_small_last_batch(n, batch_size, world_size, drop_last):
+    """Sizes differ by at most one on every rank (the old tail: 1347 = 42 x 32 + 3 gave a
+    batch of 3); counts, coverage and the per-rank shard length are DistributedSampler's."""
+    x = np.random.default_rng(n).normal(size=(n, 4)).astype(np.float32)
+    sel = SubmodularSelector(x, batch_size, seed=1, drop_last=drop_last, pool_size=2 * batch_size)
+    plan = sel.plan(0, world_size)
+    per_rank = n // world_size if drop_last else -(-n // world_size)
+    assert plan.num_batches == sel.num_batches(world_size) == -(-per_rank // batch_size)
+    for r in range(world_size):
+        sizes = [len(b) for b in plan.batches(r)]
+        assert sum(sizes) == per_rank and max(sizes) <= batch_size and max(sizes) - min(sizes) <= 1
+        assert min(sizes) == per_rank // len(sizes)
+    every = plan.indices()
+    assert len(np.unique(every)) == (len(every) if drop_last else n)
+
+
+def clustered_with_outliers(n=2000, d=16, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(10, d)) * 4)[rng.integers(0, 10, n)] + rng.normal(size=(n, d))
+    far = rng.random(n) < 0.1
+    x[far] += rng.normal(size=(far.sum(), d)) * 6
+    return x.astype(np.float32)
+
+
+def test_smdl_does_not_defer_outliers_to_the_end_of_the_epoch():
+    """The 10% of examples farthest from the mean (greedy's least wanted with the paper's
+    weights) are spread over the epoch: mean position (0 first batch, 1 last) near random's
+    0.5 and no batch made of them. Before: mean position 0.93, last batches all outliers."""
+    x = clustered_with_outliers()
+    dist = np.linalg.norm(x - x.mean(0), axis=1)
+    far = np.zeros(len(x), dtype=bool)
+    far[np.argsort(-dist)[: len(x) // 10]] = True
+    sel = SubmodularSelector(x, 64, seed=0)
+    positions, worst, last = [], [], []
+    for epoch in range(3):
+        batches = list(sel.iter_batches(epoch))
+        for t, b in enumerate(batches):
+            positions += [t / (len(batches) - 1)] * int(far[b].sum())
+        shares = [far[b].mean() for b in batches]
+        worst.append(max(shares))
+        last.append(shares[-1])
+    assert 0.45 < np.mean(positions) < 0.6
+    assert max(worst) < 0.5 and np.mean(last) < 0.35
+
+
+@pytest.mark.parametrize("max_delay", [0, 1, 3])
+@pytest.mark.parametrize("world_size, drop_last", [(1, False), (3, True)])
+def test_smdl_uses_every_example_at_most_max_delay_batches_after_its_turn(digits, max_delay, world_size, drop_last):
+    """An example's turn is the batch that cutting the rank's shard (a random order) into the
+    epoch's batch sizes puts it in; max_delay=0 gives exactly those random batches."""
+    x, _ = digits
+    sel = SubmodularSelector(x, 40, seed=2, max_delay=max_delay, pool_size=200, drop_last=drop_last)
+    for r in range(world_size):
+        shard = sel.rank_shards(1, world_size)[r]
+        batches = list(sel.iter_batches(1, r, world_size))
+        bounds = np.concatenate([[0], np.cumsum([len(b) for b in batches])])
+        turn = np.searchsorted(bounds, np.arange(len(shard)), side="right") - 1
+        turn_of = dict(zip(shard.tolist(), turn.tolist()))
+        for t, b in enumerate(batches):
+            assert all(turn_of[i] >= t - max_delay for i in b.tolist())
+            if max_delay == 0:
+                assert sorted(b.tolist()) == sorted(shard[bounds[t]:bounds[t + 1]].tolist())
+
+
+@pytest.mark.parametrize("stop", [1, 20, 41, 43])
+def test_smdl_resume_anywhere_in_the_epoch_including_the_handover(digits, stop):
+    """Exact resume with feedback, on a rank of a 2-rank job: 45 batches per rank, the last
+    8 hand over to the random order (pool 8 B)."""
+    x, _ = digits
+    kwargs = dict(seed=3, drop_last=True)
+    a = SubmodularSelector(x, 20, **kwargs)
+    assert a.num_batches(2) == 45
+    it = a.iter_batches(2, rank=0, world_size=2)
+    head = []
+    for _ in range(stop):
+        head.append(next(it))
+        a.observe(head[-1], logits=_feedback(head[-1]))
+    fresh = SubmodularSelector(x, 20, **kwargs)
+    fresh.load_state_dict(pickle.loads(pickle.dumps(a.state_dict())))
+    tails = []
+    for sel, batches in ((a, it), (fresh, fresh.iter_batches(2, rank=0, world_size=2, start=stop))):
+        tail = []
+        for b in batches:
+            tail.append(b)
+            sel.observe(b, logits=_feedback(b))
+        tails.append(tail)
+    assert len(tails[0]) == len(tails[1]) == 45 - stop
+    assert all(np.array_equal(p, q) for p, q in zip(*tails))
+    used = np.concatenate(head + tails[1])
+    assert len(np.unique(used)) == len(used) == len(x) // 2
+
+
+def test_smdl_batches_depend_only_on_seed_epoch_rank_and_step(digits):
+    x, _ = digits
+    a = SubmodularSelector(x, 50, seed=4)
+    b = SubmodularSelector(x, 50, seed=4)
+    forward = [list(a.iter_batches(3, r, 3)) for r in range(3)]
+    backward = [list(b.iter_batches(3, r, 3)) for r in (2, 1, 0)][::-1]  # ranks drawn in another order
+    for p, q in zip(forward, backward):
+        assert len(p) == len(q) and all(np.array_equal(u, v) for u, v in zip(p, q))
+    assert a.plan(3, 3).fingerprint() == b.plan(3, 3).fingerprint()
+    assert a.plan(3, 3).fingerprint() != a.plan(4, 3).fingerprint()
+
+
+def test_smdl_resumes_a_state_from_before_balanced_batches(digits):
+    """A state written by the version with full batches (unused positions in any order,
+    batches of B): the rest of the epoch uses every remaining example once, in batches
+    whose sizes differ by at most one."""
+    x, _ = digits
+    sel = SubmodularSelector(x, 32, seed=0)
+    next(sel.iter_batches(0))
+    state = sel.state_dict()
+    run = state["runs"][0]
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(x))
+    run["order"], run["m"] = order, len(x) - 3 * 32
+    shard = sel.rank_shards(0, 1)[0]
+    run["drawn"], run["drawn_sizes"] = shard[order[run["m"]:]], np.array([32, 32, 32])
+    fresh = SubmodularSelector(x, 32, seed=0)
+    fresh.load_state_dict(state)
+    rest = list(fresh.iter_batches(0, start=3))
+    sizes = [len(b) for b in rest]
+    assert len(rest) == fresh.num_batches() - 3 and max(sizes) - min(sizes) <= 1
+    used = np.concatenate([shard[order[run["m"]:]]] + rest)
+    assert sorted(used.tolist()) == list(range(len(x)))
+
+
+def test_select_from_pool_builds_on_the_fixed_examples(digits):
+    x, y = digits
+    sel = SubmodularSelector(x, 32, seed=0, weights=(0, 1, 0, 0), coverage_size=None)
+    pool = np.sort(np.random.default_rng(5).choice(len(x), 256, replace=False))
+    fixed = np.flatnonzero(y[pool] == 0)[:16]  # half a batch of zeros already in it
+    picks = sel.select_from_pool(pool, 32, np.random.default_rng(0), fixed=fixed)
+    assert len(picks) == 32 and len(np.unique(picks)) == 32 and np.array_equal(picks[:16], fixed)
+    free = sel.select_from_pool(pool, 16, np.random.default_rng(0))
+    # diversity: greedy takes fewer zeros when half the batch is zeros already
+    assert (y[pool[picks[16:]]] == 0).sum() <= (y[pool[free]] == 0).sum()
+    assert np.array_equal(sel.select_from_pool(pool, 3, fixed=[5, 1, 9]), [5, 1, 9])
+    for bad in ([1, 1], [256], [-1], list(range(33))):
+        with pytest.raises(ValueError, match="fixed"):
+            sel.select_from_pool(pool, 32, fixed=bad)
+
+
+def test_similarity_product_runs_on_one_blas_thread_and_restores_the_count():
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    from batchsel._blas import one_blas_thread
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    with one_blas_thread():
+        assert all(n == 1 for n in blas_threads())
+        with one_blas_thread():  # nested on the same thread: no deadlock
+            assert all(n == 1 for n in blas_threads())
+    assert blas_threads() == before
+
+    a = np.ones((64, 8), dtype=np.float32)
+
+    def work():
+        for _ in range(50):
+            with one_blas_thread():
+                a @ a.T
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert blas_threads() == before  # concurrent sections leave the count as it was
 
 
 # -- GreedMax partitions -------------------------------------------------------------------
@@ -504,7 +693,7 @@ def test_bad_feedback(small):
 @pytest.mark.parametrize("kwargs, match", [
     ({"weights": (1, 2, 3)}, "weights"), ({"weights": (0, 0, 0, 0)}, "weights"), ({"weights": (-1, 1, 1, 1)}, "weights"),
     ({"pool_size": 2}, "pool_size"), ({"optimizer": "naive"}, "naive"), ({"partition": "metis"}, "metis"),
-    ({"epsilon": 1.5}, "1.5"), ({"warmup_epochs": -1}, "-1"),
+    ({"epsilon": 1.5}, "1.5"), ({"warmup_epochs": -1}, "-1"), ({"max_delay": -2}, "-2"),
 ])
 def test_bad_smdl_arguments(small, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -71,8 +71,13 @@ def test_submodular_selector_properties(shape, optimizer, partition):
     sel = make()
     plan = check_epoch(sel, n, w, drop, per_rank)
     for r in range(w):  # each rank never repeats an example within its shard (up to padding)
-        for batch in plan.batches(r):
-            assert len(batch) <= b
+        sizes = [len(batch) for batch in plan.batches(r)]
+        assert max(sizes) <= b and max(sizes) - min(sizes) <= 1  # no small last batch
+        # no example later than max_delay (2) batches after its turn in the shard's order
+        shard = sel.rank_shards(0, w)[r]
+        turn = np.repeat(np.arange(len(sizes)), sizes)
+        for t, batch in enumerate(plan.batches(r)):  # (a padded example has two positions)
+            assert all((turn[shard == i] >= t - 2).any() for i in batch)
         online = list(make().iter_batches(0, r, w))  # drawn online = the plan (same scores)
         assert all(np.array_equal(p, q) for p, q in zip(online, plan.batches(r)))
         assert len(online) == plan.num_batches

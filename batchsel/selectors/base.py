@@ -13,7 +13,10 @@ identically on every rank from the seed, and each rank then selects only within 
 Online selectors (:class:`OnlineSelector`) draw batch after batch from the scores known at
 that moment and remember, per (rank, world size), the batches already drawn in the current
 epoch; :meth:`Selector.state_dict` carries that record so a resumed run yields exactly the
-batches that were still to come.
+batches that were still to come. Online selectors that draw without replacement cut the
+shard into batches whose sizes differ by at most one (:func:`balanced_sizes`) instead of
+DistributedSampler's full batches and a small last one: a last batch of a few examples
+(1347 = 42 x 32 + 3) gets a whole optimizer step with the learning rate of a full batch.
 """
 from __future__ import annotations
 
@@ -40,6 +43,35 @@ def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
 def split_batches(indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Consecutive batches of ``batch_size`` (the last one may be smaller)."""
     return [indices[i:i + batch_size] for i in range(0, len(indices), batch_size)]
+
+
+def balanced_sizes(length: int, batch_size: int) -> np.ndarray:
+    """Sizes of the ``ceil(length / batch_size)`` batches of an epoch that draws ``length``
+    examples without replacement: they differ by at most one, smaller ones first.
+
+    Of all ways to cut ``length`` examples into that many batches of at most
+    ``batch_size``, this has the largest smallest batch (``length // T``: at least
+    ``batch_size // 2`` from two batches on, ``batch_size - 1`` from ``batch_size``
+    batches on), so no optimizer step is a high-variance outlier and at most two batch
+    sizes occur (1347 examples, B = 32: 29 batches of 31 and 14 of 32, instead of 42 of 32
+    and one of 3). Splitting only the last two batches would leave most batches at B but
+    a smallest one of about B / 2 whenever the remainder is small. Smaller batches first
+    keeps the sizes non-decreasing, which
+    :class:`~batchsel.selectors.submodular.SubmodularSelector`'s deadlines rely on (no
+    more examples fall due at a batch than it holds).
+
+    >>> balanced_sizes(1347, 32).tolist().count(31), balanced_sizes(10, 4).tolist()
+    (29, [3, 3, 4])
+    """
+    length = check_int(length, "length", minimum=0)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    count = -(-length // batch_size)
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    small, extra = divmod(length, count)
+    sizes = np.full(count, small, dtype=np.int64)
+    sizes[count - extra:] += 1
+    return sizes
 
 
 def even_split(indices: np.ndarray, world_size: int, drop_last: bool) -> list[np.ndarray]:
@@ -188,6 +220,11 @@ class OnlineSelector(Selector):
     current epoch: iterating an epoch again, or from ``start`` after
     :meth:`load_state_dict`, replays the batches already drawn (a DataLoader prefetches
     ahead of training) and draws the rest.
+
+    The run state is ``shard``, ``order`` and ``m`` (``order[:m]`` are the positions into
+    ``shard`` still unused), ``drawn`` and ``sizes``: the batch sizes of an epoch drawn
+    without replacement (:func:`balanced_sizes`, ``sizes[t]`` for batch ``t``). Selectors
+    that draw with replacement (loss rank) ignore ``sizes`` and ``order``.
     """
 
     online = True
@@ -212,7 +249,24 @@ class OnlineSelector(Selector):
         shard = self.rank_shards(epoch, world_size)[rank]
         # ``order[:m]`` are the positions (into ``shard``) still unused this epoch.
         return {"epoch": int(epoch), "shard": shard, "order": np.arange(len(shard), dtype=np.int64),
-                "m": len(shard), "drawn": []}
+                "m": len(shard), "drawn": [], "sizes": balanced_sizes(len(shard), self.batch_size)}
+
+    def _restore_run(self, run: dict[str, Any]) -> None:
+        """Called on each run rebuilt by :meth:`load_state_dict` (``order``, ``m`` and
+        ``drawn`` restored), so a subclass can bring it to the form it keeps.
+
+        A run drawn without replacement (its batches used the ``len(shard) - m`` examples
+        no longer in ``order[:m]``) whose remaining ``sizes`` do not add up to ``m`` (a
+        state written by a version that cut full batches and a small last one) gets the
+        sizes of its remaining batches re-cut from ``m``: every example is still used
+        once, and no batch is small."""
+        drawn, sizes, m = run["drawn"], run["sizes"], run["m"]
+        t = len(drawn)
+        if t < len(sizes) and sum(len(b) for b in drawn) + m == len(run["shard"]) and int(sizes[t:].sum()) != m:
+            sizes[:t] = [len(b) for b in drawn]
+            rest = len(sizes) - t
+            sizes[t:] = m // rest
+            sizes[len(sizes) - m % rest:] += 1
 
     def _draw(self, run: dict[str, Any], rank: int) -> np.ndarray:
         t = len(run["drawn"])
@@ -286,6 +340,7 @@ class OnlineSelector(Selector):
             run["drawn"] = np.split(np.asarray(r["drawn"], dtype=np.int64), np.cumsum(sizes)[:-1]) if sizes.size else []
             run["order"] = np.asarray(r["order"], dtype=np.int64).copy()
             run["m"] = int(r["m"])
+            self._restore_run(run)
             self._runs[(int(r["rank"]), int(r["world_size"]))] = run
 
 
@@ -325,5 +380,5 @@ class RandomSelector(Selector):
         return -(-shard_length(self.num_examples, world_size, self.drop_last) // self.batch_size)
 
 
-__all__ = ["Selector", "OnlineSelector", "RandomSelector", "epoch_rng", "split_batches", "even_split",
-           "shard_length", "PARTITIONS"]
+__all__ = ["Selector", "OnlineSelector", "RandomSelector", "epoch_rng", "split_batches", "balanced_sizes",
+           "even_split", "shard_length", "PARTITIONS"]
