@@ -9,16 +9,31 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-# Rows checked for NaN/inf at a time: bounds the temporary memory on memory-mapped input.
-_FINITE_BLOCK = 1 << 16
+# Bytes of input checked for NaN/inf at a time: bounds the temporaries (and what is read
+# of a memory-mapped file at once) whatever the row width.
+_FINITE_BLOCK_BYTES = 1 << 24
+
+# Squared euclidean norms and distances are computed in float32 (faiss, the BLAS Gram
+# matrices): the largest must stay below float32's maximum, with room for |a - b|^2 <= 4 r^2,
+# and the spread must stay above the range where float32 products underflow or are
+# subnormal (below ~1e-30 nearly every bit of a squared distance is lost).
+SQUARED_MAX = float(np.finfo(np.float32).max) / 8
+SQUARED_MIN = 1e-30
 
 
 def tensor_to_numpy(x: Any) -> Any:
     """A torch tensor as a numpy array (detached, on the CPU); anything else unchanged.
-    Duck-typed, so checking input never imports torch."""
+    Duck-typed, so checking input never imports torch. Float dtypes numpy lacks (bfloat16,
+    float8) become float32, which holds each of their values exactly."""
     if hasattr(x, "detach") and hasattr(x, "numpy"):
-        return x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        if getattr(x, "is_floating_point", lambda: False)() and str(x.dtype) not in _NUMPY_FLOATS:
+            x = x.float()
+        return x.numpy()
     return x
+
+
+_NUMPY_FLOATS = ("torch.float16", "torch.float32", "torch.float64")
 
 
 def _describe(x: Any) -> str:
@@ -39,16 +54,53 @@ def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | 
     return value
 
 
-def check_finite(x: np.ndarray, name: str) -> None:
+def check_finite(x: np.ndarray, name: str, source: np.ndarray | None = None) -> None:
     """Raise ``ValueError`` when ``x`` holds NaN or inf; scans in blocks so a memmap is
-    read once and never copied whole."""
+    read once and never copied whole.
+
+    ``source``: the array ``x`` was cast from (same shape); a value finite there and
+    infinite in ``x`` overflowed the cast, which the message says (with the fix).
+    """
     flat = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
-    for start in range(0, flat.shape[0], _FINITE_BLOCK):
-        block = flat[start:start + _FINITE_BLOCK]
+    rows = max(1, _FINITE_BLOCK_BYTES // max(1, flat.shape[1] * flat.itemsize))
+    for start in range(0, flat.shape[0], rows):
+        block = flat[start:start + rows]
         if not np.isfinite(block).all():
             bad = np.argwhere(~np.isfinite(block))[0]
-            row = start + int(bad[0])
-            raise ValueError(f"{name} contains NaN or inf (first at row {row}: {flat[row, bad[1]]})")
+            row, col = start + int(bad[0]), int(bad[1])
+            if source is not None:
+                original = source.reshape(flat.shape)[row, col]
+                if np.isfinite(original):
+                    raise ValueError(
+                        f"{name} holds {original:.3g} (row {row}), beyond the float32 range "
+                        f"(+-{np.finfo(np.float32).max:.3g}) it is computed in; rescale it (e.g. divide "
+                        f"by its largest absolute value)")
+            raise ValueError(f"{name} contains NaN or inf (first at row {row}: {flat[row, col]})")
+
+
+def check_scale(x: np.ndarray, name: str, center: np.ndarray | None = None, underflow: bool = True) -> None:
+    """Raise ``ValueError`` when the squared euclidean norms of the rows of ``x`` (minus
+    ``center`` if given) leave the range float32 distance computations handle: above
+    ``SQUARED_MAX`` they overflow to inf (and NaN after a subtraction), below
+    ``SQUARED_MIN`` (but not all 0) they underflow, and either way every distance, hence
+    every pick, would be wrong without notice. Reads ``x`` in blocks, in float64.
+    ``underflow=False`` checks overflow only (a few rows of a larger set may be tiny)."""
+    flat = x.reshape(x.shape[0], -1)
+    rows = max(1, _FINITE_BLOCK_BYTES // max(1, flat.shape[1] * 8))
+    largest = 0.0
+    for start in range(0, flat.shape[0], rows):
+        block = np.asarray(flat[start:start + rows], dtype=np.float64)
+        if center is not None:
+            block = block - center
+        largest = max(largest, float(np.einsum("ij,ij->i", block, block).max(initial=0.0)))
+    centered = " (after centering)" if center is not None else ""
+    if largest > SQUARED_MAX:
+        raise ValueError(f"{name}: row squared norms reach {largest:.3g}{centered}, so squared distances overflow "
+                         f"float32 (max {np.finfo(np.float32).max:.3g}); rescale the embeddings (e.g. divide them "
+                         f"by their standard deviation)")
+    if underflow and 0.0 < largest < SQUARED_MIN:
+        raise ValueError(f"{name}: row squared norms are at most {largest:.3g}{centered}, so squared distances "
+                         f"underflow float32; rescale the embeddings (e.g. divide them by their standard deviation)")
 
 
 def load_embeddings(embeddings: Any, name: str = "embeddings") -> np.ndarray:
@@ -82,9 +134,12 @@ def load_embeddings(embeddings: Any, name: str = "embeddings") -> np.ndarray:
         raise ValueError(f"{name} must be 2-D (N x d), got {x.ndim}-D {_describe(x)}")
     if x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"{name} is empty: shape {x.shape}")
+    source = None
     if x.dtype != np.float32 or not x.flags.c_contiguous:
-        x = np.ascontiguousarray(x, dtype=np.float32)
-    check_finite(x, name)
+        source = x if x.dtype.itemsize > 4 and np.issubdtype(x.dtype, np.floating) else None
+        with np.errstate(over="ignore"):  # an overflow is reported below, with its fix
+            x = np.ascontiguousarray(x, dtype=np.float32)
+    check_finite(x, name, source=source)
     return x
 
 
@@ -100,12 +155,20 @@ def check_graph(graph: Any, num_nodes: int | None = None, name: str = "graph") -
         raise ValueError(f"{name} must be square, got shape {graph.shape}")
     if num_nodes is not None and graph.shape[0] != num_nodes:
         raise ValueError(f"{name} has {graph.shape[0]} nodes but the data has {num_nodes} examples")
-    g = sp.csr_matrix(graph, dtype=np.float32)
-    if g is graph:
-        g = g.copy()
-    g.sum_duplicates()
+    if graph.nnz and np.issubdtype(graph.dtype, np.number) and not np.isfinite(graph.data).all():
+        bad = graph.data[~np.isfinite(graph.data)][0]
+        raise ValueError(f"{name} has NaN or inf edge weights (e.g. {bad}); remove or replace them")
+    with np.errstate(over="ignore"):  # reported below, with its fix
+        g = sp.csr_matrix(graph, dtype=np.float32)
+    # sp.save_npz keeps explicit zeros: they are no edges, and a graph of nothing but them
+    # would otherwise look like one with edges (METIS then got NaN weights)
+    if g is graph or not g.has_canonical_format or (g.nnz and not g.data.all()):
+        g = g.copy()  # sum_duplicates / eliminate_zeros work in place: never on the caller's arrays
+        g.sum_duplicates()
+        g.eliminate_zeros()
     if g.nnz and not np.isfinite(g.data).all():
-        raise ValueError(f"{name} has NaN or inf edge weights")
+        raise ValueError(f"{name} has edge weights beyond the float32 range (+-{np.finfo(np.float32).max:.3g}); "
+                         f"rescale them (e.g. divide by the largest)")
     return to_int64(g)
 
 
@@ -128,6 +191,9 @@ def check_labels(labels: Any, num_examples: int, name: str = "labels", allow_unl
         raise ValueError(f"{name} has length {y.shape[0]} but there are {num_examples} examples")
     if not (np.issubdtype(y.dtype, np.integer) or (np.issubdtype(y.dtype, np.floating) and np.all(np.mod(y, 1) == 0))):
         raise TypeError(f"{name} must hold integer class ids, got dtype {y.dtype}")
+    if np.issubdtype(y.dtype, np.floating) and y.size and np.abs(y).max() > 2**53:
+        # integral floats that large are no class ids (and overflow the int64 cast)
+        raise ValueError(f"{name} must hold class ids, found {float(np.abs(y).max()):.3g}")
     y = y.astype(np.int64)
     lowest = -1 if allow_unlabeled else 0
     if y.size and y.min() < lowest:

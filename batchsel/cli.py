@@ -9,17 +9,21 @@ writing Python, and for inspecting schedules::
 
 Results (and ``--json``) go to stdout, progress bars and errors to stderr. Exit codes:
 0 success; 2 bad usage or bad input (one line ``batchsel: error: ...`` on stderr, no
-traceback); 1 anything unexpected (the traceback only with ``--debug``); 130 Ctrl-C.
-Every file is written to a temporary name and renamed, and an existing file is only
-replaced with ``--force``.
+traceback); 1 an internal error (one line, the traceback only with ``--debug``); 130
+Ctrl-C; 143 SIGTERM. Every file is written to a temporary name and renamed (temporary
+files are removed on an error, Ctrl-C or SIGTERM), and an existing file is only replaced
+with ``--force`` (a symlink is written through; devices and other special files are
+refused).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import linecache
 import logging
 import math
 import os
+import signal
 import sys
 import traceback
 import zipfile
@@ -29,11 +33,11 @@ import numpy as np
 
 from . import __version__
 from ._checks import check_graph, check_int, check_labels, check_seed, load_embeddings
-from .io import atomic_write, load_array, save_npy
+from .io import array_shape, atomic_group, atomic_write, load_array, save_npy
 from .plan import EpochPlan, load_plans, save_plans
 
 
-EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
+EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 0, 1, 2, 130, 141, 143
 
 OBJECTIVES = ("facility-location", "feature-based", "graph-cut", "sum-redundancy", "saturated-coverage")
 OPTIMIZERS = ("lazy", "naive", "stochastic", "lazier-than-lazy")
@@ -45,6 +49,11 @@ PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 class UsageError(Exception):
     """Bad usage or bad input: exit code 2 and one line on stderr."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so open atomic writes remove their
+    temporary files (the default action would kill the process on the spot)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,7 +117,7 @@ example ('batchsel COMMAND --help' shows each command's options and examples):
   batchsel plan emb.npy --batch-size 64 --workers 4 --epochs 2 --out plan.npz
   batchsel inspect plan.npz --labels y.npy --plot plan.png
 
-exit codes: 0 ok, 2 bad usage or input, 1 unexpected error (--debug shows the traceback)
+exit codes: 0 ok, 2 bad usage or input, 1 internal error (--debug shows the traceback)
 """
 
 
@@ -210,6 +219,18 @@ def _embeddings(path: str) -> np.ndarray:
     return load_embeddings(load_array(path), name=f"embeddings {path!r}")
 
 
+def _num_rows(path: str) -> int:
+    """N of an N x d embeddings file, from its header where the format has one: random
+    batches need nothing else (loading would copy a float64 file to float32 and read all
+    of it for the NaN check)."""
+    shape = array_shape(path)
+    if len(shape) != 2:
+        raise UsageError(f"embeddings {path!r} must be 2-D (N x d), got shape {shape}")
+    if shape[0] == 0 or shape[1] == 0:
+        raise UsageError(f"embeddings {path!r} is empty: shape {shape}")
+    return int(shape[0])
+
+
 def _labels(path: str, num_examples: int, allow_unlabeled: bool) -> np.ndarray:
     return check_labels(load_array(path), num_examples, name=f"labels {path!r}", allow_unlabeled=allow_unlabeled)
 
@@ -239,6 +260,12 @@ def _check_output(path: str | None, force: bool, what: str = "output", suffixes:
         raise UsageError(f"{what} {path!r} is a directory")
     if os.path.lexists(path) and not force:
         raise UsageError(f"{what} {path!r} exists (pass --force to replace it)")
+    # a symlink is written through (the atomic write replaces its target, not the link)
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    if os.path.exists(target) and not os.path.isfile(target):
+        raise UsageError(f"{what} {path!r} is not a regular file (a device, FIFO, socket or folder); "
+                         f"write to a regular file")
+    path = target
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         problem = "is not a folder" if os.path.exists(folder) else "does not exist"
@@ -247,14 +274,15 @@ def _check_output(path: str | None, force: bool, what: str = "output", suffixes:
         raise UsageError(f"cannot write {what} {path!r}: folder {folder!r} is not writable")
 
 
-def _write(path: str, write: Callable[[], None]) -> None:
-    """Run an atomic write; an OS error (disk full, permissions) names the file."""
+def _write(path: str | Sequence[str], write: Callable[[], None]) -> None:
+    """Run an atomic write; an OS error (disk full, permissions) names the file(s)."""
     try:
         write()
     except OSError as exc:
         if isinstance(exc, FileExistsError):
             raise
-        raise UsageError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+        names = " and ".join(repr(p) for p in ([path] if isinstance(path, str) else path))
+        raise UsageError(f"cannot write {names}: {exc.strerror or exc}") from None
 
 
 def _progress(iterable: Any, quiet: bool, **kwargs: Any) -> Any:
@@ -360,13 +388,12 @@ def _weights(text: str) -> tuple[float, ...]:
     return values
 
 
-def _selector(args: argparse.Namespace, x: np.ndarray, labels: np.ndarray | None, losses: np.ndarray | None,
-              graph: Any) -> tuple[Any, Any]:
-    """The selector for ``--method``, and the k-NN graph it built (method graph without
-    ``--graph``; else None)."""
+def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np.ndarray | None,
+              losses: np.ndarray | None, graph: Any) -> tuple[Any, Any]:
+    """The selector for ``--method`` over ``n`` examples (embeddings ``x``, None for
+    ``random``), and the k-NN graph it built (method graph without ``--graph``; else
+    None)."""
     from . import selectors
-
-    n = x.shape[0]
     common = {"seed": args.seed, "drop_last": args.drop_last}
     built = None
     if args.method == "random":
@@ -424,8 +451,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.save_graph is not None and os.path.abspath(args.save_graph) == os.path.abspath(args.out):
         raise UsageError("--save-graph and --out name the same file")
 
-    x = _embeddings(args.embeddings)
-    n = x.shape[0]
+    if args.method == "random":
+        x, n = None, _num_rows(args.embeddings)
+    else:
+        x = _embeddings(args.embeddings)
+        n = x.shape[0]
     labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None
     losses = None
     if args.losses:
@@ -434,18 +464,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
         losses = check_rows(load_array(args.losses), n, f"losses {args.losses!r} (one per example)", ndim=1)
     graph = _graph(args.graph, n) if args.graph else None
 
-    selector, built_graph = _selector(args, x, labels, losses, graph)
+    selector, built_graph = _selector(args, x, n, labels, losses, graph)
     epochs = range(args.start_epoch, args.start_epoch + args.epochs)
     plans = [selector.plan(epoch=e, world_size=args.workers)
              for e in _progress(epochs, args.quiet, desc="plan", unit="epoch")]
-    _write(args.out, lambda: save_plans(args.out, plans, overwrite=args.force))
-    if args.save_graph is not None and built_graph is not None:
-        import scipy.sparse as sp
 
-        def write_graph() -> None:
-            with atomic_write(args.save_graph, "wb", overwrite=args.force) as fh:
-                sp.save_npz(fh, built_graph)
-        _write(args.save_graph, write_graph)
+    def write_outputs() -> None:
+        # one group: the plan is renamed into place only when the graph was written too
+        with atomic_group() as group:
+            with group.open(args.out, "wb", overwrite=args.force) as fh:
+                save_plans(fh, plans)
+            if args.save_graph is not None and built_graph is not None:
+                import scipy.sparse as sp
+
+                with group.open(args.save_graph, "wb", overwrite=args.force) as fh:
+                    sp.save_npz(fh, built_graph)
+    _write(args.out if args.save_graph is None else [args.out, args.save_graph], write_outputs)
 
     summary = {"out": args.out, "method": args.method, "seed": args.seed, "num_examples": n,
                "batch_size": args.batch_size, "world_size": args.workers, "num_batches": plans[0].num_batches,
@@ -678,7 +712,15 @@ def _plot(path: str, plan_path: str, reports: list[dict[str, Any]], force: bool)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    if args.epoch is not None:
+        check_int(args.epoch, "--epoch", minimum=0)
     _check_output(args.plot, args.force, what="plot", suffixes=PLOT_SUFFIXES)
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401 - checked before the work, not after it
+        except ImportError:
+            raise UsageError("--plot needs matplotlib, which is not installed: pip install matplotlib "
+                             "(or pip install 'batchsel[plot]')") from None
     if args.plot is not None and os.path.abspath(args.plot) == os.path.abspath(args.plan):
         raise UsageError("--plot would overwrite the plan file")
     plans = load_plans(args.plan)
@@ -716,6 +758,27 @@ def _one_line(exc: BaseException) -> str:
     return text
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _is_bad_input(exc: BaseException) -> bool:
+    """Whether a ``ValueError`` / ``TypeError`` is batchsel rejecting its input: raised by
+    a ``raise`` statement in batchsel's own code, which raises these only to name a bad
+    value and its fix. The same types raised inside numpy, scipy, numba, ..., or by a
+    call batchsel itself got wrong, are bugs: exit 1, not "bad input"."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    return filename.startswith(_PACKAGE) and linecache.getline(filename, tb.tb_lineno).lstrip().startswith("raise")
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``batchsel`` command with ``argv`` (default ``sys.argv[1:]``); returns
     the exit code.
@@ -729,19 +792,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
                         format="batchsel: %(levelname)s: %(name)s: %(message)s")
     try:
+        # None: the previous handler was not set from Python (the default action)
+        previous = signal.signal(signal.SIGTERM, _on_sigterm) or signal.SIG_DFL
+    except ValueError:  # not the main thread: keep the default action
+        previous = None
+    try:
         try:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # --help / --version
             return int(exc.code or 0)
         return args.run(args)
-    except (UsageError, ValueError, TypeError, FileExistsError) as exc:
+    except (UsageError, FileExistsError) as exc:
         if debug:
             traceback.print_exc()
         sys.stderr.write(f"batchsel: error: {_one_line(exc)}\n")
         return EXIT_USAGE
+    except (ValueError, TypeError) as exc:
+        if debug:
+            traceback.print_exc()
+        if _is_bad_input(exc):
+            sys.stderr.write(f"batchsel: error: {_one_line(exc)}\n")
+            return EXIT_USAGE
+        sys.stderr.write(f"batchsel: internal error: {type(exc).__name__}: {_one_line(exc)}"
+                         f"{'' if debug else '; rerun with --debug for the traceback'}\n")
+        return EXIT_UNEXPECTED
     except KeyboardInterrupt:
         sys.stderr.write("batchsel: interrupted\n")
         return EXIT_INTERRUPTED
+    except Terminated:
+        sys.stderr.write("batchsel: terminated (SIGTERM)\n")
+        return EXIT_TERMINATED
     except BrokenPipeError:
         # The reader of stdout went away (e.g. `| head`): stop quietly, with the status a
         # shell reports for SIGPIPE; devnull keeps Python's exit flush from failing again.
@@ -756,11 +836,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         if debug:
             traceback.print_exc()
-            sys.stderr.write(f"batchsel: unexpected error: {type(exc).__name__}: {_one_line(exc)}\n")
-        else:
-            sys.stderr.write(f"batchsel: unexpected error: {type(exc).__name__}: {_one_line(exc)} "
-                             "(run with --debug for the traceback)\n")
+        sys.stderr.write(f"batchsel: internal error: {type(exc).__name__}: {_one_line(exc)}"
+                         f"{'' if debug else '; rerun with --debug for the traceback'}\n")
         return EXIT_UNEXPECTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

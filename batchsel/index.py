@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from faiss.contrib.inspect_tools import get_invlist
 from tqdm.auto import tqdm
 
-from ._checks import check_int, check_seed, load_embeddings, to_int64
+from ._checks import check_int, check_scale, check_seed, load_embeddings, to_int64
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,10 @@ class EmbeddingIndex:
     metric:
         ``"cosine"`` (vectors normalized, inner product), ``"l2"`` (distances are
         *squared* euclidean, as faiss returns them) or ``"ip"`` (raw inner product,
-        larger is closer).
+        larger is closer). faiss computes in float32: for ``"l2"`` and ``"ip"``,
+        embeddings whose squared norms overflow or underflow float32 (row norms beyond
+        about 6e18, or all below 1e-15) raise ``ValueError`` (rescale them); ``"cosine"``
+        normalizes in float64 and takes any scale.
     kind:
         ``"flat"`` exact search; ``"ivf"`` inverted lists (``nlist = 2 sqrt(N)``, search
         ``nprobe`` lists); ``"hnsw"`` graph index; ``"auto"`` exact up to
@@ -119,6 +122,11 @@ class EmbeddingIndex:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.embeddings = load_embeddings(embeddings)
+        if metric != "cosine":
+            # faiss computes (squared) distances and inner products of the raw vectors in
+            # float32: out of range they overflow or underflow and the neighbours are
+            # garbage or missing (-1). Cosine normalizes first and takes any scale.
+            check_scale(self.embeddings, "embeddings")
         self.metric = metric
         self.num_examples, self.dim = self.embeddings.shape
         self.kind = kind if kind != "auto" else ("flat" if self.num_examples <= AUTO_EXACT_MAX else "ivf")
@@ -134,9 +142,12 @@ class EmbeddingIndex:
         """The block as the index sees it: float32 C-contiguous, normalized for cosine."""
         if self.metric != "cosine":
             return np.ascontiguousarray(x, dtype=np.float32)
-        x = np.array(x, dtype=np.float32, order="C", copy=True)  # never normalize the caller's data
-        faiss.normalize_L2(x)
-        return x
+        # Norms in float64: in float32 the squares of ~1e20 overflow (NaN vectors) and those
+        # of ~1e-30 underflow (zero vectors), so the result would depend on the scale.
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+        out = np.array(x, dtype=np.float32, order="C", copy=True)  # never normalize the caller's data
+        out *= (1.0 / np.where(norms > 0, norms, 1.0))[:, None]  # computed in float64, stored in float32
+        return out
 
     def _build(self) -> faiss.Index:
         n, d = self.num_examples, self.dim
@@ -233,6 +244,15 @@ class EmbeddingIndex:
             D, I = self._ivf_self_search(k + 1)
         else:
             D, I = self._search_blocks(self.embeddings, k + 1, desc="knn graph")
+        missing = I < 0
+        if self.kind == "flat" and missing.any():
+            # exact search finds k neighbours of every point unless distances were NaN
+            raise ValueError(f"exact search found no neighbour for {int(missing.any(axis=1).sum())} of "
+                             f"{self.num_examples} points: the distances are not finite; check and rescale "
+                             f"the embeddings")
+        if not np.isfinite(D[~missing]).all():
+            raise ValueError("k-NN distances are not finite (the embeddings overflow float32); rescale the "
+                             "embeddings (e.g. divide them by their standard deviation)")
         rows = np.arange(self.num_examples)[:, None]
         is_self = I == rows
         # Keep the first k columns that are not the point itself.
@@ -280,7 +300,9 @@ class EmbeddingIndex:
         median over points of the squared distance to the k-th neighbour (so the typical
         k-th neighbour gets weight 1/e); ``"cosine"`` w = cosine similarity, clipped to
         (0, 1]; ``"connectivity"`` w = 1. ``symmetrize`` keeps an edge when either end
-        lists the other, with the larger weight (w = max(W, W^T)).
+        lists the other, with the larger weight (w = max(W, W^T)). An exact index that
+        misses neighbours (non-finite distances) or a graph with no edge at all raises
+        ``ValueError``.
         """
         if kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
@@ -313,6 +335,9 @@ class EmbeddingIndex:
         # conversion would sort all N k entries again).
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(valid.sum(axis=1), out=indptr[1:])
+        if not valid.any():
+            raise ValueError(f"the {k}-NN graph of {n} points is empty: the index found no neighbours; rescale "
+                             f"the embeddings or use kind='flat'")
         graph = sp.csr_matrix((w[valid], I[valid], indptr), shape=(n, n))
         if symmetrize:
             graph = graph.maximum(graph.T).tocsr()
@@ -323,8 +348,9 @@ class EmbeddingIndex:
         """Cosine similarity of every point i and each of its neighbours cols[i]."""
         out = np.empty(cols.shape, dtype=np.float32)
         for start, stop in _blocks(cols.shape[0]):
-            a = self.embeddings[start:stop]
-            b = self.embeddings[np.where(cols[start:stop] >= 0, cols[start:stop], 0)]
+            # float64: float32 dots and norms of large vectors overflow
+            a = self.embeddings[start:stop].astype(np.float64)
+            b = self.embeddings[np.where(cols[start:stop] >= 0, cols[start:stop], 0)].astype(np.float64)
             dots = np.einsum("id,ikd->ik", a, b)
             norms = np.linalg.norm(a, axis=1)[:, None] * np.linalg.norm(b, axis=2)
             out[start:stop] = dots / np.maximum(norms, 1e-12)

@@ -10,11 +10,14 @@ import contextlib
 import os
 import pickle
 import stat
+import sys
 import tempfile
 import zipfile
 from typing import IO, Iterator
 
 import numpy as np
+
+from ._checks import tensor_to_numpy
 
 
 def _umask() -> int:
@@ -30,27 +33,42 @@ def _umask() -> int:
     return mask
 
 
-@contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb", overwrite: bool = True) -> Iterator[IO]:
-    """Open a temporary file beside ``path``; rename it to ``path`` only on success.
-
-    >>> import os, tempfile
-    >>> target = os.path.join(tempfile.mkdtemp(), "out.txt")
-    >>> with atomic_write(target, "w") as f:
-    ...     _ = f.write("done")
-    >>> open(target).read()
-    'done'
-    """
+def _target(path: str | os.PathLike, overwrite: bool) -> str:
+    """The file an atomic write replaces: a symlink's target (the link is written through,
+    not replaced); refuses folders, existing non-regular files (devices, FIFOs, sockets:
+    a rename would replace the node with a regular file) and, unless ``overwrite``,
+    existing files."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.islink(path):
+        path = os.path.realpath(path)
     if os.path.isdir(path):
         raise ValueError(f"output {path!r} is a directory")
-    if not overwrite and os.path.exists(path):
-        raise FileExistsError(f"output {path!r} exists (pass overwrite / --force to replace it)")
+    if os.path.exists(path):
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ValueError(f"output {path!r} exists and is not a regular file (a device, FIFO or socket); "
+                             f"write to a regular file")
+        if not overwrite:
+            raise FileExistsError(f"output {path!r} exists (pass overwrite / --force to replace it)")
+    folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ValueError(f"output folder {folder!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
+    return path
+
+
+class AtomicGroup:
+    """Files written as one (see :func:`atomic_group`): :meth:`open` gives each a
+    temporary file beside it; the group renames them all only when its block succeeds."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, str]] = []  # (temporary, final) names
+
+    @contextlib.contextmanager
+    def open(self, path: str | os.PathLike, mode: str = "wb", overwrite: bool = True) -> Iterator[IO]:
+        """A temporary file for ``path``, flushed to disk when the ``with`` block ends."""
+        path = _target(path, overwrite)
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        self._pending.append((tmp, path))  # registered first: removed whatever fails next
         with os.fdopen(fd, mode) as f:
             # mkstemp makes the file 0600; give it the mode a plain open() would (or keep
             # the replaced file's), so plans stay readable by the other ranks / users.
@@ -61,11 +79,92 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", overwrite: bool = Tr
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+
+    def _commit(self) -> None:
+        for tmp, path in self._pending:
+            os.replace(tmp, path)
+
+    def _discard(self) -> None:
+        for tmp, _ in self._pending:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def atomic_group() -> Iterator[AtomicGroup]:
+    """Write several files as one: every file opened with the group's ``open`` is written
+    to a temporary name, and all are renamed to their names only when the whole block
+    succeeds, so a failure writing one leaves none of them (e.g. a plan and its graph).
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with atomic_group() as group:
+    ...     with group.open(os.path.join(folder, "a.txt"), "w") as a:
+    ...         _ = a.write("a")
+    ...     with group.open(os.path.join(folder, "b.txt"), "w") as b:
+    ...         _ = b.write("b")
+    >>> sorted(os.listdir(folder))
+    ['a.txt', 'b.txt']
+    """
+    group = AtomicGroup()
+    try:
+        yield group
+        group._commit()
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        group._discard()
         raise
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "wb", overwrite: bool = True) -> Iterator[IO]:
+    """Open a temporary file beside ``path``; rename it to ``path`` only on success.
+
+    A symlink is written through (its target is replaced, the link kept); an existing
+    device, FIFO or socket is refused with ``ValueError`` (renaming over it would replace
+    the node with a regular file).
+
+    >>> import os, tempfile
+    >>> target = os.path.join(tempfile.mkdtemp(), "out.txt")
+    >>> with atomic_write(target, "w") as f:
+    ...     _ = f.write("done")
+    >>> open(target).read()
+    'done'
+    """
+    with atomic_group() as group:
+        with group.open(path, mode, overwrite) as f:
+            yield f
+
+
+@contextlib.contextmanager
+def c_stdout_to_stderr() -> Iterator[None]:
+    """Send what C code prints to the process's stdout (file descriptor 1) to stderr while
+    the block runs: libraries such as METIS ``printf`` diagnostics, which would otherwise
+    mix into a command's output (``batchsel plan --json``). C's stdio buffer is flushed
+    before fd 1 is restored, so nothing printed inside leaks out later."""
+    try:
+        out = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+        saved = os.dup(out)
+    except (OSError, ValueError, AttributeError):  # no usable fd 1 (e.g. some embedded interpreters)
+        yield
+        return
+    try:
+        _flush_c_stdio()
+        for stream in {id(s): s for s in (sys.stdout, sys.__stdout__) if s is not None}.values():
+            with contextlib.suppress(Exception):  # Python's own buffered text goes out first
+                stream.flush()
+        os.dup2(sys.__stderr__.fileno() if sys.__stderr__ is not None else 2, out)
+        yield
+    finally:
+        _flush_c_stdio()
+        os.dup2(saved, out)
+        os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    with contextlib.suppress(Exception):  # no libc to flush (non-POSIX): nothing buffered there
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
 
 
 def save_npy(path: str | os.PathLike, array: np.ndarray, overwrite: bool = True) -> None:
@@ -116,12 +215,40 @@ def load_array(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
                 obj = obj[key]
             if not hasattr(obj, "numpy"):
                 raise ValueError(f"{path!r} does not hold a tensor (got {type(obj).__name__})")
-            return obj.detach().cpu().numpy()
+            return tensor_to_numpy(obj)  # bfloat16 -> float32 (numpy has no bfloat16)
     except (OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, RuntimeError) as exc:
         # truncated / corrupted files: BadZipFile (.npz), RuntimeError or UnpicklingError (.pt)
         raise ValueError(f"cannot read {path!r}: {exc}") from None
     except ValueError as exc:
+        # raised here, not inside numpy: a file that cannot be read is bad input
         if str(exc).startswith(repr(path)) or path in str(exc):
-            raise
+            raise ValueError(str(exc)) from None
         raise ValueError(f"cannot read {path!r}: {exc}") from None
     raise ValueError(f"{path!r}: unknown file type (expected .npy, .npz or .pt)")
+
+
+def array_shape(path: str | os.PathLike, key: str | None = None) -> tuple[int, ...]:
+    """The shape of the array :func:`load_array` would return, reading only the header
+    where the format allows (``.npy``, and ``.npz`` members stored as ``.npy``); a ``.pt``
+    file is loaded (it has no header to read). Raises ``ValueError`` as ``load_array``."""
+    path = os.fspath(path)
+    if key is None and not os.path.exists(path) and ":" in os.path.basename(path):
+        path, key = path.rsplit(":", 1)  # FILE.npz:NAME
+    if path.endswith((".npy", ".npz")) and os.path.isfile(path):
+        try:
+            if path.endswith(".npy"):
+                return tuple(np.load(path, mmap_mode="r").shape)  # maps the file: reads the header only
+            with zipfile.ZipFile(path) as z:
+                names = [n[:-4] for n in z.namelist() if n.endswith(".npy")]
+                if key is None and len(names) == 1:
+                    key = names[0]
+                if key in names:
+                    with z.open(key + ".npy") as f:
+                        version = np.lib.format.read_magic(f)
+                        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                            np.lib.format.read_array_header_2_0
+                        shape, _, _ = read(f)
+                        return tuple(shape)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+            pass  # load_array names the problem
+    return tuple(np.shape(load_array(path, key)))

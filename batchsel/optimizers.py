@@ -211,6 +211,13 @@ class _Run:
             g = self.f.gains(idx)
         else:
             g = np.concatenate([self.f.gains(idx[s:s + _CHUNK]) for s in range(0, idx.size, _CHUNK)])
+        if not np.isfinite(g).all():
+            # NaN compares false with everything: lazy greedy's queue would never settle
+            # (and grow without bound), the others would pick arbitrary items
+            bad = int(np.flatnonzero(~np.isfinite(g))[0])
+            raise ValueError(f"the gain of item {int(idx[bad])} is {g[bad]} (not finite): the similarity or "
+                             f"features of {type(self.f).__name__} overflowed or hold NaN; rescale the "
+                             f"embeddings (e.g. divide them by their standard deviation)")
         return g if self.cost is None else g / self.cost[idx]
 
     def affordable(self, idx: np.ndarray, remaining: float) -> np.ndarray:

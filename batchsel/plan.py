@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Sequence
+from typing import IO, Any, Sequence
 
 import numpy as np
 
@@ -70,7 +70,7 @@ class EpochPlan:
         else:
             if len(weights) != len(batches):
                 raise ValueError(f"weights cover {len(weights)} ranks, batches {len(batches)}")
-            self._weights = [[np.asarray(w, dtype=np.float32).reshape(-1) for w in rank] for rank in weights]
+            self._weights = [[_as_weights(w, r, i) for i, w in enumerate(rank)] for r, rank in enumerate(weights)]
             for r, (wr, br) in enumerate(zip(self._weights, self._batches)):
                 if len(wr) != len(br):
                     raise ValueError(f"rank {r} has weights for {len(wr)} batches but {len(br)} batches")
@@ -206,7 +206,8 @@ class EpochPlan:
     def load(cls, path: str | os.PathLike, epoch: int | None = None) -> "EpochPlan":
         """Read a plan written by :meth:`save` (or one epoch of a multi-epoch file:
         ``epoch`` picks it, by its stored epoch number). A corrupted, truncated or
-        foreign file raises ``ValueError``."""
+        foreign file raises ``ValueError``, as does one whose header disagrees with its
+        arrays or lacks a field, or whose plan fails :meth:`validate`."""
         plans = load_plans(path)
         if epoch is None:
             if len(plans) != 1:
@@ -224,10 +225,70 @@ def _as_indices(batch: Any, rank: int, i: int) -> np.ndarray:
     never: ``np.asarray(..., dtype=int64)`` would silently truncate 0.5 to 0 and turn a
     boolean mask into indices 0 and 1."""
     b = np.asarray(batch)
+    if b.ndim > 1:  # flattening would silently merge rows (or batches) into one
+        raise ValueError(f"rank {rank} batch {i} must be 1-D (a list of indices), got shape {b.shape}")
     if b.size and not np.issubdtype(b.dtype, np.integer):
         if not (np.issubdtype(b.dtype, np.floating) and np.isfinite(b).all() and (b == np.round(b)).all()):
             raise TypeError(f"rank {rank} batch {i} must hold integer indices, got dtype {b.dtype}: {b.reshape(-1)[:5]!r}")
     return b.astype(np.int64).reshape(-1)
+
+
+def _as_weights(weights: Any, rank: int, i: int) -> np.ndarray:
+    """A batch's weights as a 1-D float32 array (2-D refused, as for indices)."""
+    w = np.asarray(weights, dtype=np.float32)
+    if w.ndim > 1:
+        raise ValueError(f"rank {rank} batch {i}: weights must be 1-D, got shape {w.shape}")
+    return w.reshape(-1)
+
+
+_HEADER_FIELDS = {"world_size": int, "num_batches": int, "num_examples": int, "epoch": int, "seed": int, "method": str}
+
+
+def _epoch_from(arrays: dict[str, np.ndarray], e: int, path: str) -> EpochPlan:
+    """Epoch ``e`` of a plan file's arrays, its header checked against them and the plan
+    validated: a damaged or hand-edited file raises ``ValueError`` naming the problem
+    instead of loading a plan that drops a rank or indexes past the data."""
+    where = f"{path!r} epoch entry {e}"
+    try:
+        h = json.loads(str(arrays[f"e{e}_header"]))
+        idx, off = arrays[f"e{e}_indices"], arrays[f"e{e}_offsets"]
+    except KeyError as exc:
+        raise ValueError(f"{where}: missing array {exc.args[0]!r}; the file is not a complete plan") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: header is not JSON ({exc})") from None
+    if not isinstance(h, dict):
+        raise ValueError(f"{where}: header must be a JSON object, got {h!r}")
+    missing = sorted(set(_HEADER_FIELDS) - set(h))
+    if missing:
+        raise ValueError(f"{where}: header lacks {missing}; rewrite the plan with batchsel.save_plans")
+    for key, kind in _HEADER_FIELDS.items():
+        if isinstance(h[key], bool) or not isinstance(h[key], kind):
+            raise ValueError(f"{where}: header field {key!r} must be {kind.__name__}, got {h[key]!r}")
+    ws, nb = h["world_size"], h["num_batches"]
+    if ws < 1 or nb < 0 or h["num_examples"] < 0 or h["epoch"] < 0 or h["seed"] < 0:
+        raise ValueError(f"{where}: header has world_size={ws}, num_batches={nb}, num_examples={h['num_examples']}, "
+                         f"epoch={h['epoch']}, seed={h['seed']} (world_size must be >= 1, the others >= 0)")
+    if idx.ndim != 1 or off.ndim != 1 or not np.issubdtype(idx.dtype, np.integer) \
+            or not np.issubdtype(off.dtype, np.integer):
+        raise ValueError(f"{where}: indices and offsets must be 1-D integer arrays")
+    if len(off) != ws * nb + 1:
+        # e.g. world_size=1 in the header of a 2-rank plan would drop rank 1 silently
+        raise ValueError(f"{where}: header says {ws} rank(s) x {nb} batches = {ws * nb} batches, the file holds "
+                         f"{len(off) - 1}")
+    if off[0] != 0 or off[-1] != len(idx) or (np.diff(off) < 0).any():
+        raise ValueError(f"{where}: batch offsets do not cut the {len(idx)} indices into batches")
+    w = arrays.get(f"e{e}_weights")
+    if w is not None and w.shape != idx.shape:
+        raise ValueError(f"{where}: {w.size} weights for {idx.size} indices")
+    flat = [idx[off[i]:off[i + 1]] for i in range(len(off) - 1)]
+    batches = [flat[r * nb:(r + 1) * nb] for r in range(ws)]
+    weights = None if w is None else [[w[off[r * nb + i]:off[r * nb + i + 1]] for i in range(nb)] for r in range(ws)]
+    plan = EpochPlan(batches, weights, num_examples=h["num_examples"], epoch=h["epoch"], seed=h["seed"],
+                     method=h["method"])
+    try:
+        return plan.validate()
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def _checksum(arrays: dict[str, np.ndarray]) -> str:
@@ -240,8 +301,13 @@ def _checksum(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def save_plans(path: str | os.PathLike, plans: Sequence[EpochPlan], overwrite: bool = True) -> None:
-    """Write one or more epoch plans to one ``.npz`` file, atomically."""
+def save_plans(path: str | os.PathLike | IO[bytes], plans: Sequence[EpochPlan], overwrite: bool = True) -> None:
+    """Write one or more epoch plans to one ``.npz`` file, atomically.
+
+    ``path`` may also be a binary file opened for writing (e.g. by
+    :func:`batchsel.io.atomic_group`, to write a plan together with other files); the
+    caller then owns its atomicity and ``overwrite`` does not apply.
+    """
     if not plans:
         raise ValueError("no plans to save")
     arrays: dict[str, np.ndarray] = {"header": np.array(json.dumps({"format": FORMAT_VERSION, "epochs": len(plans)}))}
@@ -250,6 +316,9 @@ def save_plans(path: str | os.PathLike, plans: Sequence[EpochPlan], overwrite: b
         for name, arr in plan._arrays().items():
             arrays[f"e{e}_{name}"] = arr
     arrays["checksum"] = np.array(_checksum(arrays))
+    if hasattr(path, "write"):
+        np.savez(path, **arrays)
+        return
     with atomic_write(path, "wb", overwrite=overwrite) as f:
         np.savez(f, **arrays)
 
@@ -270,20 +339,17 @@ def load_plans(path: str | os.PathLike) -> list[EpochPlan]:
         raise ValueError(f"{path!r} is not a batchsel plan file")
     if str(arrays["checksum"]) != _checksum(arrays):
         raise ValueError(f"{path!r} fails its checksum: the file is corrupted")
-    header = json.loads(str(arrays["header"]))
-    if header.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{path!r} has plan format {header.get('format')}, this batchsel reads {FORMAT_VERSION}")
-    plans = []
-    for e in range(header["epochs"]):
-        h = json.loads(str(arrays[f"e{e}_header"]))
-        idx, off = arrays[f"e{e}_indices"], arrays[f"e{e}_offsets"]
-        w = arrays.get(f"e{e}_weights")
-        flat = [idx[off[i]:off[i + 1]] for i in range(len(off) - 1)]
-        nb = h["num_batches"]
-        batches = [flat[r * nb:(r + 1) * nb] for r in range(h["world_size"])]
-        weights = None if w is None else [[w[off[r * nb + i]:off[r * nb + i + 1]] for i in range(nb)] for r in range(h["world_size"])]
-        plans.append(EpochPlan(batches, weights, num_examples=h["num_examples"], epoch=h["epoch"], seed=h["seed"], method=h["method"]))
-    return plans
+    try:
+        header = json.loads(str(arrays["header"]))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path!r}: plan header is not JSON ({exc})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
+        found = header.get("format") if isinstance(header, dict) else None
+        raise ValueError(f"{path!r} has plan format {found}, this batchsel reads {FORMAT_VERSION}")
+    epochs = header.get("epochs")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"{path!r}: plan header has epochs={epochs!r}, expected a number >= 1")
+    return [_epoch_from(arrays, e, path) for e in range(epochs)]
 
 
 __all__ = ["EpochPlan", "save_plans", "load_plans"]

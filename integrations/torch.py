@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from batchsel._checks import check_int, check_seed, tensor_to_numpy
-from batchsel.selectors.base import Selector
+from batchsel.selectors.base import Selector, digest
 
 from .comm import Communicator, get_communicator
 
@@ -31,30 +31,6 @@ _FEEDBACK = ("losses", "logits", "embeddings")
 
 def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(tensor_to_numpy(x))
-
-
-def _digest(obj: Any, h: Any) -> None:
-    """Feed a nested structure of dicts / sequences / arrays / scalars into hash ``h``,
-    independently of dict order and platform byte order."""
-    if isinstance(obj, dict):
-        h.update(b"{%d" % len(obj))
-        for key in sorted(obj, key=str):
-            h.update(str(key).encode() + b":")
-            _digest(obj[key], h)
-    elif isinstance(obj, (list, tuple)):
-        h.update(b"[%d" % len(obj))
-        for item in obj:
-            _digest(item, h)
-    elif isinstance(obj, np.ndarray) or hasattr(obj, "detach"):
-        a = np.ascontiguousarray(_to_numpy(obj))
-        if a.dtype != object:
-            a = a.astype(a.dtype.newbyteorder("<"), copy=False)
-            h.update(f"{a.dtype.str}{a.shape}".encode())
-            h.update(a.tobytes())
-        else:
-            _digest(a.tolist(), h)
-    else:
-        h.update(repr(obj).encode())
 
 
 def _portable(obj: Any) -> Any:
@@ -269,7 +245,9 @@ class SelectionBatchSampler:
             state = {"epoch": self.epoch, "position": done + len(pending), "pending": pending,
                      "selector": self.selector.state_dict(), "observations": list(self._buffer)}
         state.update(version=STATE_VERSION, rank=self.rank, world_size=self.world_size, seed=self.selector.seed,
-                     method=type(self.selector).__name__, batches_done=state["position"] - len(state["pending"]))
+                     method=type(self.selector).__name__, batches_done=state["position"] - len(state["pending"]),
+                     num_examples=self.selector.num_examples, batch_size=self.selector.batch_size,
+                     num_batches=len(self))
         if all_ranks:
             if self.comm is None:
                 raise ValueError("all_ranks=True needs a communicator (this sampler has none)")
@@ -287,10 +265,19 @@ class SelectionBatchSampler:
             if len(state["ranks"]) != self.world_size:
                 raise ValueError(f"the state holds {len(state['ranks'])} ranks, this job has {self.world_size}")
             state = state["ranks"][self.rank]
+        missing = sorted({"rank", "world_size", "seed", "method", "epoch", "position", "pending", "selector",
+                          "observations"} - set(state))
+        if missing:
+            raise ValueError(f"the state lacks {missing}: pass what SelectionBatchSampler.state_dict() returned")
+        # Another dataset size, batch size or batch count puts the saved position at
+        # another point of the epoch (offline selectors have no state of their own to
+        # object). States written before these were recorded skip them.
         for key, mine in (("rank", self.rank), ("world_size", self.world_size), ("seed", self.selector.seed),
-                          ("method", type(self.selector).__name__)):
-            if state[key] != mine:
-                raise ValueError(f"the state was saved with {key}={state[key]!r}, this sampler has {mine!r}")
+                          ("method", type(self.selector).__name__), ("num_examples", self.selector.num_examples),
+                          ("batch_size", self.selector.batch_size), ("num_batches", len(self))):
+            if key in state and state[key] != mine:
+                raise ValueError(f"the state was saved with {key}={state[key]!r}, this sampler has {mine!r}; "
+                                 f"resume with the data and selector settings of the saved run")
         position = check_int(state["position"], "position", minimum=0)
         if position > len(self):
             raise ValueError(f"the state's position {position} is past the epoch's {len(self)} batches")
@@ -355,16 +342,14 @@ class SelectionBatchSampler:
         """16 hex digits identifying the epoch's plan: the plan's own fingerprint for an
         offline selector. An online selector draws its batches as training goes, and part
         of its state (the examples this rank used) differs between ranks by design; its
-        fingerprint covers what must agree: class, seed, epoch, world size, batches per
-        rank and the selector's scalar settings (``batch_size``, pressure, ...)."""
+        fingerprint covers what must agree: epoch, world size, batches per rank and
+        :meth:`Selector.fingerprint <batchsel.selectors.Selector.fingerprint>` (class,
+        settings such as seed and weights, and a digest of the data: embeddings, shards)."""
         epoch = self.epoch if epoch is None else check_int(epoch, "epoch", minimum=0)
         if not self.selector.online:
             return self.selector.plan(epoch, self.world_size).fingerprint()
-        # scalar settings; names ending in "_" are learned from feedback (sklearn's convention)
-        settings = {k: v for k, v in vars(self.selector).items()
-                    if not k.endswith("_") and (v is None or isinstance(v, (bool, int, float, str, np.number)))}
         h = hashlib.sha256()
-        _digest([type(self.selector).__name__, epoch, self.world_size, len(self), settings], h)
+        digest([epoch, self.world_size, len(self), self.selector.fingerprint(self.world_size)], h)
         return h.hexdigest()[:16]
 
     def verify(self, epoch: int | None = None) -> str:

@@ -7,9 +7,9 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from batchsel._checks import (check_finite, check_graph, check_int, check_labels, check_seed, load_embeddings,
-                              to_int64)
-from batchsel.io import atomic_write, load_array, save_npy
+from batchsel._checks import (check_finite, check_graph, check_int, check_labels, check_scale, check_seed,
+                              load_embeddings, to_int64)
+from batchsel.io import array_shape, atomic_group, atomic_write, c_stdout_to_stderr, load_array, save_npy
 
 
 # -- check_int / check_seed ------------------------------------------------------------
@@ -285,3 +285,114 @@ def test_load_array_bad_files(tmp_path):
         path.write_bytes(b"garbage, not an array file" * 10)
         with pytest.raises(ValueError, match=rf"cannot read .*{name}"):
             load_array(path)
+
+
+# -- issue 14: numeric range, explicit zeros, special files, groups of files -----------------
+def test_check_graph_drops_explicit_zeros_without_touching_the_callers_graph(tmp_path):
+    g = sp.random(20, 20, density=0.3, format="csr", random_state=0, dtype=np.float64)
+    g.data[:] = 0.0  # sp.save_npz keeps these: a graph whose stored weights are all 0
+    sp.save_npz(tmp_path / "zero.npz", g)
+    loaded = sp.load_npz(tmp_path / "zero.npz")
+    stored = loaded.nnz
+    assert stored > 0
+    assert check_graph(loaded).nnz == 0
+    assert loaded.nnz == stored  # eliminate_zeros ran on a copy, not on the caller's arrays
+    mixed = sp.csr_matrix((np.array([0.0, 2.0]), np.array([0, 1]), np.array([0, 2, 2])), shape=(2, 2))
+    assert check_graph(mixed).nnz == 1 and mixed.nnz == 2
+
+
+def test_check_graph_weight_overflowing_float32_names_the_fix():
+    g = sp.csr_matrix(np.array([[0, 1e300], [1e300, 0]]))
+    with pytest.raises(ValueError, match="beyond the float32 range.*rescale"):
+        check_graph(g)
+
+
+def test_load_embeddings_overflowing_float32_says_so_not_nan():
+    x = np.ones((4, 3))
+    x[2, 1] = 1e300  # finite in float64, inf in float32
+    with pytest.raises(ValueError, match=r"1e\+300 \(row 2\), beyond the float32 range.*rescale"):
+        load_embeddings(x)
+
+
+def test_labels_too_large_for_class_ids():
+    with pytest.raises(ValueError, match=r"class ids, found 1e\+300"):
+        check_labels(np.full(3, 1e300), 3)
+
+
+def test_bfloat16_tensors_load_as_float32(tmp_path):
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    torch.save(x.to(torch.bfloat16), tmp_path / "bf16.pt")
+    loaded = load_array(tmp_path / "bf16.pt")
+    assert loaded.dtype == np.float32 and np.array_equal(loaded, x.numpy())
+    assert load_embeddings(x.to(torch.bfloat16)).dtype == np.float32
+
+
+@pytest.mark.parametrize("scale, match", [(1e20, "overflow"), (1e-30, "underflow")])
+def test_check_scale_refuses_squared_norms_out_of_float32_range(scale, match):
+    x = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
+    check_scale(x, "x")
+    check_scale(np.zeros((3, 2), np.float32), "zeros")  # identical points are fine
+    with pytest.raises(ValueError, match=f"{match} float32.*rescale"):
+        check_scale(x * np.float32(scale), "x")
+    # centering: a large offset with a normal spread is fine for centered computations
+    shifted = x + np.float32(1e19)
+    check_scale(shifted, "x", center=shifted.mean(axis=0, dtype=np.float64))
+    with pytest.raises(ValueError, match="overflow"):
+        check_scale(shifted, "x")
+
+
+def test_atomic_write_writes_through_a_symlink(tmp_path):
+    (tmp_path / "real.txt").write_text("old")
+    os.symlink("real.txt", tmp_path / "link.txt")
+    with atomic_write(tmp_path / "link.txt", "w") as f:
+        f.write("new")
+    assert os.path.islink(tmp_path / "link.txt")  # the link is kept ...
+    assert (tmp_path / "real.txt").read_text() == "new"  # ... and its target replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+def test_atomic_write_refuses_special_files(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        with atomic_write(fifo, "w") as f:
+            f.write("x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # not replaced by a regular file
+    os.symlink(os.devnull, tmp_path / "to_null")
+    with pytest.raises(ValueError, match="not a regular file"):
+        save_npy(tmp_path / "to_null", np.zeros(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "to_null"]
+
+
+def test_atomic_group_renames_all_or_none(tmp_path):
+    (tmp_path / "a.txt").write_text("old a")
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_group() as group:
+            with group.open(tmp_path / "a.txt", "w") as f:
+                f.write("new a")
+            with group.open(tmp_path / "b.txt", "w") as f:
+                raise OSError("disk full")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]  # no b, no temporary file
+    assert (tmp_path / "a.txt").read_text() == "old a"  # a was not replaced either
+
+
+def test_c_stdout_to_stderr_keeps_c_output_out_of_stdout(capfd):
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    with c_stdout_to_stderr():
+        libc.printf(b"from C\n")  # buffered by C's stdio: flushed before fd 1 comes back
+        os.write(1, b"from fd 1\n")
+    print("after", flush=True)
+    out, err = capfd.readouterr()
+    assert out == "after\n"
+    assert "from C" in err and "from fd 1" in err
+
+
+def test_array_shape_reads_headers(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((7, 3)))
+    np.savez(tmp_path / "b.npz", a=np.zeros((5, 2)), b=np.zeros(4))
+    assert array_shape(tmp_path / "x.npy") == (7, 3)
+    assert array_shape(f"{tmp_path / 'b.npz'}:a") == (5, 2)
+    with pytest.raises(ValueError, match="name one"):
+        array_shape(tmp_path / "b.npz")

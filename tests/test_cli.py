@@ -334,3 +334,169 @@ def test_cli_example_script_runs(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "method graph" in out.stdout and "graph edge weight inside batches" in out.stdout
     assert (tmp_path / "graph_plan.png").stat().st_size > 0
+
+
+# -- issue 14: exit codes, signals, outputs written together, special files ---------------
+
+def test_internal_errors_exit_1_bad_input_exits_2(work, monkeypatch, capsys):
+    # a ValueError from inside numpy (or from a call batchsel got wrong) is a bug, not bad input
+    monkeypatch.setattr(cli, "_label_entropy", lambda *args: np.zeros(3).reshape(2, 2))
+    batchsel.RandomSelector(N, 50).plan(0, 2).save(work / "plan.npz")
+    code = cli.main(["inspect", str(work / "plan.npz"), "--labels", str(work / "labels.npy"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert len(err.splitlines()) == 1 and err.startswith("batchsel: internal error: ValueError")
+    assert "--debug" in err
+    # batchsel's own checks stay exit 2
+    code = cli.main(["inspect", str(work / "plan.npz"), "--labels", str(work / "labels_short.npy")])
+    assert code == 2 and "399" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_exits_2_with_install_hint(work, monkeypatch, capsys):
+    batchsel.RandomSelector(N, 50).plan(0, 2).save(work / "plan.npz")
+    before = sorted(p.name for p in work.iterdir())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    code = cli.main(["inspect", str(work / "plan.npz"), "--plot", str(work / "plan.png")])
+    captured = capsys.readouterr()
+    check_one_line_error(code, captured.out, captured.err, work, before)
+    assert "pip install matplotlib" in captured.err
+
+
+def test_sigterm_during_a_write_leaves_no_temporary_file(work):
+    # the default action of SIGTERM kills the process inside the write: the temporary
+    # file stayed behind. In a subprocess, so that the old behaviour cannot kill pytest.
+    code = ("import os, signal, sys, numpy as np\n"
+            "from batchsel import cli\n"
+            "real = np.savez\n"
+            "def savez(f, **arrays):\n"
+            "    f.write(b'half a plan')\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    real(f, **arrays)\n"
+            "np.savez = savez\n"
+            "sys.exit(cli.main(['plan', 'emb.npy', '--batch-size', '50', '--workers', '2', '--out', 'plan.npz', "
+            "'--quiet']))\n")
+    before = sorted(p.name for p in work.iterdir())
+    out = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 143 and "terminated" in out.stderr, (out.returncode, out.stderr)
+    assert sorted(p.name for p in work.iterdir()) == before
+
+
+@needs("GraphBlockSelector")
+def test_failed_save_graph_leaves_no_plan(work, monkeypatch, capsys):
+    def disk_full(file, matrix, **kwargs):
+        file.write(b"half a graph")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sp, "save_npz", disk_full)
+    before = sorted(p.name for p in work.iterdir())
+    code = cli.main(["plan", str(work / "emb.npy"), "--method", "graph", "--batch-size", "40", "--workers", "2",
+                     "--save-graph", str(work / "knn.npz"), "--out", str(work / "plan.npz"), "--quiet"])
+    captured = capsys.readouterr()
+    check_one_line_error(code, captured.out, captured.err, work, before)  # no plan.npz, no knn.npz
+    assert "No space left" in captured.err
+
+
+def test_force_writes_through_symlinks_and_refuses_special_files(work, capsys):
+    (work / "real.npz").write_bytes(b"old")
+    os.symlink("real.npz", work / "link.npz")
+    args = ["plan", str(work / "emb.npy"), "--batch-size", "50", "--workers", "2", "--quiet", "--force"]
+    code = cli.main([*args, "--out", str(work / "link.npz")])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert os.path.islink(work / "link.npz")
+    assert batchsel.EpochPlan.load(work / "real.npz").num_examples == N
+    os.mkfifo(work / "fifo.npz")
+    os.symlink(os.devnull, work / "null.npz")
+    before = sorted(p.name for p in work.iterdir())
+    for name in ("fifo.npz", "null.npz"):
+        code = cli.main([*args, "--out", str(work / name)])
+        captured = capsys.readouterr()
+        check_one_line_error(code, captured.out, captured.err, work, before)
+        assert "not a regular file" in captured.err
+    assert os.path.islink(work / "null.npz") and not os.path.isfile(work / "fifo.npz")
+
+
+@needs("GraphBlockSelector")
+def test_json_stays_json_when_metis_prints(work, monkeypatch, capfd):
+    import ctypes
+
+    import pymetis
+
+    real = pymetis.part_graph
+
+    def chatty(*args, **kwargs):
+        ctypes.CDLL(None).printf(b"METIS: some diagnostics\n")  # C stdio, as METIS prints
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pymetis, "part_graph", chatty)
+    code = cli.main(["plan", str(work / "emb.npy"), "--method", "graph", "--batch-size", "40", "--workers", "2",
+                     "--out", str(work / "plan.npz"), "--json", "--quiet"])
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["method"] == "graph" and "METIS: some diagnostics" in err
+
+
+def test_random_plan_reads_only_the_row_count(work, monkeypatch, capsys):
+    # a float64 file was copied to float32 and read whole for the NaN check; random
+    # batches need N only (NaN values do not matter to them)
+    x = load_x(work).astype(np.float64)
+    x[3, 2] = np.nan
+    np.save(work / "emb64.npy", x)
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the embeddings were loaded")
+
+    monkeypatch.setattr(cli, "load_embeddings", no_loading)
+    monkeypatch.setattr(cli, "load_array", no_loading)
+    for path in ("emb64.npy", "bundle.npz:emb"):
+        code = cli.main(["plan", str(work / path), "--batch-size", "32", "--workers", "2", "--out",
+                         str(work / "plan.npz"), "--force", "--json", "--quiet"])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        expected = batchsel.RandomSelector(N, 32).plan(0, 2).fingerprint()
+        assert json.loads(captured.out)["epochs"][0]["fingerprint"] == expected
+
+
+def test_bfloat16_torch_embeddings_are_read(work):
+    import torch
+
+    x = torch.from_numpy(load_x(work)).to(torch.bfloat16)
+    torch.save(x, work / "emb_bf16.pt")
+    out = run("select", "emb_bf16.pt", "--k", "5", "--json", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    expected = batchsel.maximize(batchsel.FacilityLocation.from_embeddings(x.float().numpy()), 5)
+    assert json.loads(out.stdout)["indices"] == expected.indices.tolist()
+
+
+def test_more_clear_errors_in_process(work, monkeypatch, capsys):
+    monkeypatch.chdir(work)
+    np.save("huge.npy", load_x(work).astype(np.float64) * 1e300)
+    np.save("scaled.npy", load_x(work) * np.float32(1e20))
+    batchsel.RandomSelector(N, 50).plan(0, 2).save("plan.npz")
+    with np.load("plan.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays["e0_header"]))
+    del header["num_examples"]
+    arrays["e0_header"] = np.array(json.dumps(header))
+    arrays["checksum"] = np.array(batchsel.plan._checksum(arrays))
+    np.savez("headless.npz", **arrays)
+    zero = sp.load_npz("graph.npz")
+    zero.data[:] = 0
+    sp.save_npz("zero_graph.npz", zero)
+    cases = {
+        "values beyond float32": (["select", "huge.npy", "--k", "3"], "float32 range"),
+        "squared distances overflow": (["select", "scaled.npy", "--k", "3"], "overflow float32"),
+        "k-NN graph overflow": (["select", "scaled.npy", "--k", "3", "--neighbors", "5"], "overflow float32"),
+        "coreset overflow": (["plan", "scaled.npy", "--method", "coreset", "--labels", "labels.npy",
+                              "--batch-size", "8", "--workers", "2", "--out", "out.npz"], "overflow float32"),
+        "negative epoch": (["inspect", "plan.npz", "--epoch", "-1"], "--epoch must be >= 0"),
+        "header without num_examples": (["inspect", "headless.npz"], "lacks ['num_examples']"),
+        "graph of zeros": (["plan", "emb.npy", "--method", "graph", "--graph", "zero_graph.npz", "--batch-size", "8",
+                            "--workers", "2", "--out", "out.npz"], "no edges"),
+    }
+    before = sorted(p.name for p in work.iterdir())
+    for case, (argv, match) in cases.items():
+        code = cli.main([*argv, "--quiet"])
+        captured = capsys.readouterr()
+        check_one_line_error(code, captured.out, captured.err, work, before)
+        assert match in captured.err, (case, captured.err)

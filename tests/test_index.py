@@ -326,3 +326,47 @@ def test_progress_and_logging(small, caplog, capsys):
     assert any("training IVF index" in r.getMessage() for r in caplog.records)
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ""  # no prints, no bar with progress=False
+
+
+# -- issue 14: scale ---------------------------------------------------------------------
+@pytest.mark.parametrize("scale", [1e20, 1e-30])
+@pytest.mark.parametrize("kernel", ["cosine", "rbf"])
+def test_cosine_results_do_not_depend_on_the_scale(small, scale, kernel):
+    # float32 norms of 1e20 vectors overflow (NaN vectors, an empty graph), of 1e-30
+    # vectors underflow (zero vectors): the normalization is done in float64
+    ref = knn_graph(small, k=6, metric="cosine", kernel=kernel, progress=False)
+    scaled = knn_graph(small * np.float32(scale), k=6, metric="cosine", kernel=kernel, progress=False)
+    assert scaled.nnz == ref.nnz > 0
+    np.testing.assert_array_equal(scaled.indices, ref.indices)
+    np.testing.assert_allclose(scaled.data, ref.data, rtol=1e-5)
+    _, I = EmbeddingIndex(small * np.float32(scale), metric="cosine", progress=False).search(small[:5], k=3)
+    np.testing.assert_array_equal(I, EmbeddingIndex(small, metric="cosine", progress=False).search(small[:5], k=3)[1])
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("scale, match", [(1e20, "overflow"), (1e-30, "underflow")])
+def test_distances_out_of_float32_range_are_refused(small, metric, scale, match):
+    # before: faiss returned -1 neighbours (1e20) or ties everywhere (1e-30) and the
+    # k-NN graph came back empty or arbitrary without a word
+    with pytest.raises(ValueError, match=f"{match} float32.*rescale"):
+        EmbeddingIndex(small * np.float32(scale), metric=metric, progress=False)
+
+
+def test_missing_neighbours_and_empty_graphs_raise(small, monkeypatch):
+    index = EmbeddingIndex(small, metric="l2", kind="flat", progress=False)
+    real = index.index.search
+
+    def search_with_holes(q, k):
+        D, I = real(q, k)
+        I[3, 1:] = -1  # exact search never does this unless distances were NaN
+        return D, I
+
+    monkeypatch.setattr(index.index, "search", search_with_holes)
+    with pytest.raises(ValueError, match="no neighbour for 1 of 400 points"):
+        index.knn_graph(k=4)
+    monkeypatch.undo()
+    ivf = EmbeddingIndex(small, metric="l2", kind="ivf", progress=False)
+    none = (np.zeros((400, 4), np.float32), np.full((400, 4), -1, np.int64))
+    monkeypatch.setattr(ivf, "neighbors", lambda k: none)
+    with pytest.raises(ValueError, match="graph of 400 points is empty"):
+        ivf.knn_graph(k=4)

@@ -199,3 +199,53 @@ def test_bad_arguments():
         maximize(f, 2, exclude=[10])
     with pytest.raises(TypeError, match="SetFunction"):
         maximize(np.ones(3), 2)
+
+
+# -- issue 14: numeric guards ----------------------------------------------------------------
+class _NaNGains(Modular):
+    """Modular gains with NaN for some items; gives up after ``limit`` gain calls, so a
+    greedy loop that cannot settle on NaN fails here instead of running (and allocating)
+    forever."""
+
+    def __init__(self, n=50, limit=2000):
+        super().__init__(np.arange(n, dtype=np.float64) % 7)
+        self.calls, self.limit = 0, limit
+
+    def _gains(self, idx):
+        self.calls += 1
+        if self.calls > self.limit:
+            raise RuntimeError("greedy kept evaluating NaN gains")
+        g = np.asarray(super()._gains(idx), dtype=np.float64).copy()
+        g[idx % 5 == 0] = np.nan
+        return g
+
+
+@pytest.mark.parametrize("optimizer", ["lazy", "naive", "stochastic", "lazier-than-lazy", "greedi"])
+def test_non_finite_gains_raise_instead_of_looping(optimizer):
+    with pytest.raises(ValueError, match=r"gain of item \d+ is nan.*rescale"):
+        maximize(_NaNGains(), 5, optimizer)
+
+
+@pytest.mark.parametrize("neighbors", [None, 6])
+@pytest.mark.parametrize("scale", [1e20, 1e-30])
+def test_cosine_facility_location_does_not_depend_on_the_scale(neighbors, scale):
+    # before: 1e20 / 1e-30 data gave indices 0..k-1 with equal gains (NaN or zero vectors)
+    x = _points(200)
+    ref = maximize(FacilityLocation.from_embeddings(x, metric="cosine", neighbors=neighbors), 8)
+    got = maximize(FacilityLocation.from_embeddings(x * np.float32(scale), metric="cosine", neighbors=neighbors), 8)
+    np.testing.assert_array_equal(got.indices, ref.indices)
+    np.testing.assert_allclose(got.gains, ref.gains, rtol=1e-5)
+
+
+@pytest.mark.parametrize("neighbors", [None, 6])
+@pytest.mark.parametrize("scale, match", [(1e20, "overflow"), (1e-30, "underflow")])
+def test_euclidean_facility_location_out_of_float32_range_is_refused(neighbors, scale, match):
+    # before: 1e20 gave a NaN similarity on which lazy greedy allocated without bound;
+    # 1e-30 gave all-zero distances and picks 0..k-1
+    with pytest.raises(ValueError, match=f"{match} float32.*rescale"):
+        FacilityLocation.from_embeddings(_points(200) * np.float32(scale), neighbors=neighbors)
+    # the same data in double precision is in range (float64 squares of float32 values)
+    if neighbors is None:
+        f = FacilityLocation.from_embeddings(_points(200) * np.float32(scale), precision="double")
+        ref = FacilityLocation.from_embeddings(_points(200), precision="double")
+        np.testing.assert_array_equal(maximize(f, 8).indices, maximize(ref, 8).indices)

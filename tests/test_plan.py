@@ -263,3 +263,55 @@ def test_failed_write_leaves_no_half_written_file(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["p.npz"]  # no new.npz, no temporary files
     with zipfile.ZipFile(path) as z:
         assert z.testzip() is None
+
+
+# -- issue 14: a plan file is checked against its header and validated on load -------------
+def rewrite(path, out, edit):
+    """Copy plan file ``path`` to ``out`` with ``edit(arrays)`` applied and a fresh
+    checksum (a hand-edited file, not a damaged one)."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    edit(arrays)
+    arrays["checksum"] = np.array(plan_module._checksum(arrays))
+    np.savez(out, **arrays)
+    return out
+
+
+def edit_header(**changes):
+    def edit(arrays):
+        import json
+
+        h = json.loads(str(arrays["e0_header"]))
+        for key, value in changes.items():
+            if value is None:
+                del h[key]
+            else:
+                h[key] = value
+        arrays["e0_header"] = np.array(json.dumps(h))
+    return edit
+
+
+def test_two_dimensional_batches_are_refused():
+    with pytest.raises(ValueError, match=r"rank 0 batch 1 must be 1-D.*shape \(2, 2\)"):
+        EpochPlan([[np.arange(3), np.array([[0, 1], [2, 3]])]], num_examples=10)
+    with pytest.raises(ValueError, match=r"weights must be 1-D"):
+        EpochPlan([[np.arange(4)]], [[np.ones((2, 2))]], num_examples=10)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda a: a.__setitem__("e0_indices", np.where(a["e0_indices"] == a["e0_indices"][0], 10**6,
+                                                    a["e0_indices"])), r"outside \[0, 100\)"),
+    (edit_header(world_size=1), r"1 rank\(s\) x 4 batches = 4 batches, the file holds 12"),
+    (edit_header(num_examples=None), r"header lacks \['num_examples'\]"),
+    (edit_header(epoch=-2), "epoch=-2"),
+    (edit_header(num_batches="4"), "num_batches"),
+    (lambda a: a.__setitem__("e0_weights", a["e0_weights"][:-1]), "weights for"),
+    (lambda a: a.__setitem__("e0_offsets", a["e0_offsets"][::-1].copy()), "offsets"),
+])
+def test_load_validates_what_the_file_says(tmp_path, edit, match):
+    random_plan(seed=4).save(tmp_path / "p.npz")
+    bad = rewrite(tmp_path / "p.npz", tmp_path / "bad.npz", edit)
+    with pytest.raises(ValueError, match=match):
+        EpochPlan.load(bad)
+    with pytest.raises(ValueError, match="bad.npz"):
+        load_plans(bad)

@@ -309,3 +309,53 @@ def test_import_initializes_neither_mpi_nor_torch_distributed():
     env = dict(os.environ, OMPI_COMM_WORLD_SIZE="2")  # even as if started by mpiexec
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr
+
+
+# -- issue 14: resume and verify() catch runs and ranks that differ -------------------------
+@pytest.mark.parametrize("other", [lambda: RandomSelector(80, 4, seed=0), lambda: RandomSelector(40, 5, seed=0)])
+def test_load_state_dict_rejects_another_dataset_size_or_batch_size(other):
+    s = sampler_for(RandomSelector(40, 4, seed=0), rank=0, world_size=2)
+    s.set_epoch(1)
+    it = iter(s)
+    next(it), next(it)
+    state = s.state_dict()
+    # the position (2 batches of 4 of 40 examples) means another point of another epoch
+    with pytest.raises(ValueError, match="num_examples|batch_size"):
+        sampler_for(other(), rank=0, world_size=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="lacks"):
+        sampler_for(RandomSelector(40, 4, seed=0), rank=0, world_size=2).load_state_dict(
+            {k: v for k, v in state.items() if k != "position"})
+
+
+def test_online_selector_state_of_another_batch_size_is_refused():
+    state = online_selector(40, 4).state_dict()
+    with pytest.raises(ValueError, match="batch_size=4"):
+        online_selector(40, 5).load_state_dict(state)
+
+
+def test_verify_catches_ranks_whose_embeddings_or_weights_differ():
+    x = np.random.default_rng(0).normal(size=(120, 8)).astype(np.float32)
+    noisy = x + np.random.default_rng(1).normal(scale=1e-2, size=x.shape).astype(np.float32)
+
+    def fingerprint(emb, rank=0, **kw):
+        sel = SubmodularSelector(emb, 10, seed=0, partition="submodular", **kw)
+        return SelectionBatchSampler(sel, rank=rank, world_size=2, comm=FakeComm(peer=None)).fingerprint()
+
+    same = fingerprint(x)
+    assert fingerprint(x.copy(), rank=0) == same  # same inputs: same fingerprint
+    assert fingerprint(noisy) != same  # data differ by 1e-2: the GreedMax shards and the batches differ
+    assert fingerprint(x, weights=(0.2, 0.5, 0.1, 0.2)) != same  # a tuple setting
+    comm = FakeComm(peer=fingerprint(noisy))
+    s = SelectionBatchSampler(SubmodularSelector(x, 10, seed=0, partition="submodular"), comm=comm)
+    with pytest.raises(RuntimeError, match="disagree"):
+        s.verify()
+
+
+def test_selector_fingerprint_samples_large_embeddings(monkeypatch):
+    import batchsel.selectors.base as base
+
+    monkeypatch.setattr(base, "DIGEST_FULL_BYTES", 1024)  # 32 rows of 8 float32: the rest is sampled
+    x = np.random.default_rng(0).normal(size=(400, 8)).astype(np.float32)
+    a = SubmodularSelector(x, 10, seed=0).fingerprint()
+    assert a == SubmodularSelector(x.copy(), 10, seed=0).fingerprint()
+    assert a != SubmodularSelector(x + np.float32(1e-2), 10, seed=0).fingerprint()

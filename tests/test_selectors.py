@@ -711,3 +711,50 @@ def test_bad_loss_rank_and_graph_arguments(small):
     negative.data[0] = -1
     with pytest.raises(ValueError, match="-1"):
         GraphBlockSelector(negative, 5)
+
+
+# -- issue 14: graphs without edges, data out of float32 range, fingerprints -----------------
+def test_graph_of_explicit_zeros_is_refused_not_handed_to_metis(small, tmp_path):
+    # sp.save_npz keeps explicit zeros: the weights scaled by a largest weight of 0 were NaN
+    # and METIS got garbage integers (a segfault)
+    zero = small[2].copy()
+    zero.data[:] = 0.0
+    sp.save_npz(tmp_path / "zero.npz", zero)
+    with pytest.raises(ValueError, match="no edges of weight > 0.*RandomSelector"):
+        GraphBlockSelector(sp.load_npz(tmp_path / "zero.npz"), 5)
+    with pytest.raises(ValueError, match="no edges"):
+        GraphBlockSelector(sp.identity(30, format="csr"), 5)  # self loops only
+    with pytest.raises(ValueError, match="finite"):
+        graph_blocks._metis_blocks(sp.csr_matrix(np.full((4, 4), np.nan, np.float32)), 2, 0)
+
+
+@pytest.mark.parametrize("scale, match", [(1e20, "overflow"), (1e-30, "underflow")])
+def test_smdl_refuses_embeddings_out_of_float32_range(small, scale, match):
+    x = small[0] * np.float32(scale)
+    with pytest.raises(ValueError, match=f"{match} float32.*rescale"):
+        SubmodularSelector(x, 5)
+    sel = SubmodularSelector(small[0], 5)
+    if scale > 1:
+        with pytest.raises(ValueError, match=match):
+            sel.observe([0, 1], embeddings=x[:2])  # refreshed rows too
+    else:
+        sel.observe([0, 1], embeddings=x[:2])  # a few tiny rows among normal ones are fine
+
+
+def test_selector_fingerprint_covers_settings_and_data(small):
+    x, y, g = small
+    base = SubmodularSelector(x, 5, seed=0)
+    assert base.fingerprint() == SubmodularSelector(x.copy(), 5, seed=0).fingerprint()
+    assert base.fingerprint() != SubmodularSelector(x, 5, seed=0, weights=(0.1, 0.2, 0.5, 0.2)).fingerprint()
+    assert base.fingerprint() != SubmodularSelector(x + np.float32(1e-2), 5, seed=0).fingerprint()
+    assert base.fingerprint() != SubmodularSelector(x, 5, seed=1).fingerprint()
+    loss = LossRankSelector(30, 5)
+    before = loss.fingerprint()
+    loss.observe(np.arange(30), losses=np.arange(30.0))  # learned scores (losses_) are not settings
+    assert loss.fingerprint() == before
+    loss.pressure = 10.0  # a setting behind a property
+    assert loss.fingerprint() != before
+    other = g.copy()
+    other.data[0] *= 2
+    assert GraphBlockSelector(g, 5).fingerprint() != GraphBlockSelector(other, 5).fingerprint()
+    assert CoresetSelector(x, y, 5, fraction=0.5).fingerprint() != CoresetSelector(x, (y + 1) % 3, 5, fraction=0.5).fingerprint()

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._checks import check_int, load_embeddings
+from .._checks import check_int, check_scale, load_embeddings
 from . import _kernels
 from .base import SetFunction, as_similarity, check_symmetric_flag, row
 
@@ -123,6 +123,12 @@ class FacilityLocation(SetFunction):
         for euclidean, ``"cosine"`` for cosine, or any kernel of ``knn_graph``) with 1 on
         the diagonal (every item covers itself); ``index_kwargs`` go to ``EmbeddingIndex``.
 
+        Scale: ``"euclidean"`` in single precision raises ``ValueError`` when squared
+        distances would overflow or underflow float32 (row norms beyond about 6e18 or all
+        below 1e-15 after centering; the k-NN graph: before centering): rescale the
+        embeddings, or use ``precision="double"`` (dense). ``"cosine"`` normalizes in
+        float64 and gives the same result at any scale.
+
         ``precision``: ``"single"`` computes the dense Gram matrix in float32 (the fast
         path, one float32 BLAS product). Its rounding error is about 1e-7 of the squared
         norms (after centering), which is large next to the distances when the points form
@@ -223,6 +229,9 @@ def _neg_sq_euclidean(x: np.ndarray, precision: str) -> np.ndarray:
     n = x.shape[0]
     mean = x.mean(axis=0, dtype=np.float64)
     if precision == "single":
+        # float32 squared distances of data too large overflow (inf - inf = NaN: lazy greedy
+        # never settles), of data too small underflow to 0 (every pick ties); say so
+        check_scale(x, "embeddings", center=mean)
         xc = x - mean.astype(np.float32)
         sim = xc @ xc.T  # the one N x N product; becomes the result in place
         del xc
@@ -260,8 +269,10 @@ def _sq_cosine(x: np.ndarray, precision: str) -> np.ndarray:
     n = x.shape[0]
     dtype = np.float32 if precision == "single" else np.float64
     xn = x.astype(dtype, copy=True)
-    norms = np.linalg.norm(xn, axis=1)
-    xn /= np.where(norms > 0, norms, 1)[:, None]
+    # norms in float64 (computed and applied): float32 squares overflow at ~1e19 and
+    # underflow at ~1e-23, and the cosine must not depend on the scale
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+    xn *= (1.0 / np.where(norms > 0, norms, 1.0))[:, None]
     sim = xn @ xn.T
     del xn
     for start in range(0, n, _TRANSFORM_ROWS):

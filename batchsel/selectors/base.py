@@ -20,18 +20,62 @@ DistributedSampler's full batches and a small last one: a last batch of a few ex
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any, Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._checks import check_int, check_seed
+from .._checks import check_int, check_seed, tensor_to_numpy
 from ..plan import EpochPlan
 
 logger = logging.getLogger(__name__)
 
 PARTITIONS = ("random", "submodular")
 STATE_VERSION = 1
+# Arrays up to this size are hashed whole by digest(); larger ones (a 1M x 128 float32
+# embedding matrix is 512 MB) by an evenly strided sample of about this many bytes of rows.
+DIGEST_FULL_BYTES = 1 << 26
+
+
+def digest(obj: Any, h: Any) -> None:
+    """Feed a nested structure of dicts / sequences / arrays / sparse matrices / scalars
+    into the hash ``h`` (``hashlib``), independently of dict order and byte order.
+
+    Arrays go in with their dtype and shape; one larger than ``DIGEST_FULL_BYTES`` goes in
+    by a strided sample of its rows (first and last included): data that differ
+    everywhere (noise, another data set) differ in the sample; a change in a few rows may
+    not. Sparse matrices go in by their CSR arrays.
+    """
+    if isinstance(obj, dict):
+        h.update(b"{%d" % len(obj))
+        for key in sorted(obj, key=str):
+            h.update(str(key).encode() + b":")
+            digest(obj[key], h)
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[%d" % len(obj))
+        for item in obj:
+            digest(item, h)
+    elif sp.issparse(obj):
+        m = obj.tocsr()
+        h.update(f"sparse{m.shape}".encode())
+        for arr in (m.indptr, m.indices, m.data):
+            digest(np.asarray(arr), h)
+    elif isinstance(obj, np.ndarray) or hasattr(obj, "detach"):
+        a = np.asarray(tensor_to_numpy(obj))
+        if a.dtype == object:
+            digest(a.tolist(), h)
+            return
+        h.update(f"{a.dtype.newbyteorder('<').str}{a.shape}".encode())
+        if a.ndim and a.nbytes > DIGEST_FULL_BYTES:
+            step = -(-a.nbytes // DIGEST_FULL_BYTES)
+            rows = np.unique(np.append(np.arange(0, a.shape[0], step), a.shape[0] - 1))
+            h.update(b"sample%d" % step)
+            a = a[rows]
+        h.update(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes())
+    else:
+        h.update(repr(obj).encode())
 
 
 def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
@@ -199,6 +243,34 @@ class Selector:
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
         """Feedback from the training loop; offline selectors ignore it."""
 
+    def fingerprint(self, world_size: int = 1) -> str:
+        """16 hex digits over what this selector's batches depend on besides (epoch,
+        feedback): its class, settings and data. Ranks that built their selectors from
+        the same inputs agree; ranks whose data or settings differ (and so would draw
+        overlapping or missing batches) do not.
+
+        Settings are the attributes whose names do not end in ``_`` (learned from
+        feedback, sklearn's convention) holding numbers, strings, None, or tuples / lists
+        of them (weights); private ones count when scalar (they back properties such as
+        ``pressure``). Data are the public arrays and sparse matrices (embeddings, labels,
+        graph), by :func:`digest` (whole up to ``DIGEST_FULL_BYTES``, sampled rows
+        beyond), and with ``partition="submodular"`` the GreedMax shards for
+        ``world_size``.
+        """
+        settings: dict[str, Any] = {}
+        for name, value in vars(self).items():
+            if name.endswith("_"):
+                continue
+            if _is_setting(value):
+                settings[name] = value
+            elif not name.startswith("_") and (isinstance(value, np.ndarray) or sp.issparse(value)):
+                settings[name] = value
+        h = hashlib.sha256()
+        digest([type(self).__name__, settings], h)
+        if self.partition == "submodular":
+            digest(self.shard_assignment(world_size), h)
+        return h.hexdigest()[:16]
+
     def state_dict(self) -> dict[str, Any]:
         """What an online selector needs to resume (scores); empty for offline ones."""
         return {}
@@ -208,6 +280,13 @@ class Selector:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_examples={self.num_examples}, batch_size={self.batch_size}, seed={self.seed})"
+
+
+def _is_setting(value: Any) -> bool:
+    """A scalar setting, or a tuple / list of them (e.g. SMDL's weights)."""
+    if isinstance(value, (list, tuple)):
+        return all(_is_setting(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str, np.number, np.bool_))
 
 
 class OnlineSelector(Selector):
@@ -319,7 +398,7 @@ class OnlineSelector(Selector):
                          "drawn": np.concatenate(drawn) if drawn else np.empty(0, np.int64),
                          "drawn_sizes": np.array([len(b) for b in drawn], dtype=np.int64)})
         return {"version": STATE_VERSION, "class": type(self).__name__, "num_examples": self.num_examples,
-                "seed": self.seed, "runs": runs,
+                "batch_size": self.batch_size, "drop_last": self.drop_last, "seed": self.seed, "runs": runs,
                 "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
                 "scores": self._scores_state()}
 
@@ -328,9 +407,15 @@ class OnlineSelector(Selector):
             raise ValueError(f"not a {type(self).__name__} state (version {state.get('version') if isinstance(state, dict) else None!r})")
         if state.get("class") != type(self).__name__:
             raise ValueError(f"state is from a {state.get('class')!r}, not a {type(self).__name__}")
-        if state["num_examples"] != self.num_examples or state["seed"] != self.seed:
-            raise ValueError(f"state is for num_examples={state['num_examples']}, seed={state['seed']}; "
-                             f"this selector has num_examples={self.num_examples}, seed={self.seed}")
+        missing = sorted({"num_examples", "seed", "runs", "partitions", "scores"} - set(state))
+        if missing:
+            raise ValueError(f"{type(self).__name__} state lacks {missing}: pass what state_dict() returned")
+        # a run of another N, batch size or padding policy would resume at the wrong
+        # batch; states written before batch_size / drop_last were recorded skip those
+        for key in ("num_examples", "seed", "batch_size", "drop_last"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(f"state is for {key}={state[key]!r}, this selector has {key}={getattr(self, key)!r}; "
+                                 f"build the selector as the one whose state this is")
         self._shard_of = {int(w): np.asarray(o, dtype=np.int64).copy() for w, o in state["partitions"].items()}
         self._load_scores(state["scores"])
         self._runs = {}
@@ -380,5 +465,5 @@ class RandomSelector(Selector):
         return -(-shard_length(self.num_examples, world_size, self.drop_last) // self.batch_size)
 
 
-__all__ = ["Selector", "OnlineSelector", "RandomSelector", "epoch_rng", "split_batches", "balanced_sizes",
+__all__ = ["Selector", "OnlineSelector", "RandomSelector", "digest", "epoch_rng", "split_batches", "balanced_sizes",
            "even_split", "shard_length", "PARTITIONS"]

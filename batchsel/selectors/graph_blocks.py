@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._checks import check_graph, check_int, to_int64
-from ..io import save_npy
+from ..io import c_stdout_to_stderr, save_npy
 from ..plan import EpochPlan
 from .base import Selector, epoch_rng, even_split
 from .partition import _without_self_loops
@@ -45,15 +45,19 @@ def _metis_blocks(graph: sp.csr_matrix, num_blocks: int, seed: int) -> np.ndarra
     if (g != g.T).nnz:
         g = g.maximum(g.T).tocsr()  # METIS wants both directions of every edge
     g = to_int64(g)
-    if g.nnz:
-        weights = np.maximum(1, np.rint(g.data / g.data.max() * EDGE_SCALE)).astype(np.int64)
+    top = float(g.data.max()) if g.nnz else 0.0
+    if not (np.isfinite(top) and top >= 0):  # NaN / negative weights reach METIS as garbage ints: a segfault
+        raise ValueError(f"graph edge weights must be finite and >= 0, found a largest weight of {top}")
+    if top > 0:
+        weights = np.maximum(1, np.rint(g.data / top * EDGE_SCALE)).astype(np.int64)
     else:
         weights = None
     dtype = pymetis.zero_copy_dtype()
     adjacency = pymetis.CSRAdjacency(g.indptr.astype(dtype, copy=False), g.indices.astype(dtype, copy=False))
     logger.info("METIS: %d nodes, %d edges into %d blocks", n, g.nnz // 2, num_blocks)
-    _, membership = pymetis.part_graph(num_blocks, adjacency, eweights=weights, recursive=True,
-                                       options=pymetis.Options(seed=int(seed) % (2**31 - 1)))
+    with c_stdout_to_stderr():  # METIS printf()s diagnostics: keep them out of stdout (--json)
+        _, membership = pymetis.part_graph(num_blocks, adjacency, eweights=weights, recursive=True,
+                                           options=pymetis.Options(seed=int(seed) % (2**31 - 1)))
     blocks = np.asarray(membership, dtype=np.int64)
     sizes = np.bincount(blocks, minlength=num_blocks)
     for empty in np.flatnonzero(sizes == 0):  # rare (tiny or edgeless graphs)
@@ -128,9 +132,15 @@ class GraphBlockSelector(Selector):
     ) -> None:
         if hasattr(graph, "knn_graph") and hasattr(graph, "embeddings"):  # EmbeddingIndex
             graph = graph.knn_graph(k=check_int(neighbors, "neighbors", minimum=1))
-        self.graph = check_graph(graph)
+        self.graph = check_graph(graph)  # explicit zeros dropped
         if self.graph.nnz and float(self.graph.data.min()) < 0:
             raise ValueError(f"graph weights must be >= 0, found {float(self.graph.data.min())}")
+        if self.graph.nnz == self.graph.diagonal().astype(bool).sum():
+            # METIS would cut an edgeless graph arbitrarily (and weights scaled by a largest
+            # weight of 0 were NaN: a segfault in METIS)
+            raise ValueError(f"graph has no edges of weight > 0 between distinct nodes ({self.graph.shape[0]} nodes; "
+                             f"stored zeros and self loops are no edges); pass an affinity graph with positive "
+                             f"weights (e.g. EmbeddingIndex(x).knn_graph()) or use RandomSelector")
         super().__init__(self.graph.shape[0], batch_size, seed=seed, drop_last=drop_last)
         b = self.batch_size
         if blocks_per_batch is not None:
