@@ -3,12 +3,16 @@
 From embeddings of the training examples batchsel computes every worker's batches for
 each epoch: submodular (informative, diverse) batches, graph-consistent batches for a
 graph-regularized loss, submodular partitions of the data across workers, and random or
-loss-ranked baselines. Adapters for torch and MPI live in ``batchsel.integrations``.
+loss-ranked baselines; in the training loop, a filter that keeps the best B of a scored
+candidate batch (loss, gradient norm, RHO-LOSS reducible loss, optionally diverse).
+Adapters for torch and MPI live in ``batchsel.integrations``.
 """
 from .index import EmbeddingIndex, knn_graph
 from .functions import (FacilityLocation, FeatureBased, GraphCut, LogDeterminant, Mixture, Modular,
                         SaturatedCoverage, SetFunction, SumRedundancy)
 from .optimizers import Selection, maximize
+from .filters import CandidateFilter, gradnorm_scores, loss_scores
+from .irreducible import IrreducibleLoss
 from .plan import EpochPlan, load_plans, save_plans
 from .selectors import (CoresetSelector, GraphBlockSelector, LossRankSelector, RandomSelector, Selector,
                         SubmodularSelector, submodular_partition)
@@ -32,6 +36,7 @@ __all__ = [
     "EpochPlan", "save_plans", "load_plans",
     "Selector", "RandomSelector", "SubmodularSelector", "LossRankSelector", "GraphBlockSelector",
     "CoresetSelector", "submodular_partition",
+    "CandidateFilter", "IrreducibleLoss", "loss_scores", "gradnorm_scores",
     "GraphRegularizedLoss",
     "SelectionBatchSampler",
     "__version__",

@@ -1,0 +1,487 @@
+"""Online batch selection inside the training loop: score a candidate batch, train on the
+best B of it (DESIGN 2.7).
+
+Each step the batch sampler yields a *candidate* batch of ``ratio x B`` examples (any
+selector built with ``batch_size=filter.candidate_size``: shards, epochs, equal counts per
+rank, mid-epoch resume and ``verify()`` are the sampler's, unchanged); the loop runs a
+no-grad forward on it and :class:`CandidateFilter` returns the positions of the B
+candidates to train on. Every rank filters its own candidates with no communication; the
+number kept depends only on the number of candidates, so ranks with equally large
+candidate batches keep equally many and DDP stays in lock-step.
+
+Scores (larger = train on it):
+
+- ``"loss"``: the training loss ``L(y | x; theta_t)`` (Loshchilov & Hutter 2015). Picks
+  hard examples, and under label noise the mislabeled ones.
+- ``"gradnorm"``: ``|softmax(z) - onehot(y)|_2``, the norm of the loss gradient w.r.t. the
+  logits, times ``|h|_2`` of the last hidden layer when given: an upper bound on the
+  per-example gradient norm of the last layer (Katharopoulos & Fleuret 2018).
+- ``"rho"``: the reducible loss ``L(y | x; theta_t) - L(y | x; IL model)`` (RHO-LOSS,
+  Mindermann et al. 2022), with irreducible losses from
+  :class:`~batchsel.irreducible.IrreducibleLoss` (cross-fitted, so no example is lost) or
+  the user's. Mislabeled examples have a high irreducible loss and learnt ones a low
+  training loss: both are skipped. ``irreducible_weight`` < 1 shrinks the irreducible
+  term, for irreducible-loss models much weaker than the trained model (see below).
+
+``diversity=lambda > 0`` keeps B that are high-scoring *and* diverse: greedy maximization
+of ``sum_{i in S} r_i + lambda * (B / |C|) * FL_C(S)`` over the candidates C, with ``r`` the
+scores' ranks among the candidates scaled to [0, 1] (free of the scores' scale and of the
+heavy tail of losses) and ``FL_C(S) = sum_{i in C} max_{j in S} sim(i, j)`` the facility
+location of S over the candidates' embeddings, ``sim = exp(-|e_i - e_j|^2 / sigma^2)``
+(sigma^2 the candidates' mean squared distance). Both terms are then at most B, so
+``lambda = 1`` weighs them equally. The greedy is :func:`batchsel.maximize` (naive: one
+vectorized gain pass per pick, ties to the smaller position) on a
+:class:`~batchsel.functions.Mixture` of :class:`~batchsel.functions.Modular` and
+:class:`~batchsel.functions.FacilityLocation`; the uniformly drawn examples count as
+already chosen, so the greedy covers what they leave uncovered.
+
+``uniform_fraction`` mixes that share of uniformly drawn candidates into every kept batch
+(the rest is chosen by score), so a bad score cannot take training far from random
+batches; ``warmup_steps`` anneals the share linearly from 1 (random batches, while the
+model is untrained and its losses say little) down to ``uniform_fraction``.
+
+Cost: the no-grad forward on ``ratio x B`` examples costs about ``ratio / 3`` training
+steps. Wrap it in :meth:`CandidateFilter.timed` and the filter reports it
+(:meth:`CandidateFilter.cost`) as a fraction of the wall time of the steps. The selection
+itself takes ~0.1 ms per step (top-B), 1-3 ms with ``diversity`` (128-320 candidates).
+
+Measured (MLP 40-256-256-10 on mnist1d, Adam 1e-3, B = 32, ratio 4, 3000 steps, final test
+accuracy, mean +- s.e. over 5 seeds, random batches in the same run; k-NN irreducible
+losses cross-fitted on the input features):
+
+=====================  ===============  ===============
+                       clean            25 % label noise
+=====================  ===============  ===============
+random                 0.638 +- 0.001   0.477 +- 0.006
+loss                   0.659 +- 0.003   0.454 +- 0.005
+gradnorm               0.646 +- 0.004   0.452 +- 0.003
+rho, weight 1          0.623 +- 0.007   0.508 +- 0.002
+rho, weight 0.5        0.643 +- 0.006   0.500 +- 0.004
+rho + diversity, 0.5   0.643 +- 0.003   0.504 +- 0.004
+=====================  ===============  ===============
+
+On digits (3 seeds) random / rho weight 1 / weight 0.5: 0.973 / 0.966 / 0.971 clean,
+0.808 / 0.931 / 0.891 with 25 % noise. The loss and gradient-norm filters pick the
+mislabeled examples under noise (37-55 % of the kept ones) and end below or level with
+random there.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+import zlib
+from typing import Any, Iterator
+
+import numpy as np
+
+from ._checks import check_int, check_seed, load_embeddings, tensor_to_numpy
+
+logger = logging.getLogger(__name__)
+
+SCORES = ("loss", "gradnorm", "rho")
+STATE_VERSION = 1
+# settings a checkpoint must agree on (the counters are restored, these are checked)
+_SETTINGS = ("batch_size", "ratio", "score", "irreducible_weight", "diversity", "uniform_fraction", "warmup_steps",
+             "seed")
+_COUNTERS = ("steps_", "candidates_", "kept_", "kept_uniform_", "forward_seconds_", "select_seconds_",
+             "elapsed_seconds_")
+
+
+# -- scores ------------------------------------------------------------------------------
+def _check_logits(logits: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    z = np.asarray(tensor_to_numpy(logits))
+    if z.dtype == object or not (np.issubdtype(z.dtype, np.number)):
+        raise TypeError(f"logits must be numeric, got dtype {z.dtype}")
+    if z.ndim != 2 or z.shape[0] == 0 or z.shape[1] == 0:
+        raise ValueError(f"logits must be a non-empty 2-D array (n x classes), got shape {z.shape}")
+    z = z.astype(np.float64)
+    if not np.isfinite(z).all():
+        row = int(np.argwhere(~np.isfinite(z))[0, 0])
+        raise ValueError(f"logits contain NaN or inf (first at row {row}): has training diverged?")
+    y = np.asarray(tensor_to_numpy(labels))
+    if y.ndim != 1 or y.shape[0] != z.shape[0]:
+        raise ValueError(f"labels must be 1-D with one entry per row of logits ({z.shape[0]}), got shape {y.shape}")
+    if y.size and not np.issubdtype(y.dtype, np.integer):
+        raise TypeError(f"labels must be integer class ids, got dtype {y.dtype}")
+    y = y.astype(np.int64)
+    if y.size and (y.min() < 0 or y.max() >= z.shape[1]):
+        bad = y[(y < 0) | (y >= z.shape[1])][0]
+        raise ValueError(f"labels must be in [0, {z.shape[1]}) (the logits' classes), found {int(bad)}")
+    return z, y
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+def loss_scores(logits: Any, labels: Any) -> np.ndarray:
+    """Per-example cross-entropy ``-log softmax(logits)[y]`` (float64), from numpy arrays
+    or tensors.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> loss_scores(np.array([[2.0, 0.0], [0.0, 0.0]]), np.array([0, 1])).round(3).tolist()
+    [0.127, 0.693]
+    """
+    z, y = _check_logits(logits, labels)
+    return -_log_softmax(z)[np.arange(len(y)), y]
+
+
+def gradnorm_scores(logits: Any, labels: Any, hidden: Any = None) -> np.ndarray:
+    """Katharopoulos & Fleuret's per-example gradient-norm bound:
+    ``|softmax(z) - onehot(y)|_2``, times ``|h|_2`` when the last hidden layer's
+    activations ``hidden`` (n x d) are given (the gradient of the last linear layer's
+    weights is their outer product).
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> z, y = np.array([[4.0, 0.0], [0.0, 0.0]]), np.array([0, 0])
+    >>> gradnorm_scores(z, y).round(3).tolist()
+    [0.025, 0.707]
+    >>> gradnorm_scores(z, y, hidden=np.array([[1.0, 0.0], [3.0, 4.0]])).round(3).tolist()
+    [0.025, 3.536]
+    """
+    z, y = _check_logits(logits, labels)
+    g = np.exp(_log_softmax(z))
+    g[np.arange(len(y)), y] -= 1.0
+    norms = np.sqrt((g * g).sum(axis=1))
+    if hidden is not None:
+        h = np.asarray(tensor_to_numpy(hidden), dtype=np.float64)
+        h = h.reshape(h.shape[0], -1) if h.ndim > 1 else h
+        if h.ndim != 2 or h.shape[0] != len(y):
+            raise ValueError(f"hidden must have one row per example ({len(y)}), got shape {h.shape}")
+        if not np.isfinite(h).all():
+            raise ValueError("hidden contains NaN or inf")
+        norms = norms * np.sqrt((h * h).sum(axis=1))
+    return norms
+
+
+def _similarity(x: np.ndarray) -> np.ndarray:
+    """``exp(-|x_i - x_j|^2 / sigma^2)`` (float32), sigma^2 the mean squared distance of
+    distinct points (1 for every pair when all points coincide)."""
+    x = x - x.mean(axis=0)  # centered: the Gram trick loses less precision
+    sq = np.einsum("ij,ij->i", x, x)
+    d2 = x @ x.T
+    d2 *= -2.0
+    d2 += sq[:, None]
+    d2 += sq[None, :]
+    np.maximum(d2, 0.0, out=d2)
+    np.fill_diagonal(d2, 0.0)
+    n = len(x)
+    sigma2 = float(d2.sum(dtype=np.float64)) / max(n * (n - 1), 1)
+    if sigma2 <= 0:
+        return np.ones((n, n), dtype=np.float32)
+    d2 *= -1.0 / sigma2
+    return np.exp(d2, out=d2)
+
+
+# -- the filter --------------------------------------------------------------------------
+class CandidateFilter:
+    """Chooses the B examples to train on from a scored candidate batch (DESIGN 2.7).
+
+    Parameters
+    ----------
+    batch_size:
+        B, the examples trained on per step and rank.
+    ratio:
+        Candidates per kept example (>= 1): the sampler's batches should hold
+        :attr:`candidate_size` ``= ceil(ratio * B)`` examples. A smaller candidate batch
+        (the last of an epoch) keeps ``ceil(n / ratio)`` of its n examples.
+    score:
+        ``"loss"``, ``"gradnorm"`` or ``"rho"``: what :meth:`scores` (and calling the
+        filter) computes from the logits. :meth:`select` takes any scores.
+    irreducible_losses:
+        For ``"rho"``: the irreducible loss of every example (length N, NaN for examples
+        that must not be trained on, such as a holdout), or a fitted
+        :class:`~batchsel.irreducible.IrreducibleLoss`.
+    irreducible_weight:
+        w >= 0 in ``"rho"``'s score ``loss - w * irreducible_loss``: 1 is RHO-LOSS, 0 the
+        plain loss. A weak IL model (``IrreducibleLoss.accuracy_`` well below the trained
+        model's accuracy) gives hard but learnable examples high irreducible losses, which
+        RHO-LOSS then skips; shrinking with w = 0.5 kept it level with random batches on
+        clean mnist1d, where w = 1 lost 1.5 (ratio 4) to 4 (ratio 10) points, and kept
+        most of the gain under label noise (see the module notes).
+    diversity:
+        lambda >= 0 of the facility-location term (0: plain top-B by score); needs the
+        candidates' ``embeddings`` in :meth:`select`.
+    uniform_fraction:
+        Share in [0, 1] of every kept batch drawn uniformly from the candidates.
+    warmup_steps:
+        Over the first ``warmup_steps`` steps the uniform share falls linearly from 1 to
+        ``uniform_fraction``.
+    seed:
+        Seeds the uniform draws: step t on candidates ``indices`` uses the generator of
+        ``(seed, t, crc32(indices))``, so ranks draw independently and a resumed run draws
+        what the uninterrupted one did.
+
+    Attributes
+    ----------
+    steps_, candidates_, kept_, kept_uniform_:
+        Calls of :meth:`select`, candidates seen, examples kept, of which drawn uniformly.
+    forward_seconds_, select_seconds_, elapsed_seconds_:
+        Time inside :meth:`timed` (the scoring forward), inside the filter (scores and
+        selection) and the wall time of the steps (from the first :meth:`timed` or
+        :meth:`select` to the latest :meth:`select`). See :meth:`cost`.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> filt = CandidateFilter(batch_size=2, ratio=3, score="loss")
+    >>> filt.candidate_size
+    6
+    >>> logits = np.array([[3.0, 0], [0, 3], [1, 0], [0, 1], [2, 0], [0, 0]])
+    >>> labels = np.zeros(6, dtype=np.int64)              # rows 1 and 3 fit worst
+    >>> keep = filt(np.arange(10, 16), logits, labels)    # the candidates' dataset indices: 10..15
+    >>> keep.tolist(), filt.steps_, filt.kept_
+    ([1, 3], 1, 2)
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        ratio: float = 4.0,
+        score: str = "loss",
+        *,
+        irreducible_losses: Any = None,
+        irreducible_weight: float = 1.0,
+        diversity: float = 0.0,
+        uniform_fraction: float = 0.0,
+        warmup_steps: int = 0,
+        seed: int = 0,
+    ) -> None:
+        self.batch_size = check_int(batch_size, "batch_size", minimum=1)
+        self.ratio = _check_number(ratio, "ratio", low=1.0)
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        self.score = score
+        self.diversity = _check_number(diversity, "diversity", low=0.0)
+        self.uniform_fraction = _check_number(uniform_fraction, "uniform_fraction", low=0.0, high=1.0)
+        self.warmup_steps = check_int(warmup_steps, "warmup_steps", minimum=0)
+        self.seed = check_seed(seed)
+        self.irreducible_losses = None if irreducible_losses is None else _check_irreducible(irreducible_losses)
+        self.irreducible_weight = _check_number(irreducible_weight, "irreducible_weight", low=0.0)
+        if score == "rho" and self.irreducible_losses is None:
+            raise ValueError("score='rho' needs irreducible_losses (an array, or a fitted IrreducibleLoss)")
+        for name in _COUNTERS:
+            setattr(self, name, 0.0 if name.endswith("seconds_") else 0)
+        self._clock: float | None = None  # end of the latest step (or start of the first)
+
+    # -- sizes --------------------------------------------------------------------------
+    @property
+    def candidate_size(self) -> int:
+        """``ceil(ratio * batch_size)``: the batch size to build the sampler's selector with."""
+        return math.ceil(self.ratio * self.batch_size - 1e-9)
+
+    def keep_count(self, num_candidates: int) -> int:
+        """Examples kept from ``num_candidates``: ``min(B, ceil(num_candidates / ratio))``."""
+        n = check_int(num_candidates, "num_candidates", minimum=1)
+        return max(1, min(self.batch_size, math.ceil(n / self.ratio - 1e-9)))
+
+    def uniform_share(self, step: int | None = None) -> float:
+        """The share of a kept batch drawn uniformly at ``step`` (default: the next one)."""
+        t = self.steps_ if step is None else check_int(step, "step", minimum=0)
+        if t >= self.warmup_steps:
+            return self.uniform_fraction
+        return self.uniform_fraction + (1.0 - self.uniform_fraction) * (1.0 - t / self.warmup_steps)
+
+    # -- scores -------------------------------------------------------------------------
+    def scores(self, indices: Any, logits: Any, labels: Any, hidden: Any = None) -> np.ndarray:
+        """This filter's ``score`` of the candidates ``indices`` (dataset indices) from
+        their ``logits`` and ``labels`` (and ``hidden`` for ``"gradnorm"``)."""
+        if self.score == "gradnorm":
+            return gradnorm_scores(logits, labels, hidden)
+        losses = loss_scores(logits, labels)
+        if self.score == "loss":
+            return losses
+        idx = _check_candidates(indices, len(losses))
+        il = self.irreducible_losses
+        if idx.max() >= len(il):
+            raise ValueError(f"index {int(idx.max())} is past the {len(il)} irreducible losses")
+        il = il[idx]
+        if np.isnan(il).any():
+            bad = int(idx[np.isnan(il)][0])
+            raise ValueError(f"example {bad} has no irreducible loss (NaN: it is in the IL model's holdout, "
+                             f"which must not be trained on; sample from IrreducibleLoss.train_indices_)")
+        return losses - self.irreducible_weight * il
+
+    def __call__(self, indices: Any, logits: Any, labels: Any, *, hidden: Any = None,
+                 embeddings: Any = None) -> np.ndarray:
+        """:meth:`scores` then :meth:`select`: the positions (into the candidate batch) to
+        train on."""
+        start = time.perf_counter()
+        s = self.scores(indices, logits, labels, hidden)
+        self.select_seconds_ += time.perf_counter() - start
+        return self.select(indices, s, embeddings=embeddings)
+
+    # -- selection ----------------------------------------------------------------------
+    def select(self, indices: Any, scores: Any, embeddings: Any = None) -> np.ndarray:
+        """Positions (sorted, int64) of the candidates to train on: ``keep_count(n)`` of
+        the n candidates, ``round(share * k)`` drawn uniformly and the rest by largest
+        score (ties to the smaller position) or, with ``diversity``, by the greedy
+        score-plus-facility-location objective over ``embeddings`` (n x d).
+
+        ``indices`` are the candidates' dataset indices (they seed the uniform draw);
+        ``scores`` one finite number per candidate, larger = more worth training on."""
+        start = time.perf_counter()
+        if self._clock is None:
+            self._clock = start
+        idx = _check_candidates(indices)
+        n = len(idx)
+        s = np.asarray(tensor_to_numpy(scores))
+        if s.dtype == object or not np.issubdtype(s.dtype, np.number):
+            raise TypeError(f"scores must be numeric, got dtype {s.dtype}")
+        s = s.astype(np.float64).reshape(-1) if s.ndim <= 1 else s
+        if s.shape != (n,):
+            raise ValueError(f"scores has shape {s.shape}, expected ({n},): one score per candidate")
+        if not np.isfinite(s).all():
+            pos = int(np.flatnonzero(~np.isfinite(s))[0])
+            raise ValueError(f"scores contain NaN or inf (first at position {pos}: {s[pos]})")
+        emb = None
+        if self.diversity > 0:
+            if embeddings is None:
+                raise ValueError(f"diversity={self.diversity} needs the candidates' embeddings")
+            emb = load_embeddings(embeddings, "embeddings")
+            if emb.shape[0] != n:
+                raise ValueError(f"embeddings has {emb.shape[0]} rows, expected {n} (one per candidate)")
+        k = self.keep_count(n)
+        m = int(math.floor(self.uniform_share() * k + 0.5))
+        rng = np.random.default_rng([self.seed, self.steps_, zlib.crc32(idx.astype("<i8").tobytes())])
+        uniform = np.sort(rng.choice(n, size=m, replace=False)) if m else np.empty(0, np.int64)
+        if k - m == 0:
+            picked = np.empty(0, np.int64)
+        elif emb is None:
+            rest = np.setdiff1d(np.arange(n), uniform)
+            picked = rest[np.argsort(-s[rest], kind="stable")[: k - m]]
+        else:
+            picked = self._diverse(s, emb, uniform, k)
+        keep = np.sort(np.concatenate([uniform, picked]).astype(np.int64))
+        self.steps_ += 1
+        self.candidates_ += n
+        self.kept_ += k
+        self.kept_uniform_ += m
+        end = time.perf_counter()
+        self.select_seconds_ += end - start
+        self.elapsed_seconds_ += end - self._clock
+        self._clock = end
+        return keep
+
+    def _diverse(self, s: np.ndarray, emb: np.ndarray, uniform: np.ndarray, k: int) -> np.ndarray:
+        from .functions import FacilityLocation, Mixture, Modular
+        from .optimizers import maximize
+
+        from scipy.stats import rankdata
+
+        n = len(s)
+        scaled = (rankdata(s) - 1.0) / max(n - 1, 1)  # score ranks in [0, 1], ties share a rank
+        f = Mixture([Modular(scaled), FacilityLocation(_similarity(emb))], weights=[1.0, self.diversity * k / n])
+        # naive greedy: one vectorized gain pass over the |C| candidates per pick beats the lazy
+        # queue's Python bookkeeping at these sizes (same picks: ties go to the smaller index)
+        return maximize(f, k - len(uniform), "naive", initial=uniform if len(uniform) else None).indices
+
+    # -- cost ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Time the scoring forward: ``with torch.no_grad(), filt.timed(): logits = model(xb)``."""
+        start = time.perf_counter()
+        if self._clock is None:
+            self._clock = start
+        try:
+            yield
+        finally:
+            self.forward_seconds_ += time.perf_counter() - start
+
+    def cost(self) -> dict[str, float]:
+        """The filter's overhead so far: seconds in the scoring forward (:meth:`timed`)
+        and in the filter, and their fractions of the steps' wall time (the time from
+        the first step's scoring forward to the latest :meth:`select`, so it includes
+        whatever the loop does between steps: data loading, backward, evaluation).
+
+        Example
+        -------
+        >>> import numpy as np
+        >>> filt = CandidateFilter(batch_size=1, ratio=2)
+        >>> with filt.timed():
+        ...     pass
+        >>> _ = filt.select([0, 1], [0.5, 1.5])
+        >>> sorted(filt.cost())
+        ['elapsed_seconds', 'forward_fraction', 'forward_seconds', 'select_fraction', 'select_seconds', 'steps']
+        """
+        elapsed = self.elapsed_seconds_
+        return {"steps": int(self.steps_), "forward_seconds": self.forward_seconds_,
+                "select_seconds": self.select_seconds_, "elapsed_seconds": elapsed,
+                "forward_fraction": self.forward_seconds_ / elapsed if elapsed > 0 else 0.0,
+                "select_fraction": self.select_seconds_ / elapsed if elapsed > 0 else 0.0}
+
+    # -- resume -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Counters and settings (plain Python values: ``torch.save`` / ``torch.load``
+        with ``weights_only`` handle it). The step counter makes a resumed run draw its
+        uniform shares as the uninterrupted one did. It is the same on every rank (only
+        the timers differ), so rank 0's state can resume every rank."""
+        return {"version": STATE_VERSION, "class": type(self).__name__,
+                "settings": {k: getattr(self, k) for k in _SETTINGS},
+                "counters": {k: getattr(self, k) for k in _COUNTERS}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the settings must be this filter's)."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION \
+                or state.get("class") != type(self).__name__:
+            raise ValueError(f"not a CandidateFilter state (version {STATE_VERSION})")
+        for key, mine in ((k, getattr(self, k)) for k in _SETTINGS):
+            if state["settings"].get(key) != mine:
+                raise ValueError(f"the state was saved with {key}={state['settings'].get(key)!r}, "
+                                 f"this filter has {mine!r}")
+        for key in _COUNTERS:
+            value = state["counters"][key]
+            setattr(self, key, float(value) if key.endswith("seconds_") else int(value))
+        self._clock = None  # the wall clock restarts at the next step
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("diversity", "uniform_fraction", "warmup_steps")
+                        if getattr(self, k))
+        if self.score == "rho" and self.irreducible_weight != 1.0:
+            extra = f", irreducible_weight={self.irreducible_weight!r}" + extra
+        return (f"CandidateFilter(batch_size={self.batch_size}, ratio={self.ratio:g}, score={self.score!r}"
+                f"{extra}, seed={self.seed})")
+
+
+def _check_number(value: Any, name: str, low: float, high: float | None = None) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or value < low or (high is not None and value > high):
+        span = f">= {low:g}" if high is None else f"in [{low:g}, {high:g}]"
+        raise ValueError(f"{name} must be a finite number {span}, got {value!r}")
+    return float(value)
+
+
+def _check_candidates(indices: Any, count: int | None = None) -> np.ndarray:
+    idx = np.asarray(tensor_to_numpy(indices))
+    if idx.ndim != 1 or idx.size == 0:
+        raise ValueError(f"indices must be a non-empty 1-D array of dataset indices, got shape {idx.shape}")
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+    if idx.min() < 0:
+        raise ValueError(f"indices must be >= 0, found {int(idx.min())}")
+    if count is not None and len(idx) != count:
+        raise ValueError(f"{len(idx)} indices for {count} rows of logits")
+    return idx.astype(np.int64, copy=False)
+
+
+def _check_irreducible(values: Any) -> np.ndarray:
+    values = getattr(values, "losses_", values)  # a fitted IrreducibleLoss
+    il = np.asarray(tensor_to_numpy(values))
+    if il.dtype == object or not np.issubdtype(il.dtype, np.number):
+        raise TypeError(f"irreducible_losses must be numeric, got dtype {il.dtype}")
+    il = il.astype(np.float64)
+    if il.ndim != 1 or il.size == 0:
+        raise ValueError(f"irreducible_losses must be a non-empty 1-D array (one per example), got shape {il.shape}")
+    if np.isinf(il).any():
+        raise ValueError(f"irreducible_losses contain inf (first at example {int(np.flatnonzero(np.isinf(il))[0])})")
+    return il
+
+
+__all__ = ["CandidateFilter", "loss_scores", "gradnorm_scores", "SCORES"]
