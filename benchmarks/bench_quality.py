@@ -32,8 +32,9 @@ Figures per dataset, regime and method (the anchor is random's mean final metric
 - wall seconds to reach it (training + selection, evaluation excluded) and the ratio;
 - the share of the wall time spent selecting (drawing batches and ``observe``).
 
-Outputs: a table per dataset, ``benchmarks/out/bench_quality[_quick].json`` (every curve and
-figure) and ``.png`` (mean curves per regime, against steps and against wall seconds).
+Outputs: a table per dataset and regime, ``benchmarks/out/bench_quality[_quick].json`` (every
+curve and figure), ``.png`` (mean curves per regime, against steps and against wall seconds)
+and ``.md`` (one markdown table of everything, as in the README).
 
 Run ``python benchmarks/bench_quality.py`` (5 seeds, all datasets and regimes, about 10
 minutes on 2 cores) or ``--quick`` (2 seeds, digits only, shorter runs; what CI runs).
@@ -203,6 +204,8 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int) -> batc
     embeddings are the inputs."""
     base, options = VARIANTS.get(method, (method, {}))
     n = len(train.y)
+    if base in FILTERS:  # candidates for the filter: random batches of its candidate size
+        return batchsel.RandomSelector(n, batch_size, seed=seed)
     if base == "random":
         return batchsel.RandomSelector(n, batch_size, seed=seed, **options)
     if base == "smdl":
@@ -214,8 +217,26 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int) -> batc
     raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
 
 
-METHODS = ("random", "smdl", "loss-rank", "coreset")
-LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)"}
+# In-loop candidate filters (batchsel.CandidateFilter): random candidate batches of ratio x B,
+# a no-grad forward scores them, the step trains on the B kept (its cost counts as selecting).
+FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradnorm"},
+           "rho-filter": {"score": "rho"}, "rho-diverse": {"score": "rho", "diversity": 1.0}}
+METHODS = ("random", "smdl", "loss-rank", "coreset", *FILTERS)
+LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
+          "loss-filter": "loss filter", "gradnorm-filter": "gradnorm filter", "rho-filter": "RHO-LOSS filter",
+          "rho-diverse": "RHO + diversity"}
+
+
+def make_filter(method: str, train: Split, batch_size: int, seed: int) -> batchsel.CandidateFilter | None:
+    """The candidate filter of a filter method (None for the others); the irreducible-loss
+    model is batchsel's default, cross-fitted on the training set as the regime made it."""
+    base, options = VARIANTS.get(method, (method, {}))
+    if base not in FILTERS:
+        return None
+    options = {**FILTERS[base], **options}
+    if options["score"] == "rho" and "irreducible_losses" not in options:
+        options["irreducible_losses"] = batchsel.IrreducibleLoss(seed=seed).fit(train.x, train.y)
+    return batchsel.CandidateFilter(batch_size, seed=seed, **options)
 # --variant NAME=METHOD:key=value;key=value -> NAME: (METHOD, {key: value}); for searches on --split val
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {}
 
@@ -252,11 +273,14 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     torch.manual_seed(seed)  # the same initial weights for every method of a seed
     model = task.model(train.x.shape[1], num_classes)
     opt = task.optimizer(model.parameters())
-    selector = make_selector(method, train, task.batch_size, seed)
-    weighted = method == "coreset"
+    t0 = time.perf_counter()
+    filt = make_filter(method, train, task.batch_size, seed)  # fits the IL model: part of the cost
+    setup = time.perf_counter() - t0
+    selector = make_selector(method, train, filt.candidate_size if filt else task.batch_size, seed)
+    weighted = VARIANTS.get(method, (method,))[0] == "coreset"
     sampler = SelectionBatchSampler(selector, rank=0, world_size=1, weighted=weighted)
     x, y = torch.from_numpy(train.x), torch.from_numpy(train.y)
-    curve, step, epoch, select, wall = [], 0, 0, 0.0, 0.0
+    curve, step, epoch, select, wall = [], 0, 0, setup, setup
     while step < steps:
         sampler.set_epoch(epoch)
         batches = iter(sampler)
@@ -269,6 +293,11 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
                 ib, wb = torch.tensor([i for i, _ in item]), torch.tensor([w for _, w in item])
             else:
                 ib, wb = torch.tensor(item), None
+            if filt is not None:  # score the candidates, keep B of them
+                with torch.no_grad():
+                    candidate_logits = model(x[ib])
+                keep = filt(ib, candidate_logits, y[ib], embeddings=x[ib] if filt.diversity else None)
+                ib = ib[torch.from_numpy(keep)]
             t1 = time.perf_counter()
             logits = model(x[ib])
             losses = F.cross_entropy(logits, y[ib], reduction="none")
@@ -277,7 +306,8 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
             loss.backward()
             opt.step()
             t2 = time.perf_counter()
-            sampler.observe(ib, losses=losses.detach(), logits=logits.detach())
+            if filt is None:
+                sampler.observe(ib, losses=losses.detach(), logits=logits.detach())
             t3 = time.perf_counter()
             select += (t1 - t0) + (t3 - t2)
             wall += t3 - t0
@@ -363,6 +393,28 @@ def print_table(task: str, regime: str, summary: dict, methods: list[str], seeds
               f"{steps:>17}{fmt(r['steps_ratio'], r['steps_ratio_se'] or 0):>14}{r['not_reached']:>5}/{seeds:<2}"
               f"{fmt(r['wall_to_target_ratio'], r['wall_to_target_ratio_se'] or 0):>16}{r['wall_ratio']:>8.2f}"
               f"{100 * r['select_share']:>10.1f}%{verdict(r, seeds):>10}")
+
+
+def markdown(results: dict, methods: list[str], seeds: int) -> str:
+    """One table of every task, regime and method (for the README): final metric and
+    difference to random, steps and wall seconds to random's final metric (x random)."""
+    lines = ["| task | regime | method | final % | vs random (pt) | steps to random's final (x random) "
+             "| wall to it (x random) | wall, same steps (x random) | selecting | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for task, by_regime in results.items():
+        for regime, res in by_regime.items():
+            for m in methods:
+                r = res["summary"]["rows"][m]
+                missed = f", {r['not_reached']}/{seeds} missed" if r["not_reached"] else ""
+                steps = "never" if r["steps_ratio"] is None else \
+                    f"{r['steps_ratio']:.2f} ± {r['steps_ratio_se']:.2f}{missed}"
+                wall = "never" if r["wall_to_target_ratio"] is None else \
+                    f"{r['wall_to_target_ratio']:.2f} ± {r['wall_to_target_ratio_se']:.2f}"
+                diff = "" if m == "random" else f"{100 * r['diff_mean']:+.2f} ± {100 * r['diff_se']:.2f}"
+                lines.append(f"| {task} | {regime} | {LABELS.get(m, m)} | {100 * r['final_mean']:.2f} | {diff} "
+                             f"| {steps} | {wall} | {r['wall_ratio']:.2f} | {100 * r['select_share']:.0f} % "
+                             f"| {verdict(r, seeds)} |")
+    return "\n".join(lines) + "\n"
 
 
 def plot(results: dict, methods: list[str], path: str) -> None:
@@ -478,7 +530,9 @@ def main(argv: list[str] | None = None) -> dict:
     with atomic_write(stem + ".json", "w") as f:
         json.dump(_jsonable({"args": vars(args), "results": results, "total_seconds": total}), f)
     plot(results, methods, stem + ".png")
-    print(f"wrote {stem}.json and {stem}.png")
+    with atomic_write(stem + ".md", "w") as f:
+        f.write(markdown(results, methods, args.seeds))
+    print(f"wrote {stem}.json, {stem}.png and {stem}.md")
     return results
 
 

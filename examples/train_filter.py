@@ -76,6 +76,8 @@ def train(args: argparse.Namespace) -> dict:
         torch.nn.ReLU(), torch.nn.Linear(args.hidden, 10)))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
+    xt_, yt_ = torch.from_numpy(xt), torch.from_numpy(yt)
+    history, eval_seconds = [], 0.0
     step, epoch, start = 0, 0, time.perf_counter()
     while step < args.steps:
         sampler.set_epoch(epoch)
@@ -89,16 +91,26 @@ def train(args: argparse.Namespace) -> dict:
             F.cross_entropy(model(xb), yb).backward()
             optimizer.step()
             step += 1
+            if step % args.eval_every == 0 or step == args.steps:
+                t0 = time.perf_counter()
+                history.append((step, evaluate(model.module, xt_, yt_)))
+                eval_seconds += time.perf_counter() - t0
             if step == args.steps:
                 break
         epoch += 1
-    wall = time.perf_counter() - start
-    with torch.no_grad():
-        accuracy = float((model.module(torch.from_numpy(xt)).argmax(1) == torch.from_numpy(yt)).float().mean())
+    wall = time.perf_counter() - start - eval_seconds
+    accuracy = history[-1][1]
     cost = filt.cost() if filt else {"forward_fraction": 0.0, "select_fraction": 0.0}
     return {"score": args.score, "world_size": world, "rank": rank, "steps": step, "epochs": epoch,
-            "test_accuracy": accuracy, "wall_seconds": wall, "forward_fraction": cost["forward_fraction"],
+            "test_accuracy": accuracy, "final_accuracy": accuracy, "history": history, "label_fraction": 1.0,
+            "select_seconds": (cost["forward_fraction"] + cost["select_fraction"]) * wall,
+            "wall_seconds": wall, "forward_fraction": cost["forward_fraction"],
             "select_fraction": cost["select_fraction"], "filter": repr(filt)}
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    return float((model(x).argmax(1) == y).float().mean())
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -110,13 +122,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--irreducible-weight", type=float, default=0.5,
                         help="rho: score = loss - weight * irreducible loss (1 = RHO-LOSS as published)")
     parser.add_argument("--diversity", type=float, default=0.0, help="lambda of the facility-location term")
-    parser.add_argument("--uniform-fraction", type=float, default=0.0, help="share of each batch drawn uniformly")
+    parser.add_argument("--uniform-fraction", type=float, default=0.25, help="share of each batch drawn uniformly")
     parser.add_argument("--warmup-steps", type=int, default=0)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=32, help="kept examples per rank and step")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-every", type=int, default=100, help="steps between test evaluations")
     parser.add_argument("--metrics-json", default=None, help="rank 0 writes the result here")
     parser.add_argument("--quick", action="store_true", help="200 steps (for tests)")
     args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ def candidates(n=40, seed=0):
 
 # -- selection ----------------------------------------------------------------------------
 def test_keeps_the_top_scores_sorted_with_ties_to_the_smaller_position():
-    f = CandidateFilter(batch_size=3, ratio=2)
+    f = CandidateFilter(batch_size=3, ratio=2, uniform_fraction=0.0)
     assert f.candidate_size == 6
     keep = f.select(np.arange(100, 106), [0.1, 5.0, 2.0, 5.0, -1.0, 2.0])
     assert keep.dtype == np.int64 and keep.tolist() == [1, 2, 3]  # 5, 5, then the first 2.0
@@ -126,7 +126,8 @@ def test_filter_scores_by_kind():
     il = rng.random(10)
     assert np.allclose(CandidateFilter(2, 3, "loss").scores(idx, logits, y), loss_scores(logits, y))
     assert np.allclose(CandidateFilter(2, 3, "gradnorm").scores(idx, logits, y), gradnorm_scores(logits, y))
-    rho = CandidateFilter(2, 3, "rho", irreducible_losses=torch.from_numpy(il))
+    rho = CandidateFilter(2, 3, "rho", irreducible_losses=torch.from_numpy(il), irreducible_weight=1.0,
+                          uniform_fraction=0.0)
     assert np.allclose(rho.scores(idx, logits, y), loss_scores(logits, y) - il[idx])
     half = CandidateFilter(2, 3, "rho", irreducible_losses=il, irreducible_weight=0.5)
     assert np.allclose(half.scores(idx, logits, y), loss_scores(logits, y) - 0.5 * il[idx])
@@ -316,7 +317,7 @@ def blobs(n=300, noise=0.0, seed=0):
 
 def test_cross_fitting_never_scores_an_example_with_a_model_fit_on_it():
     x, y, _, _ = blobs()
-    il = IrreducibleLoss(Memorizer(), folds=4, standardize=False).fit(x, y)
+    il = IrreducibleLoss(Memorizer(), folds=4, standardize=False, balanced=False).fit(x, y)
     assert np.allclose(il.losses_, np.log(3))
     assert np.bincount(il.fold_).tolist() == [75] * 4 and il.train_indices_.size == 300
     # the same model fit on everything would have been perfect: the memorizer works
@@ -395,3 +396,20 @@ def test_irreducible_loss_refuses_bad_data():
 def test_public_names():
     for name in ("CandidateFilter", "IrreducibleLoss", "loss_scores", "gradnorm_scores"):
         assert name in batchsel.__all__ and hasattr(batchsel, name)
+
+
+def test_balanced_posteriors_keep_rare_classes_from_looking_irreducible():
+    x, y, _, _ = blobs(n=900)
+    keep = np.flatnonzero((y != 2) | (np.arange(900) % 10 == 0))  # class 2 is ten times rarer
+    x, y = x[keep], y[keep]
+    plain = IrreducibleLoss(seed=0, balanced=False).fit(x, y)
+    balanced = IrreducibleLoss(seed=0).fit(x, y)
+    rare = y == 2
+    # the rare class's irreducible losses fall, the others' barely move
+    assert balanced.losses_[rare].mean() < 0.7 * plain.losses_[rare].mean()
+    assert abs(balanced.losses_[~rare].mean() - plain.losses_[~rare].mean()) < 0.1
+    # on balanced classes the correction changes (almost) nothing
+    xb, yb, _, _ = blobs(n=900, seed=1)
+    a = IrreducibleLoss(seed=0, balanced=False).fit(xb, yb).losses_
+    b = IrreducibleLoss(seed=0).fit(xb, yb).losses_
+    assert np.abs(a - b).mean() < 0.05
