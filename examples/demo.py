@@ -2,8 +2,9 @@
 
 1. Builds the k-NN affinity graph of the digit images (batchsel.EmbeddingIndex) and prints
    its figures.
-2. Trains a small MLP with 2 MPI ranks (mpiexec, DDP over gloo) under random batches,
-   submodular (SMDL) batches and loss-rank batches (examples/train_ddp.py), and the
+2. Trains small MLPs with 2 MPI ranks (mpiexec, DDP over gloo): random, loss-rank and
+   submodular (SMDL) batches (examples/train_ddp.py); random batches and the RHO-LOSS
+   candidate filter on digits with 25% wrong labels (examples/train_filter.py); and the
    graph-regularized semi-supervised loss on graph-block batches with 5% of the labels
    (examples/semi_supervised.py).
 3. Prints one table (final test accuracy, steps, wall time, share of time selecting) and
@@ -31,10 +32,15 @@ from batchsel.io import atomic_write
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (label, script, arguments); every script accepts --metrics-json.
+# Random batches next to each method on the data it is recommended for (README, "Which
+# method, when"): loss-rank and SMDL on clean digits, the RHO-LOSS candidate filter on digits
+# with 25 % wrong labels, graph-block batches for the graph-regularized loss with 5 % labels.
 RUNS = [
     ("random", "train_ddp.py", ["--method", "random"]),
-    ("submodular (SMDL)", "train_ddp.py", ["--method", "submodular"]),
     ("loss-rank", "train_ddp.py", ["--method", "loss"]),
+    ("submodular (SMDL)", "train_ddp.py", ["--method", "submodular"]),
+    ("random, 25% wrong labels", "train_filter.py", ["--score", "none", "--label-noise", "0.25"]),
+    ("RHO-LOSS filter, 25% wrong", "train_filter.py", ["--score", "rho", "--label-noise", "0.25"]),
     ("graph-reg. SSL, 5% labels", "semi_supervised.py", ["--method", "blocks", "--label-fraction", "0.05"]),
 ]
 

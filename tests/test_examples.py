@@ -39,7 +39,7 @@ def test_demo_quick_trains_every_run_on_two_ranks_and_plots(tmp_path):
                           capture_output=True, text=True, timeout=600, env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = proc.stdout.split("selecting\n", 1)[1]
-    for label in ("random", "submodular (SMDL)", "loss-rank", "graph-reg. SSL"):
+    for label in ("random", "submodular (SMDL)", "loss-rank", "RHO-LOSS filter", "graph-reg. SSL"):
         assert label in table
     assert "2 rank(s)" in proc.stdout
     png = out / "accuracy.png"
