@@ -417,6 +417,25 @@ def markdown(results: dict, methods: list[str], seeds: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def overview(results: dict, methods: list[str], seeds: int) -> str:
+    """(task, regime) x method: final difference to random in points / steps to random's
+    final metric (x random), and the verdict (F faster, B better, W worse)."""
+    others = [m for m in methods if m != "random"]
+    short = {"faster": "F", "better": "B", "WORSE": "W"}
+    lines = ["| task, regime | random | " + " | ".join(LABELS.get(m, m) for m in others) + " |",
+             "| --- | --- |" + " --- |" * len(others)]
+    for task, by_regime in results.items():
+        for regime, res in by_regime.items():
+            cells = []
+            for m in others:
+                row = res["summary"]["rows"][m]
+                ratio = "never" if row["steps_ratio"] is None else f"{row['steps_ratio']:.2f}x"
+                tag = "".join(short[v] for v in verdict(row, seeds).split(",") if v in short)
+                cells.append(f"{100 * row['diff_mean']:+.1f} / {ratio}" + (f" **{tag}**" if tag else ""))
+            lines.append(f"| {task}, {regime} | {100 * res['summary']['target']:.1f} % | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(results: dict, methods: list[str], path: str) -> None:
     import matplotlib
 
@@ -460,6 +479,39 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def write_outputs(stem: str, payload: dict, methods: list[str], seeds: int) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
+    with atomic_write(stem + ".json", "w") as f:
+        json.dump(_jsonable(payload), f)
+    plot(payload["results"], methods, stem + ".png")
+    with atomic_write(stem + ".md", "w") as f:
+        f.write(overview(payload["results"], methods, seeds) + "\n" + markdown(payload["results"], methods, seeds))
+    print(f"wrote {stem}.json, {stem}.png and {stem}.md")
+
+
+def render(paths: list[str], stem: str) -> dict:
+    """Merge the results of several runs with the same methods and seeds."""
+    results, args, total = {}, None, 0.0
+    for path in paths:
+        with open(path) as f:
+            payload = json.load(f)
+        if args is not None and (payload["args"]["methods"], payload["args"]["seeds"]) != \
+                (args["methods"], args["seeds"]):
+            raise ValueError(f"{path} ran methods={payload['args']['methods']!r}, seeds={payload['args']['seeds']}; "
+                             f"{paths[0]} ran methods={args['methods']!r}, seeds={args['seeds']}")
+        args = args or payload["args"]
+        for task, by_regime in payload["results"].items():
+            results.setdefault(task, {}).update(by_regime)
+        total += payload["total_seconds"]
+    for text in args.get("variant", []):
+        name, method, options = parse_variant(text)
+        VARIANTS[name], LABELS[name] = (method, options), name
+    methods = [m.strip() for m in args["methods"].split(",") if m.strip()]
+    write_outputs(stem, {"args": args, "results": results, "total_seconds": total, "merged_from": paths},
+                  methods, args["seeds"])
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {list(TASKS)}")
@@ -474,7 +526,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--quick", action="store_true", help="2 seeds, digits only, short runs (CI)")
     parser.add_argument("--out", default=None, help="output stem (default benchmarks/out/bench_quality[_quick])")
+    parser.add_argument("--render", nargs="+", metavar="JSON", default=None,
+                        help="train nothing: merge these outputs (e.g. tasks run in parallel) into --out's "
+                             ".json / .png / .md")
     args = parser.parse_args(argv)
+    if args.render:
+        return render(args.render, args.out or str(ROOT / "benchmarks" / "out" / "bench_quality"))
     if args.quick:
         args.seeds = min(args.seeds, 2)
         if args.tasks == ",".join(TASKS):
@@ -526,13 +583,7 @@ def main(argv: list[str] | None = None) -> dict:
             sys.stdout.flush()
     total = time.perf_counter() - start
     print(f"\ntotal {total:.0f} s")
-    os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
-    with atomic_write(stem + ".json", "w") as f:
-        json.dump(_jsonable({"args": vars(args), "results": results, "total_seconds": total}), f)
-    plot(results, methods, stem + ".png")
-    with atomic_write(stem + ".md", "w") as f:
-        f.write(markdown(results, methods, args.seeds))
-    print(f"wrote {stem}.json, {stem}.png and {stem}.md")
+    write_outputs(stem, {"args": vars(args), "results": results, "total_seconds": total}, methods, args.seeds)
     return results
 
 
