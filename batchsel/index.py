@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from faiss.contrib.inspect_tools import get_invlist
 from tqdm.auto import tqdm
 
-from ._checks import check_int, check_scale, check_seed, load_embeddings, to_int64
+from ._checks import check_int, check_scale, check_seed, load_embeddings, mark_symmetric, to_int64
 
 logger = logging.getLogger(__name__)
 
@@ -291,9 +291,17 @@ class EmbeddingIndex:
                     yield np.concatenate(ids), np.concatenate(vecs)
                 ids, vecs, pending = [], [], 0
 
-    def knn_graph(self, k: int = 10, kernel: str = "rbf", symmetrize: bool = True, sigma: float | None = None) -> sp.csr_matrix:
+    def knn_graph(self, k: int = 10, kernel: str = "rbf", symmetrize: bool = True, sigma: float | None = None,
+                  self_weight: float | None = None) -> sp.csr_matrix:
         """The k-NN affinity graph: ``N x N`` CSR, float32 weights in (0, 1], int64
-        indices, no self loops.
+        indices, no self loops unless ``self_weight`` (in (0, 1]) is given: then every
+        point has that weight to itself on the diagonal (a sparse facility location needs
+        it: each item covers itself).
+
+        A symmetrized graph is marked as symmetric, so that the sparse set functions
+        (``FacilityLocation(graph)``, ...) skip their symmetry check; replacing its arrays
+        drops the mark, but an in-place edit that breaks the symmetry must be followed by
+        ``symmetric=False`` (or None) where the graph is used.
 
         ``kernel``: ``"rbf"`` w = exp(-d^2 / sigma^2) with d the euclidean distance (of
         the normalized vectors for ``metric="cosine"``) and, unless given, sigma^2 = the
@@ -342,7 +350,16 @@ class EmbeddingIndex:
         if symmetrize:
             graph = graph.maximum(graph.T).tocsr()
         graph.sort_indices()
-        return to_int64(graph)
+        graph = to_int64(graph)
+        if self_weight is not None:
+            if not 0 < self_weight <= 1:
+                raise ValueError(f"self_weight must be in (0, 1] or None, got {self_weight!r}")
+            from .functions._kernels import insert_diagonal
+
+            indptr, indices, data = insert_diagonal(graph.indptr, graph.indices, graph.data, np.float32(self_weight))
+            graph = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+            graph.indices, graph.indptr = indices, indptr  # scipy may downcast them
+        return mark_symmetric(graph) if symmetrize else graph
 
     def _cosine_of_pairs(self, cols: np.ndarray) -> np.ndarray:
         """Cosine similarity of every point i and each of its neighbours cols[i]."""
@@ -361,11 +378,11 @@ class EmbeddingIndex:
 
 
 def knn_graph(embeddings: Any, k: int = 10, metric: str = "l2", kernel: str = "rbf", symmetrize: bool = True,
-              sigma: float | None = None, **index_kwargs: Any) -> sp.csr_matrix:
+              sigma: float | None = None, self_weight: float | None = None, **index_kwargs: Any) -> sp.csr_matrix:
     """Shortcut: ``EmbeddingIndex(embeddings, metric, **index_kwargs).knn_graph(k, kernel,
-    symmetrize, sigma)``."""
+    symmetrize, sigma, self_weight)``."""
     index = EmbeddingIndex(embeddings, metric=metric, **index_kwargs)
-    return index.knn_graph(k=k, kernel=kernel, symmetrize=symmetrize, sigma=sigma)
+    return index.knn_graph(k=k, kernel=kernel, symmetrize=symmetrize, sigma=sigma, self_weight=self_weight)
 
 
 __all__ = ["EmbeddingIndex", "knn_graph", "AUTO_EXACT_MAX"]

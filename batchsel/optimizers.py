@@ -1,5 +1,7 @@
 """Greedy maximization of set functions: naive, lazy, stochastic, lazier-than-lazy and
-GreeDi (simulated over ``parts`` in one process, or over the ranks of a communicator).
+GreeDi (simulated over ``parts`` in one process, or over the ranks of a communicator);
+:func:`greedi_facility_location`, GreeDi for facility location over embeddings that builds
+only each rank's part.
 
 Every optimizer picks, at each step, the item of largest marginal gain (per unit cost when
 ``costs`` are given) among those it looks at, ties broken to the smallest index, so runs
@@ -16,12 +18,18 @@ import numpy as np
 from numba import njit
 from tqdm.auto import tqdm
 
-from ._checks import check_indices, check_int, check_seed
+from ._checks import check_indices, check_int, check_seed, load_embeddings
 from .functions.base import SetFunction
+from .functions.facility_location import METRICS, FacilityLocation, _CoverRows, _rows_similarity
 
 logger = logging.getLogger(__name__)
 
 OPTIMIZERS = ("naive", "lazy", "stochastic", "lazier-than-lazy", "greedi")
+# GreeDi over a communicator with the whole function on every rank: each rank's lazy greedy
+# costs about a whole lazy greedy (its cost grows with k and the ground set, hardly with the
+# candidates), then the merge runs another; measured 0.46-1.05x the speed of one process
+# (benchmarks/bench_greedi.py). Said once per process.
+_GREEDI_WARNED = False
 
 # Lazy greedy re-evaluates the stale top of its queue in batches (one vectorized gains()
 # call each): the first batch of a pick is about as large as the recent picks needed (at
@@ -102,6 +110,9 @@ def maximize(
         ``"stochastic"`` with the same seed, fewer evaluations), ``"greedi"`` (the items are
         split into ``parts`` random parts, or over the ranks of ``comm``; greedy picks k
         in each part, then greedy on the union; the better of that and the best part wins).
+        Every rank holds the whole ``f``, so GreeDi over ranks is slower than ``"lazy"`` in
+        one process (logged as a warning); :func:`greedi_facility_location` builds only each
+        rank's part of a facility location and is the one that pays.
     epsilon, seed:
         Sample size and seed of the stochastic optimizers and of GreeDi's split.
     costs:
@@ -177,6 +188,14 @@ def maximize(
 
     run = _Run(f, init, cost, progress)
     if optimizer == "greedi":
+        global _GREEDI_WARNED
+        if comm is not None and int(comm.size) > 1 and not _GREEDI_WARNED:
+            _GREEDI_WARNED = True
+            logger.warning("optimizer='greedi' over %d ranks with the whole %s on every rank is slower than "
+                           "optimizer='lazy' in one process (each rank's greedy costs about a whole lazy "
+                           "greedy, then the merge runs another); for facility location over embeddings use "
+                           "greedi_facility_location, which builds only each rank's part",
+                           int(comm.size), type(f).__name__)
         return _greedi(run, pool, budget, seed, parts, comm)
     if parts is not None or comm is not None:
         raise ValueError(f"parts and comm apply to optimizer='greedi', not {optimizer!r}")
@@ -579,4 +598,73 @@ def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | 
             run.take(j)
     sel = run.finish(picks, "greedi")
     sel.extra.update(parts=m, merged_value=merged_value, part_values=[v for _, v in results])
+    return sel
+
+
+def greedi_facility_location(embeddings: Any, k: int, *, metric: str = "euclidean", comm: Any = None,
+                             parts: int | None = None, seed: int = 0) -> Selection:
+    """GreeDi for facility location over embeddings, with each part's function on its part
+    only (the decomposable GreeDi of Mirzasoleiman et al., 2013): no rank builds the
+    ``N x N`` similarity.
+
+    The N points are split into ``m`` random parts (the ranks of ``comm``, or ``parts``
+    in one process, default 4); each part runs lazy greedy for k picks on the facility
+    location of its own points (``FacilityLocation.from_embeddings`` of the part: an
+    ``(N/m)^2`` similarity); the ``m * k`` picks are gathered; lazy greedy picks k of them
+    on the facility location over all N points, which needs only their ``m k x N``
+    similarity rows. The better of that and the best part's picks (on the same function)
+    is returned, identical on every rank. Work per rank: about ``1 / m^2`` of the
+    similarity plus ``m k N d`` for the merge, against ``N^2 d`` for one process.
+
+    ``value`` is the facility location of the picks with the floor (for euclidean) at the
+    smallest similarity among the gathered rows, not the ``N x N`` matrix's (unknown
+    without it): it ranks selections like ``FacilityLocation.from_embeddings``' value, and
+    differs from it by a constant; cosine has floor 0 in both. ``extra`` holds ``parts``,
+    ``merged_value`` and ``part_values``.
+
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).normal(size=(400, 8)).astype(np.float32)
+    >>> sel = greedi_facility_location(x, 10, parts=2)
+    >>> len(sel), sel.optimizer
+    (10, 'greedi')
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    x = load_embeddings(embeddings)
+    n = x.shape[0]
+    k = check_int(k, "k", minimum=1, maximum=n)
+    seed = check_seed(seed)
+    if comm is not None:
+        if parts is not None and parts != comm.size:
+            raise ValueError(f"parts={parts} but the communicator has {comm.size} ranks")
+        m = int(comm.size)
+    else:
+        m = check_int(parts if parts is not None else 4, "parts", minimum=1)
+    perm = np.random.default_rng(seed).permutation(n)
+    splits = [np.sort(s) for s in np.array_split(perm, m)]
+
+    def local(part: np.ndarray) -> np.ndarray:
+        if part.size == 0:
+            return np.empty(0, np.int64)
+        f = FacilityLocation.from_embeddings(x[part], metric=metric, dense_max=part.size)
+        return part[maximize(f, min(k, part.size)).indices].astype(np.int64)
+
+    picks = [local(p) for p in splits] if comm is None else comm.allgather(local(splits[int(comm.rank)]))
+    union = np.unique(np.concatenate(picks))
+    sim = _rows_similarity(x, union, metric)
+    g = _CoverRows(sim, float(sim.min()) if metric == "euclidean" else 0.0)
+    merged = maximize(g, min(k, union.size))
+    # the parts' own picks on the same function (GreeDi keeps the best of all)
+    part_values = [g.evaluate(np.searchsorted(union, p)) if p.size else -np.inf for p in picks]
+    best = max(range(m), key=lambda i: (part_values[i], -i))
+    if part_values[best] > merged.value:
+        chosen = np.searchsorted(union, picks[best])
+        g.reset()
+        gains = [g.add(int(j)) for j in chosen]
+        sel = Selection(indices=union[chosen], gains=np.asarray(gains), value=float(g.value), optimizer="greedi",
+                        evaluations=merged.evaluations)
+    else:
+        sel = Selection(indices=union[merged.indices], gains=merged.gains, value=merged.value, optimizer="greedi",
+                        evaluations=merged.evaluations)
+    sel.extra.update(parts=m, merged_value=merged.value, part_values=part_values)
     return sel

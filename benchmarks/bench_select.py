@@ -7,10 +7,12 @@
     run in both precisions: "single" (float32 Gram, the default) and "double" (float64
     Gram blocks).
 (b) sparse: n = 100 000, d = 64, the symmetric 20-NN rbf similarity of
-    ``EmbeddingIndex.knn_graph`` plus the diagonal, k = 1000; apricot gets an int32 copy of
-    the same CSR (its numba kernels are typed int32). Graph construction is not timed;
-    batchsel's time includes ``FacilityLocation(sim)`` (with its symmetry check, or with
-    ``symmetric=True`` declared) and the selection.
+    ``EmbeddingIndex.knn_graph(self_weight=1)`` (the diagonal included), k = 1000; apricot
+    gets an int32 copy of the same CSR (its numba kernels are typed int32). Graph
+    construction is not timed; batchsel's time includes ``FacilityLocation(sim)`` and the
+    selection: by default (the graph is marked symmetric by ``knn_graph``: no check), on an
+    unmarked copy of the same arrays (the symmetry check runs, as for a user's own CSR), and
+    with ``symmetric=True`` declared. With one BLAS thread and with the default threads.
 (c) n = 1 000 000, d = 128, ``FacilityLocation.from_embeddings`` (sparse 20-NN graph,
     chosen automatically above 20 000 points) and k = 1000, in a subprocess: time of the
     graph, of the selection, and the peak resident memory (VmHWM). apricot cannot run it
@@ -32,11 +34,11 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from batchsel import EmbeddingIndex, FacilityLocation, maximize  # noqa: E402
-from batchsel.functions import _kernels  # noqa: E402
 
 
 def _apricot_fl(k, data, metric):
@@ -82,7 +84,7 @@ def bench_dense(sizes):
     from sklearn.datasets import make_blobs
 
     print("\n(a) dense facility location, 1024-d blobs, k = n/10, lazy greedy")
-    header = (f"{'n':>6} {'k':>5} {'floor s':>8} {'apricot s':>10} {'precision':>9} {'batchsel s':>10} "
+    header = (f"{'n':>6} {'k':>5} {'threads':>8} {'floor s':>8} {'apricot s':>10} {'precision':>9} {'batchsel s':>10} "
               f"{'/apricot':>9} {'/floor':>7} {'value/apricot':>13}  identical")
     print(header)
     rows = []
@@ -90,31 +92,32 @@ def bench_dense(sizes):
         x, _ = make_blobs(n_samples=n, centers=10, n_features=1024, cluster_std=2, center_box=(0, 100), random_state=4)
         x = x.astype(np.float32)
         k = n // 10
-        floor = min(_timed(lambda: x @ x.T)[1] for _ in range(2))
         # float64 input: with float32 input, scikit-learn's distances and so apricot's
         # similarity are float32, whose rounding ties and reorders apricot's own picks.
         x64 = x.astype(np.float64)
-        ref, t_ref = _timed(lambda: _apricot_fl(k, x64, "euclidean"))
-        for precision in ("single", "double"):
-            def run():
-                f = FacilityLocation.from_embeddings(x, precision=precision)
-                return f, maximize(f, k)
-            (f, sel), t = _timed(run)
-            value_ratio = sel.value / float(np.sum(ref.gains))
-            same = _divergence(f, sel.indices, ref.ranking)
-            del f
-            print(f"{n:>6} {k:>5} {floor:>8.3f} {t_ref:>10.3f} {precision:>9} {t:>10.3f} {t / t_ref:>9.3f} "
-                  f"{t / floor:>7.2f} {value_ratio:>13.7f}  {same}")
-            rows.append(dict(n=n, precision=precision, floor=floor, apricot=t_ref, batchsel=t, identical=same))
+        for threads in (1, None):
+            with threadpool_limits(limits=threads, user_api="blas"):
+                label = "1" if threads == 1 else "default"
+                floor = min(_timed(lambda: x @ x.T)[1] for _ in range(2))
+                ref, t_ref = _timed(lambda: _apricot_fl(k, x64, "euclidean"))
+                for precision in ("single", "double"):
+                    def run():
+                        f = FacilityLocation.from_embeddings(x, precision=precision)
+                        return f, maximize(f, k)
+                    (f, sel), t = _timed(run)
+                    value_ratio = sel.value / float(np.sum(ref.gains))
+                    same = _divergence(f, sel.indices, ref.ranking)
+                    del f
+                    print(f"{n:>6} {k:>5} {label:>8} {floor:>8.3f} {t_ref:>10.3f} {precision:>9} {t:>10.3f} "
+                          f"{t / t_ref:>9.3f} {t / floor:>7.2f} {value_ratio:>13.7f}  {same}")
+                    rows.append(dict(n=n, threads=label, precision=precision, floor=floor, apricot=t_ref,
+                                     batchsel=t, identical=same))
     return rows
 
 
 def _knn_similarity(x, k):
-    g = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=k)
-    indptr, indices, data = _kernels.insert_diagonal(g.indptr, g.indices, g.data, np.float32(1.0))
-    sim = sp.csr_matrix((data, indices, indptr), shape=g.shape)
-    sim.indices, sim.indptr = indices, indptr
-    return sim
+    # the graph with 1 on the diagonal, marked symmetric by knn_graph
+    return EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=k, self_weight=1.0)
 
 
 def bench_sparse(n, d=64, neighbors=20, k=1000):
@@ -127,21 +130,27 @@ def bench_sparse(n, d=64, neighbors=20, k=1000):
     print(f"  graph (not in the timings): {t_graph:.1f} s, {sim.nnz} entries, indices {sim.indices.dtype}")
     sim32 = sim.copy()
     sim32.indices, sim32.indptr = sim.indices.astype(np.int32), sim.indptr.astype(np.int32)
-    ref, t_ref = _timed(lambda: _apricot_fl(k, sim32, "precomputed"))
-    print(f"  apricot {t_ref:.3f} s")
-    result = dict(n=n, apricot=t_ref)
-    # Default: FacilityLocation checks the symmetry itself (one transposition); declared:
-    # symmetric=True, as from_embeddings knows it of the graphs it builds.
-    for label, symmetric in (("checked", None), ("declared", True)):
-        f, t_build = _timed(lambda: FacilityLocation(sim, symmetric=symmetric))
-        sel, t_sel = _timed(lambda: maximize(f, k))
-        t = t_build + t_sel
-        same = _divergence(f, sel.indices, ref.ranking)
-        rel = np.max(np.abs(sel.gains - ref.gains) / np.abs(ref.gains))
-        print(f"  batchsel, symmetry {label:8s}: {t:.3f} s (construction {t_build:.3f} + selection {t_sel:.3f})   "
-              f"ratio {t / t_ref:.4f}   identical {same}   max rel. gain difference {rel:.1e}   "
-              f"evaluations {sel.evaluations}")
-        result[label] = t
+    result = dict(n=n)
+    # The same CSR arrays in a matrix without knn_graph's symmetry mark: FacilityLocation
+    # then checks the symmetry itself (one transposition), as for any user-built matrix.
+    unmarked = sp.csr_matrix((sim.data, sim.indices, sim.indptr), shape=sim.shape)
+    unmarked.indices, unmarked.indptr = sim.indices, sim.indptr
+    for threads in (1, None):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            ref, t_ref = _timed(lambda: _apricot_fl(k, sim32, "precomputed"))
+            label = "1 BLAS thread" if threads == 1 else "default BLAS threads"
+            print(f"  [{label}] apricot {t_ref:.3f} s")
+            for name, matrix, symmetric in (("default, knn_graph", sim, None), ("checked", unmarked, None),
+                                            ("declared True", sim, True)):
+                f, t_build = _timed(lambda: FacilityLocation(matrix, symmetric=symmetric))
+                sel, t_sel = _timed(lambda: maximize(f, k))
+                t = t_build + t_sel
+                same = _divergence(f, sel.indices, ref.ranking)
+                rel = np.max(np.abs(sel.gains - ref.gains) / np.abs(ref.gains))
+                print(f"    batchsel, symmetry {name:18s}: {t:.3f} s (construction {t_build:.3f} + selection "
+                      f"{t_sel:.3f})   ratio {t / t_ref:.4f}   identical {same}   max rel. gain difference "
+                      f"{rel:.1e}   evaluations {sel.evaluations}")
+                result[(threads, name)] = t / t_ref
     return result
 
 

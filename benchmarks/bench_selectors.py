@@ -13,6 +13,9 @@
    child process so its peak RSS is its own.
 3. GreedMax (partition="submodular") for N = 100k, W = 8, next to a random split: time
    and the worst shard's facility-location value.
+4. One loss-rank batch (B = 128, pressure 100, half the examples unseen) at N = 3200 and
+   1M, next to one RandomSelector batch of the same N (the anchor: its epoch's
+   permutation and slicing, per batch), with one BLAS thread and the default threads.
 
 Run: ``python benchmarks/bench_selectors.py`` (``--quick``: N = 20k, < 1 minute).
 Part 1 runs selection (numpy BLAS) and the MLP (torch) on one thread each, calls
@@ -246,10 +249,47 @@ def bench_greedmax(n: int, world: int) -> None:
           f"(x{ours.min() / theirs.min():.3f}); max possible {n}")
 
 
+# -- 4. loss-rank batch ------------------------------------------------------------------------
+def bench_loss_rank(sizes: tuple[int, ...], batch: int = 128) -> None:
+    from threadpoolctl import threadpool_limits
+
+    from batchsel import LossRankSelector, RandomSelector
+
+    print(f"\n4. One loss-rank batch (B={batch}, pressure 100, half the losses unseen) vs one RandomSelector "
+          f"batch (epoch permutation + slicing, per batch); median ms; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs")
+    print(f"   {'N':>9} {'threads':>8} {'loss-rank ms':>13} {'random ms':>10} {'ratio':>8}")
+    for n in sizes:
+        sel = LossRankSelector(n, batch, seed=0, pressure=100)
+        sel.observe(np.arange(n // 2), losses=np.random.default_rng(0).random(n // 2))
+        rand = RandomSelector(n, batch, seed=0)
+        per_call = max(1, min(200, 2_000_000 // n))  # loss-rank batches per timed call
+        state = {"it": sel.iter_batches(0), "epoch": 0}
+
+        def loss_batches(sel=sel, state=state, per_call=per_call):
+            for _ in range(per_call):
+                b = next(state["it"], None)
+                if b is None:
+                    state["epoch"] += 1
+                    state["it"] = sel.iter_batches(state["epoch"])
+                    next(state["it"])
+
+        def random_epoch(rand=rand):
+            return sum(1 for _ in rand.iter_batches(0))
+
+        batches = rand.num_batches()
+        for label, limit in (("1", 1), ("default", None)):
+            with threadpool_limits(limits=limit, user_api="blas"):
+                res = paired({"loss": loss_batches, "random": random_epoch}, 5 if n > 100_000 else 30)
+            loss_ms, rand_ms = res["loss"][0] / per_call, res["random"][0] / batches
+            print(f"   {n:>9,} {label:>8} {loss_ms:>13.4f} {rand_ms:>10.4f} {loss_ms / rand_ms:>7.0f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (< 1 minute)")
     ap.add_argument("--smdl-only", action="store_true", help="only part 1 (the SMDL batch)")
+    ap.add_argument("--loss-rank-only", action="store_true", help="only part 4 (the loss-rank batch)")
     ap.add_argument("--graph-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--smdl-thread-worker", nargs=3, type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -260,6 +300,9 @@ def main() -> None:
         n, repeats, start_at = args.smdl_thread_worker
         smdl_thread_worker(int(n), int(repeats), start_at)
         return
+    if args.loss_rank_only:
+        bench_loss_rank((3200, 1_000_000))
+        return
     if args.smdl_only:
         bench_smdl(20_000 if args.quick else 100_000, 30 if args.quick else 200)
         return
@@ -267,10 +310,12 @@ def main() -> None:
         bench_smdl(20_000, 30)
         bench_graph(20_000, 32, 128)
         bench_greedmax(20_000, 8)
+        bench_loss_rank((3200, 100_000))
     else:
         bench_smdl(100_000, 200)
         bench_graph(1_000_000, 32, 128)
         bench_greedmax(100_000, 8)
+        bench_loss_rank((3200, 1_000_000))
 
 
 if __name__ == "__main__":

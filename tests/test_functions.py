@@ -268,3 +268,24 @@ def test_bad_items():
         f.add(-1)
     with pytest.raises(TypeError, match="integer"):
         f.add(1.5)
+
+
+def test_knn_graph_is_marked_symmetric_and_skips_the_check(monkeypatch):
+    from batchsel import EmbeddingIndex
+    from batchsel.functions import base
+
+    x = np.random.default_rng(0).normal(size=(500, 8)).astype(np.float32)
+    g = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=6, self_weight=1.0)
+    assert np.all(g.diagonal() == 1) and g.indices.dtype == np.int64 and base.is_symmetric(g)
+    checked = []
+    monkeypatch.setattr(base, "is_symmetric", lambda m: checked.append(1) or True)
+    assert FacilityLocation(g).symmetric and not checked  # the mark, no transposition
+    assert FacilityLocation(g.copy()).symmetric and checked  # a copy has no mark: checked
+    monkeypatch.undo()
+    edited = g.copy()
+    edited.data[np.flatnonzero(edited.indices[: edited.indptr[1]] != 0)[0]] *= 0.5  # off the diagonal
+    assert not FacilityLocation(edited).symmetric
+    g.data = g.data.copy()  # new arrays drop the mark
+    assert not base.known_symmetric(g)
+    with pytest.raises(ValueError, match="self_weight"):
+        EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=6, self_weight=2.0)

@@ -169,6 +169,59 @@ def test_greedi_over_a_communicator_matches_the_simulation():
         assert r.value == simulated.value
 
 
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_greedi_facility_location_builds_only_the_parts_and_matches_over_a_communicator(metric, caplog):
+    from batchsel.optimizers import greedi_facility_location
+
+    x = _points(900, seed=9)
+    f = FacilityLocation.from_embeddings(x, metric=metric)
+    lazy = maximize(f, 30)
+    simulated = greedi_facility_location(x, 30, metric=metric, parts=3, seed=2)
+    assert len(np.unique(simulated.indices)) == 30 and simulated.extra["parts"] == 3
+    assert f.evaluate(simulated.indices) >= 0.98 * lazy.value
+    one = greedi_facility_location(x, 30, metric=metric, parts=1)  # one part: plain lazy greedy
+    np.testing.assert_array_equal(one.indices, lazy.indices)
+    size = 3
+    shared = {"size": size, "slots": [None] * size, "barrier": threading.Barrier(size)}
+    results = [None] * size
+
+    def worker(rank):
+        results[rank] = greedi_facility_location(x, 30, metric=metric, comm=_ThreadComm(rank, shared), seed=2)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        np.testing.assert_array_equal(r.indices, simulated.indices)
+        assert r.value == simulated.value
+    with pytest.raises(ValueError, match="metric"):
+        greedi_facility_location(x, 3, metric="manhattan")
+    with pytest.raises(ValueError, match="parts=2"):
+        greedi_facility_location(x, 3, parts=2, comm=_ThreadComm(0, {"size": 1}))
+
+
+def test_greedi_over_ranks_with_the_whole_function_warns(caplog):
+    import batchsel.optimizers as optimizers
+
+    optimizers._GREEDI_WARNED = False
+    x = _points(300, seed=3)
+    size = 2
+    shared = {"size": size, "slots": [None] * size, "barrier": threading.Barrier(size)}
+
+    def worker(rank):
+        maximize(FacilityLocation.from_embeddings(x), 5, "greedi", comm=_ThreadComm(rank, shared))
+
+    with caplog.at_level("WARNING", logger="batchsel.optimizers"):
+        threads = [threading.Thread(target=worker, args=(r,)) for r in range(size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sum("slower than optimizer='lazy'" in r.message for r in caplog.records) == 1
+
+
 def test_progress_bar_runs(capsys):
     sel = maximize(Modular(np.arange(10.0)), 3, progress=True)
     assert isinstance(sel, Selection) and sel.indices.tolist() == [9, 8, 7]

@@ -494,6 +494,88 @@ def test_loss_rank_resume_and_pressure_annealing():
     assert len(rest_a) == len(rest_b) == 3 and all(np.array_equal(p, q) for p, q in zip(rest_a, rest_b))
 
 
+def _sequence_probabilities(p, k):
+    """Exact probability of every ordered k-sequence under sequential sampling without
+    replacement with weights p."""
+    import itertools
+
+    out = {}
+    for seq in itertools.permutations(range(len(p)), k):
+        prob, left = 1.0, 1.0
+        for r in seq:
+            prob *= p[r] / left
+            left -= p[r]
+        out[seq] = prob
+    return out
+
+
+@pytest.mark.parametrize("n, k, pressure", [(5, 2, 10.0), (6, 3, 1e3), (4, 4, 1e6), (5, 1, 1.0)])
+def test_loss_rank_draws_are_sequential_sampling_without_replacement(n, k, pressure):
+    # ordered rank sequences against their exact probabilities (chi-square); (4, 4, 1e6)
+    # needs the Gumbel fallback after the rejection rounds, (5, 1, 1.0) is uniform
+    from scipy.stats import chisquare
+
+    from batchsel.selectors.loss_rank import _draw_ranks
+
+    sel = LossRankSelector(n, k, pressure=pressure)
+    exact = _sequence_probabilities(sel.probabilities(n), k)
+    keys = list(exact)
+    where = {s: i for i, s in enumerate(keys)}
+    rng = np.random.default_rng(12)
+    draws = 20_000
+    counts = np.zeros(len(keys))
+    for _ in range(draws):
+        counts[where[tuple(_draw_ranks(n, k, pressure, rng).tolist())]] += 1
+    expected = np.array([exact[s] for s in keys]) * draws
+    big = expected >= 5  # chi-square needs expected counts of a few; the rest pooled
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3
+
+
+def test_loss_rank_rank_frequencies_match_p_and_ties_are_uniform():
+    # batches of one through the selector: example of rank r drawn with probability p_r;
+    # the ranks' examples come from the losses, equal losses share their ranks evenly
+    from scipy.stats import chisquare
+
+    n = 12
+    losses = np.array([5.0, 3.0, 3.0, 3.0, 9.0, 1.0, 7.0, 3.0, 0.5, 2.0, 8.0, 4.0])
+    sel = LossRankSelector(n, 1, seed=4, pressure=20)
+    sel.observe(np.arange(n), losses=losses)
+    p = sel.probabilities(n)
+    rank_of_value = {v: r for r, v in reversed(list(enumerate(sorted(losses, reverse=True))))}
+    counts = np.zeros(n)
+    for epoch in range(600):
+        counts += np.bincount(sel.plan(epoch).indices(), minlength=n)
+    tied = losses == 3.0  # ranks 5..8
+    expected = np.array([p[rank_of_value[v]] for v in losses])
+    expected[tied] = p[5:9].sum() / 4
+    assert chisquare(counts, expected * counts.sum()).pvalue > 1e-3
+    # unseen examples (+inf loss) tie too, among many ranks
+    sel = LossRankSelector(200, 16, seed=1, pressure=1e6)
+    sel.observe(np.arange(100), losses=np.arange(100.0))
+    seen = np.zeros(200)
+    for epoch in range(30):
+        seen += np.bincount(next(sel.iter_batches(epoch)), minlength=200)
+    assert seen[:100].sum() < 0.1 * seen.sum() and chisquare(seen[100:]).pvalue > 1e-3
+    # the tie-breaking itself, on a fixed array (the shards above are shuffled anyway):
+    # ranks 1 and 2 of [5, 3, 3, 3, 3, 1] go to two distinct of the four 3s, every ordered
+    # pair equally often
+    from batchsel.selectors.loss_rank import _examples_of_ranks
+
+    losses = np.array([5.0, 3.0, 3.0, 3.0, 3.0, 1.0])
+    rng = np.random.default_rng(3)
+    pairs = np.zeros((6, 6))
+    for _ in range(2400):
+        a, b = _examples_of_ranks(losses, np.array([2, 1]), rng)
+        pairs[a, b] += 1
+    block = pairs[1:5, 1:5][~np.eye(4, dtype=bool)]
+    assert pairs.sum() == block.sum() and chisquare(block).pvalue > 1e-3
+    assert _examples_of_ranks(losses, np.array([5, 0]), rng).tolist() == [5, 0]
+
+
 # -- graph blocks --------------------------------------------------------------------------
 def test_graph_block_batches_keep_ten_times_more_edge_weight_than_random(digits_graph):
     n = digits_graph.shape[0]

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._checks import check_finite, check_graph, check_indices, tensor_to_numpy, to_int64
+from .._checks import check_finite, check_graph, check_indices, known_symmetric, tensor_to_numpy, to_int64
 
 logger = logging.getLogger(__name__)
 
@@ -220,9 +220,10 @@ def is_symmetric(matrix: np.ndarray | sp.csr_matrix) -> bool:
 
 
 def check_symmetric_flag(matrix: np.ndarray | sp.csr_matrix, symmetric: bool | None) -> bool:
-    """The ``symmetric`` argument of the sparse set functions: None checks it."""
+    """The ``symmetric`` argument of the sparse set functions: None checks it, unless the
+    matrix is marked symmetric as built (``knn_graph``'s graphs are)."""
     if symmetric is None:
-        return not isinstance(matrix, np.ndarray) and is_symmetric(matrix)
+        return not isinstance(matrix, np.ndarray) and (known_symmetric(matrix) or is_symmetric(matrix))
     if not isinstance(symmetric, (bool, np.bool_)):
         raise TypeError(f"symmetric must be True, False or None, got {symmetric!r}")
     return bool(symmetric)

@@ -2,12 +2,14 @@
 similarity matrix, or built from embeddings."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from .._blas import one_blas_thread
 from .._checks import check_int, check_scale, load_embeddings
 from . import _kernels
 from .base import SetFunction, as_similarity, check_symmetric_flag, row
@@ -26,6 +28,17 @@ DEFAULT_NEIGHBORS = 20
 # Gram blocks (bounds the float64 temporary to BLOCK_ROWS x N).
 _TRANSFORM_ROWS = 64
 _GRAM_ROWS = 1024
+# Gram products of at most this many multiply-adds (N^2 d; 2048^2 x 64) run on one BLAS
+# thread (batchsel._blas): the small similarities of SMDL pools and per-class coresets are
+# bound by writing the N x N output, and two threads gained nothing at 1024 x 64 and
+# 4096 x 64 on 2 cores (12 vs 16 ms, 225 vs 236 ms) while oversubscribing the cores next to
+# a training step; larger products (4096 x 512: 468 vs 308 ms) keep every thread.
+_ONE_THREAD_MACS = 1 << 28
+
+
+def _blas_threads_for(n: int, d: int) -> contextlib.AbstractContextManager:
+    """One BLAS thread for a small ``n x n x d`` Gram product, the default otherwise."""
+    return one_blas_thread() if n * n * d <= _ONE_THREAD_MACS else contextlib.nullcontext()
 
 
 class FacilityLocation(SetFunction):
@@ -177,13 +190,10 @@ class FacilityLocation(SetFunction):
         n = x.shape[0]
         neighbors = check_int(neighbors, "neighbors", minimum=1, maximum=n - 1)
         index = EmbeddingIndex(x, metric="l2" if metric == "euclidean" else "cosine", progress=progress, **index_kwargs)
-        graph = index.knn_graph(k=neighbors, kernel=kernel or ("rbf" if metric == "euclidean" else "cosine"))
+        # 1 on the diagonal: every item covers itself
+        sim = index.knn_graph(k=neighbors, kernel=kernel or ("rbf" if metric == "euclidean" else "cosine"),
+                              self_weight=1.0)
         del index
-        indptr, indices, data = _kernels.insert_diagonal(graph.indptr, graph.indices, graph.data, np.float32(1.0))
-        del graph
-        sim = sp.csr_matrix((data, indices, indptr), shape=(n, n))
-        # scipy may downcast the index arrays when it builds the matrix: keep int64.
-        sim.indices, sim.indptr = indices, indptr
         return cls._from_checked(sim, 0.0, symmetric=True)  # knn_graph symmetrizes
 
     # -- state -------------------------------------------------------------------------
@@ -219,6 +229,54 @@ class FacilityLocation(SetFunction):
         return float((cur - self.floor).sum())
 
 
+class _CoverRows(FacilityLocation):
+    """Facility location whose items are the rows of a dense ``m x N`` similarity (m
+    candidates) covering the N columns: GreeDi's merge step, which needs the similarity of
+    the gathered candidates only, not the ``N x N`` matrix."""
+
+    def __init__(self, similarity: np.ndarray, floor: float) -> None:
+        self.similarity = similarity
+        self.floor = float(floor)
+        self.sparse = False
+        self.symmetric = False
+        SetFunction.__init__(self, similarity.shape[0])
+
+    def _reset_state(self) -> None:
+        self._cur = np.full(self.similarity.shape[1], self.floor, dtype=self.similarity.dtype)
+
+    def _evaluate(self, idx: np.ndarray) -> float:
+        cur = np.full(self.similarity.shape[1], self.floor, dtype=np.float64)
+        for start in range(0, idx.size, _TRANSFORM_ROWS):
+            np.maximum(cur, self.similarity[idx[start:start + _TRANSFORM_ROWS]].max(axis=0), out=cur)
+        return float((cur - self.floor).sum())
+
+
+def _rows_similarity(x: np.ndarray, rows: np.ndarray, metric: str) -> np.ndarray:
+    """The ``len(rows) x N`` float32 block of ``from_embeddings``' dense similarity
+    (``-d^2`` of the centered embeddings for euclidean, squared cosine for cosine)."""
+    if metric == "euclidean":
+        mean = x.mean(axis=0, dtype=np.float64)
+        check_scale(x, "embeddings", center=mean)
+        xc = x - mean.astype(np.float32)
+        sq = np.einsum("ij,ij->i", xc, xc)
+        with _blas_threads_for(int(np.sqrt(rows.size * x.shape[0])), x.shape[1]):
+            sim = xc[rows] @ xc.T
+        sim *= 2
+        sim -= sq
+        sim -= sq[rows, None]
+        np.minimum(sim, 0, out=sim)
+        sim[np.arange(rows.size), rows] = 0
+        return sim
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+    xn = (x * (1.0 / np.where(norms > 0, norms, 1.0))[:, None]).astype(np.float32)
+    with _blas_threads_for(int(np.sqrt(rows.size * x.shape[0])), x.shape[1]):
+        sim = xn[rows] @ xn.T
+    np.clip(sim, -1, 1, out=sim)
+    np.square(sim, out=sim)
+    sim[np.arange(rows.size), rows] = 1
+    return sim
+
+
 # -- dense similarities from embeddings -------------------------------------------------
 def _neg_sq_euclidean(x: np.ndarray, precision: str) -> np.ndarray:
     """``-|x_i - x_j|^2`` as an ``N x N`` float32 array (diagonal 0, clipped at 0 like
@@ -233,7 +291,8 @@ def _neg_sq_euclidean(x: np.ndarray, precision: str) -> np.ndarray:
         # never settles), of data too small underflow to 0 (every pick ties); say so
         check_scale(x, "embeddings", center=mean)
         xc = x - mean.astype(np.float32)
-        sim = xc @ xc.T  # the one N x N product; becomes the result in place
+        with _blas_threads_for(n, x.shape[1]):
+            sim = xc @ xc.T  # the one N x N product; becomes the result in place
         del xc
         sq = np.diagonal(sim).copy()  # |a|^2 from the Gram itself: the diagonal ends at 0
         for start in range(0, n, _TRANSFORM_ROWS):
@@ -249,7 +308,8 @@ def _neg_sq_euclidean(x: np.ndarray, precision: str) -> np.ndarray:
         for start in range(0, n, _GRAM_ROWS):
             stop = min(n, start + _GRAM_ROWS)
             # Upper block row only (half the flops); the lower part is its transpose.
-            gram = xc[start:stop] @ xc[start:].T
+            with _blas_threads_for(n, x.shape[1]):  # decided on the whole product
+                gram = xc[start:stop] @ xc[start:].T
             gram *= 2
             gram -= sq[start:]
             gram -= sq[start:stop, None]
@@ -273,7 +333,8 @@ def _sq_cosine(x: np.ndarray, precision: str) -> np.ndarray:
     # underflow at ~1e-23, and the cosine must not depend on the scale
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
     xn *= (1.0 / np.where(norms > 0, norms, 1.0))[:, None]
-    sim = xn @ xn.T
+    with _blas_threads_for(n, x.shape[1]):
+        sim = xn @ xn.T
     del xn
     for start in range(0, n, _TRANSFORM_ROWS):
         block = sim[start:start + _TRANSFORM_ROWS]
