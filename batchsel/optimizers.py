@@ -561,7 +561,9 @@ def _lazy_in_sample(run: _Run, sample: np.ndarray, bounds: np.ndarray) -> tuple[
     return best_pos, best_r
 
 
-def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | None, comm: Any) -> Selection:
+def _greedi_splits(pool: np.ndarray, seed: int, parts: int | None, comm: Any) -> list[np.ndarray]:
+    """GreeDi's random split of ``pool`` into one sorted part per rank of ``comm`` (or
+    ``parts``, default 4), the same on every rank."""
     if comm is not None:
         if parts is not None and parts != comm.size:
             raise ValueError(f"parts={parts} but the communicator has {comm.size} ranks")
@@ -569,7 +571,12 @@ def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | 
     else:
         m = check_int(parts if parts is not None else 4, "parts", minimum=1)
     perm = np.random.default_rng(seed).permutation(pool)
-    splits = [np.sort(s) for s in np.array_split(perm, m)]
+    return [np.sort(s) for s in np.array_split(perm, m)]
+
+
+def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | None, comm: Any) -> Selection:
+    splits = _greedi_splits(pool, seed, parts, comm)
+    m = len(splits)
     per_part = budget if run.cost is not None else None
 
     def local(part: np.ndarray) -> tuple[list[int], float]:
@@ -634,14 +641,8 @@ def greedi_facility_location(embeddings: Any, k: int, *, metric: str = "euclidea
     n = x.shape[0]
     k = check_int(k, "k", minimum=1, maximum=n)
     seed = check_seed(seed)
-    if comm is not None:
-        if parts is not None and parts != comm.size:
-            raise ValueError(f"parts={parts} but the communicator has {comm.size} ranks")
-        m = int(comm.size)
-    else:
-        m = check_int(parts if parts is not None else 4, "parts", minimum=1)
-    perm = np.random.default_rng(seed).permutation(n)
-    splits = [np.sort(s) for s in np.array_split(perm, m)]
+    splits = _greedi_splits(np.arange(n), seed, parts, comm)
+    m = len(splits)
 
     def local(part: np.ndarray) -> np.ndarray:
         if part.size == 0:
