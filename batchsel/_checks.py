@@ -248,6 +248,8 @@ def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
     """Feedback values (losses: 1-D, logits / embeddings: 2-D) as a finite float array
     with one row per index."""
     values = tensor_to_numpy(values)
+    if np.iscomplexobj(values):  # the float cast would silently drop the imaginary part
+        raise TypeError(f"{name} must be real numbers, got complex values")
     try:
         v = np.asarray(values, dtype=np.float64 if ndim == 1 else np.float32)
     except (TypeError, ValueError) as exc:

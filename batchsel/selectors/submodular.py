@@ -471,7 +471,10 @@ class SubmodularSelector(OnlineSelector):
             sim_t = self._similarity(x, cov)
             if q < p:  # coverage points do not cover themselves: see the module docstring
                 sim_t[cov, np.arange(q)] = 0.0
-            w_r = l_r / float(sim_t[typical].max(axis=0).sum())
+            covered = float(sim_t[typical].max(axis=0).sum())
+            # 0 when no pair is similar at float32 precision (a pool of one example, duplicates:
+            # sigma^2 is rounding noise): no coverage signal, as _scaled does for a zero mean
+            w_r = l_r / covered if covered > 0 else 0.0
         if l_f > 0:
             feats = x - x.max(axis=1, keepdims=True)
             np.exp(feats, out=feats)
