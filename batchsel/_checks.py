@@ -3,6 +3,7 @@ canonical forms (float32 C-contiguous embeddings, CSR graphs with int64 indices)
 raises a ``ValueError`` / ``TypeError`` that names the bad value."""
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -52,6 +53,16 @@ def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | 
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
+
+
+def check_number(value: Any, name: str, low: float, high: float | None = None) -> float:
+    """Return ``value`` as a ``float`` after checking it is a finite number in
+    ``[low, high]`` (``high=None``: no upper bound)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or value < low or (high is not None and value > high):
+        span = f">= {low:g}" if high is None else f"in [{low:g}, {high:g}]"
+        raise ValueError(f"{name} must be a finite number {span}, got {value!r}")
+    return float(value)
 
 
 def check_finite(x: np.ndarray, name: str, source: np.ndarray | None = None) -> None:

@@ -76,7 +76,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ._checks import check_int, check_seed, load_embeddings, tensor_to_numpy
+from ._checks import check_int, check_number, check_seed, load_embeddings, tensor_to_numpy
 
 logger = logging.getLogger(__name__)
 
@@ -266,16 +266,16 @@ class CandidateFilter:
         seed: int = 0,
     ) -> None:
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
-        self.ratio = _check_number(ratio, "ratio", low=1.0)
+        self.ratio = check_number(ratio, "ratio", low=1.0)
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
         self.score = score
-        self.diversity = _check_number(diversity, "diversity", low=0.0)
-        self.uniform_fraction = _check_number(uniform_fraction, "uniform_fraction", low=0.0, high=1.0)
+        self.diversity = check_number(diversity, "diversity", low=0.0)
+        self.uniform_fraction = check_number(uniform_fraction, "uniform_fraction", low=0.0, high=1.0)
         self.warmup_steps = check_int(warmup_steps, "warmup_steps", minimum=0)
         self.seed = check_seed(seed)
         self.irreducible_losses = None if irreducible_losses is None else _check_irreducible(irreducible_losses)
-        self.irreducible_weight = _check_number(irreducible_weight, "irreducible_weight", low=0.0)
+        self.irreducible_weight = check_number(irreducible_weight, "irreducible_weight", low=0.0)
         if score == "rho" and self.irreducible_losses is None:
             raise ValueError("score='rho' needs irreducible_losses (an array, or a fitted IrreducibleLoss)")
         for name in _COUNTERS:
@@ -459,14 +459,6 @@ class CandidateFilter:
             extra = f", irreducible_weight={self.irreducible_weight!r}" + extra
         return (f"CandidateFilter(batch_size={self.batch_size}, ratio={self.ratio:g}, score={self.score!r}"
                 f"{extra}, seed={self.seed})")
-
-
-def _check_number(value: Any, name: str, low: float, high: float | None = None) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or value < low or (high is not None and value > high):
-        span = f">= {low:g}" if high is None else f"in [{low:g}, {high:g}]"
-        raise ValueError(f"{name} must be a finite number {span}, got {value!r}")
-    return float(value)
 
 
 def _check_candidates(indices: Any, count: int | None = None) -> np.ndarray:
