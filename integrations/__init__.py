@@ -13,7 +13,7 @@ Importing this package initializes neither MPI nor torch.distributed.
 """
 from .comm import Communicator, MPIComm, SingleProcessComm, TorchDistComm, get_communicator
 from .mpi import greedi, init_torch_distributed_from_mpi, install_mpi_abort_hook
-from .torch import SelectionBatchSampler, WeightedDataset
+from .sampler import SelectionBatchSampler, WeightedDataset
 
 __all__ = [
     "SelectionBatchSampler", "WeightedDataset",
