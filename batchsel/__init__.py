@@ -8,9 +8,10 @@ candidate batch (loss, gradient norm, RHO-LOSS reducible loss, optionally divers
 Adapters for torch and MPI live in ``batchsel.integrations``.
 """
 from .index import EmbeddingIndex, knn_graph
-from .functions import (FacilityLocation, FeatureBased, GraphCut, LogDeterminant, Mixture, Modular,
+from .functions import (Custom, FacilityLocation, FeatureBased, GraphCut, LogDeterminant, MaxCoverage, Mixture, Modular,
                         SaturatedCoverage, SetFunction, SumRedundancy)
 from .optimizers import Selection, greedi_facility_location, maximize
+from .streaming import ReferenceFacilityLocation, SieveStreaming
 from .filters import CandidateFilter, gradnorm_scores, loss_scores
 from .irreducible import IrreducibleLoss
 from .plan import EpochPlan, load_plans, save_plans
@@ -32,7 +33,9 @@ def __getattr__(name: str):  # these import torch (~2 s): only when they are use
 __all__ = [
     "EmbeddingIndex", "knn_graph",
     "SetFunction", "FacilityLocation", "FeatureBased", "GraphCut", "SumRedundancy",
-    "SaturatedCoverage", "LogDeterminant", "Modular", "Mixture", "Selection", "maximize", "greedi_facility_location",
+    "SaturatedCoverage", "LogDeterminant", "Modular", "Mixture", "MaxCoverage", "Custom",
+    "Selection", "maximize", "greedi_facility_location",
+    "SieveStreaming", "ReferenceFacilityLocation",
     "EpochPlan", "save_plans", "load_plans",
     "Selector", "RandomSelector", "SubmodularSelector", "LossRankSelector", "GraphBlockSelector",
     "CoresetSelector", "submodular_partition",

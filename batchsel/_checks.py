@@ -154,8 +154,9 @@ def load_embeddings(embeddings: Any, name: str = "embeddings") -> np.ndarray:
     return x
 
 
-def check_graph(graph: Any, num_nodes: int | None = None, name: str = "graph") -> sp.csr_matrix:
-    """Return ``graph`` as a square CSR matrix with int64 indices and float32 weights.
+def check_graph(graph: Any, num_nodes: int | None = None, name: str = "graph", dtype: Any = np.float32) -> sp.csr_matrix:
+    """Return ``graph`` as a square CSR matrix with int64 indices and float32 weights
+    (``dtype=np.float64`` keeps float64 weights, for the set functions' float64 similarities).
 
     A scipy sparse matrix or array is accepted; a dense array is refused (it defeats the
     point of a sparse graph). ``num_nodes`` checks the size.
@@ -170,7 +171,7 @@ def check_graph(graph: Any, num_nodes: int | None = None, name: str = "graph") -
         bad = graph.data[~np.isfinite(graph.data)][0]
         raise ValueError(f"{name} has NaN or inf edge weights (e.g. {bad}); remove or replace them")
     with np.errstate(over="ignore"):  # reported below, with its fix
-        g = sp.csr_matrix(graph, dtype=np.float32)
+        g = sp.csr_matrix(graph, dtype=dtype)
     # sp.save_npz keeps explicit zeros: they are no edges, and a graph of nothing but them
     # would otherwise look like one with edges (METIS then got NaN weights)
     if g is graph or not g.has_canonical_format or (g.nnz and not g.data.all()):
@@ -272,3 +273,24 @@ def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
     if not np.isfinite(v).all():
         raise ValueError(f"{name} contains NaN or inf")
     return v
+
+
+# One vocabulary for metrics: "euclidean" and "cosine" (plus "ip" for the index and "corr"
+# for facility location). "l2" is faiss's name for euclidean and was EmbeddingIndex's: it is
+# accepted wherever a metric is given, and translated here only.
+METRIC_SYNONYMS = {"l2": "euclidean"}
+
+
+def check_metric(metric: Any, allowed: tuple[str, ...], name: str = "metric") -> str:
+    """The canonical name of ``metric`` (``"l2"`` becomes ``"euclidean"``), which must be
+    one of ``allowed``; a ``ValueError`` naming the choices otherwise.
+
+    >>> check_metric("l2", ("euclidean", "cosine"))
+    'euclidean'
+    """
+    canonical = METRIC_SYNONYMS.get(metric, metric) if isinstance(metric, str) else metric
+    if not isinstance(canonical, str) or canonical not in allowed:
+        synonyms = [f"{s!r} for {c!r}" for s, c in METRIC_SYNONYMS.items() if c in allowed]
+        raise ValueError(f"{name} must be one of {tuple(allowed)}{' (or ' + ', '.join(synonyms) + ')' if synonyms else ''}, "
+                         f"got {metric!r}")
+    return canonical

@@ -21,7 +21,6 @@ import argparse
 import json
 import linecache
 import logging
-import math
 import os
 import signal
 import sys
@@ -32,9 +31,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import __version__
-from ._checks import check_graph, check_int, check_labels, check_seed, load_embeddings
+from ._checks import check_graph, check_int, check_labels, check_metric, check_seed, load_embeddings
 from .io import array_shape, atomic_group, atomic_write, load_array, save_npy
-from .plan import EpochPlan, load_plans, save_plans
+from .plan import load_plans, save_plans
+from .plotting import PLOT_SUFFIXES, plot_reports, require_matplotlib
+from .report import format_report, plan_report
 
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 0, 1, 2, 130, 141, 143
@@ -42,9 +43,8 @@ EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_T
 OBJECTIVES = ("facility-location", "feature-based", "graph-cut", "sum-redundancy", "saturated-coverage")
 OPTIMIZERS = ("lazy", "naive", "stochastic", "lazier-than-lazy")
 METHODS = ("random", "submodular", "loss", "graph", "coreset")
-# "l2" is accepted as a synonym of "euclidean" (the index calls it l2).
+# "l2" (faiss's name) is accepted as a synonym of "euclidean": _metric translates it.
 METRICS = ("cosine", "euclidean", "l2")
-PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 class UsageError(Exception):
@@ -74,6 +74,8 @@ example:
 np.save('emb.npy', load_digits().data.astype('float32'))"
   batchsel select emb.npy --k 100 --out picked.npy
   batchsel select emb.npy --k 10 --metric cosine --neighbors 20 --json | python -m json.tool
+  # one pass over a large file in bounded memory (sieve streaming)
+  batchsel select big.npy --k 100 --objective feature-based --stream --chunk-rows 65536
 
   stdout (text): one line per selected example, in selection order: INDEX<TAB>GAIN
   --out FILE.npy saves the indices (int64); FILE.npz saves indices, gains and value.
@@ -145,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, required=True, metavar="K", help="number of examples to select")
     p.add_argument("--objective", choices=OBJECTIVES, default="facility-location", help="set function (default facility-location)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="lazy", help="greedy variant (default lazy)")
-    p.add_argument("--epsilon", type=float, default=0.01, metavar="EPS", help="accuracy of the stochastic optimizers (default 0.01)")
+    p.add_argument("--epsilon", type=float, default=None, metavar="EPS",
+                   help="accuracy of the stochastic optimizers (default 0.01) and of --stream's thresholds (default 0.1)")
     p.add_argument("--metric", choices=METRICS, default=None,
                    help="similarity of embeddings (default euclidean: max d^2 - d^2, as apricot; cosine: squared cosine)")
     p.add_argument("--neighbors", type=int, default=None, metavar="N",
@@ -154,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the stochastic optimizers (default 0)")
     p.add_argument("--out", metavar="FILE", help="also save the indices to FILE.npy (or indices, gains and value to FILE.npz)")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.add_argument("--stream", action="store_true",
+                   help="one pass over EMB.npy in chunks, in bounded memory (sieve streaming): feature-based, or "
+                        "facility-location over a seeded sample of --reference-size rows")
+    p.add_argument("--chunk-rows", type=int, default=None, metavar="N", help="rows read at a time with --stream (default 65536)")
+    p.add_argument("--reference-size", type=int, default=None, metavar="M",
+                   help="facility-location --stream: rows of the reference sample (default 1000)")
     p.set_defaults(run=cmd_select)
 
     p = sub.add_parser("plan", parents=[common, force], formatter_class=fmt, epilog=PLAN_EXAMPLE,
@@ -296,12 +305,8 @@ def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, allow_nan=False) + "\n")
 
 
-def _finite_or_none(x: float) -> float | None:
-    return None if not math.isfinite(x) else float(x)
-
-
 def _metric(name: str) -> str:
-    return "euclidean" if name == "l2" else name
+    return check_metric(name, METRICS)
 
 
 # --------------------------------------------------------------------------------------
@@ -327,7 +332,35 @@ def _objective(name: str, x: np.ndarray, metric: str, neighbors: int | None, pro
     return cls(similarity)
 
 
+def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[int, Any]:
+    """``select --stream``: sieve streaming over the .npy file, read chunk by chunk."""
+    from .streaming import SieveStreaming, _npy_rows
+
+    if args.objective not in ("facility-location", "feature-based"):
+        raise UsageError(f"--stream supports --objective facility-location or feature-based, not {args.objective}")
+    if args.optimizer != "lazy" or args.neighbors is not None:
+        raise UsageError("--optimizer and --neighbors do not apply to --stream (sieve streaming)")
+    if args.objective == "feature-based" and args.reference_size is not None:
+        raise UsageError("--reference-size applies to --objective facility-location only")
+    chunk_rows = check_int(args.chunk_rows if args.chunk_rows is not None else 1 << 16, "--chunk-rows", minimum=1)
+    reference_size = check_int(args.reference_size if args.reference_size is not None else 1000,
+                               "--reference-size", minimum=1)
+    path, key = args.embeddings, None
+    if ":" in os.path.basename(path) and not os.path.exists(path):
+        path, key = path.rsplit(":", 1)
+    if key is not None or not path.endswith(".npy"):
+        raise UsageError(f"--stream reads .npy files (chunk by chunk), got {args.embeddings!r}")
+    n = _npy_rows(path).shape[0]
+    if args.k > n:
+        raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
+    sieve = SieveStreaming(args.objective, args.k, epsilon=args.epsilon if args.epsilon is not None else 0.1,
+                           metric=metric, reference_size=reference_size, seed=seed, progress=not args.quiet)
+    return n, sieve.fit(path, chunk_rows=chunk_rows).selection_
+
+
 def cmd_select(args: argparse.Namespace) -> int:
+    if not args.stream and (args.chunk_rows is not None or args.reference_size is not None):
+        raise UsageError("--chunk-rows and --reference-size apply to --stream only")
     if args.objective == "feature-based" and (args.metric is not None or args.neighbors is not None):
         raise UsageError("--metric and --neighbors do not apply to --objective feature-based "
                          "(it uses the embeddings as non-negative features)")
@@ -336,19 +369,23 @@ def cmd_select(args: argparse.Namespace) -> int:
         check_int(args.neighbors, "--neighbors", minimum=1)
     check_int(args.k, "--k", minimum=1)
     seed = check_seed(args.seed)
-    if not 0 < args.epsilon < 1:
+    if args.epsilon is not None and not 0 < args.epsilon < 1:
         raise UsageError(f"--epsilon must be in (0, 1), got {args.epsilon}")
     _check_output(args.out, args.force, suffixes=(".npy", ".npz"))
-    x = _embeddings(args.embeddings)
-    n = x.shape[0]
-    if args.k > n:
-        raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
-    if args.neighbors is not None and args.neighbors >= n:
-        raise UsageError(f"--neighbors {args.neighbors} must be smaller than the number of examples ({n})")
-    from .optimizers import maximize
+    if args.stream:
+        n, result = _select_stream(args, metric, seed)
+    else:
+        x = _embeddings(args.embeddings)
+        n = x.shape[0]
+        if args.k > n:
+            raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
+        if args.neighbors is not None and args.neighbors >= n:
+            raise UsageError(f"--neighbors {args.neighbors} must be smaller than the number of examples ({n})")
+        from .optimizers import maximize
 
-    f = _objective(args.objective, x, metric, args.neighbors, progress=not args.quiet)
-    result = maximize(f, args.k, optimizer=args.optimizer, epsilon=args.epsilon, seed=seed, progress=not args.quiet)
+        f = _objective(args.objective, x, metric, args.neighbors, progress=not args.quiet)
+        result = maximize(f, args.k, optimizer=args.optimizer, epsilon=args.epsilon if args.epsilon is not None else 0.01,
+                          seed=seed, progress=not args.quiet)
     indices = np.asarray(result.indices, dtype=np.int64)
     gains = np.asarray(result.gains, dtype=np.float64)
     if args.out:
@@ -361,7 +398,7 @@ def cmd_select(args: argparse.Namespace) -> int:
             _write(args.out, write_npz)
     if args.json:
         _print_json({"embeddings": args.embeddings, "num_examples": n, "k": args.k, "objective": args.objective,
-                     "optimizer": args.optimizer, "metric": None if args.objective == "feature-based" else metric,
+                     "optimizer": "sieve" if args.stream else args.optimizer, "metric": None if args.objective == "feature-based" else metric,
                      "neighbors": args.neighbors,
                      "seed": seed, "value": float(result.value), "indices": indices.tolist(), "gains": gains.tolist()})
     else:
@@ -411,8 +448,7 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
         if graph is None:
             from .index import EmbeddingIndex
 
-            index = EmbeddingIndex(x, metric="l2" if _metric(args.metric or "euclidean") == "euclidean" else "cosine",
-                                   progress=not args.quiet)
+            index = EmbeddingIndex(x, metric=_metric(args.metric or "euclidean"), progress=not args.quiet)
             graph = built = index.knn_graph(k=10 if args.neighbors is None else args.neighbors)
             del index
         selector = selectors.GraphBlockSelector(graph, args.batch_size, **common,
@@ -500,227 +536,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # inspect
 # --------------------------------------------------------------------------------------
 
-def _batch_ids(plan: EpochPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All batches of a plan, rank by rank: (flat indices, batch id of each, rank of each batch)."""
-    sizes = [[b.size for b in plan.batches(r)] for r in range(plan.world_size)]
-    flat_sizes = np.array([s for rank in sizes for s in rank], dtype=np.int64)
-    batch_rank = np.repeat(np.arange(plan.world_size), [len(rank) for rank in sizes])
-    return plan.indices(), np.repeat(np.arange(flat_sizes.size), flat_sizes), batch_rank
-
-
-def _label_entropy(idx: np.ndarray, bid: np.ndarray, num_batches: int, labels: np.ndarray) -> np.ndarray:
-    """Entropy (bits) of the label distribution of each batch; unlabeled (-1) examples are
-    left out, a batch with no labeled example gets NaN."""
-    y = labels[idx]
-    keep = y >= 0
-    classes = max(int(labels.max()) + 1, 1) if labels.size else 1
-    counts = np.bincount(bid[keep] * classes + y[keep], minlength=num_batches * classes).reshape(num_batches, classes)
-    totals = counts.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = counts / totals
-        h = -np.where(counts > 0, p * np.log2(np.where(counts > 0, p, 1.0)), 0.0).sum(axis=1)
-    h[totals[:, 0] == 0] = np.nan
-    return h
-
-
-def _edge_weights(idx: np.ndarray, bid: np.ndarray, num_batches: int, graph: Any) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """Edge weight figures of a plan's batches over ``graph`` (self loops left out):
-    per batch, the weight with both ends inside it and the weight incident to its
-    examples; for the epoch, the weight of the edges whose ends share at least one batch
-    (each edge once, also when padding repeats a batch) and the total weight."""
-    import scipy.sparse as sp
-
-    g = (graph - sp.diags(graph.diagonal())).tocsr()
-    g.eliminate_zeros()
-    member = sp.csr_matrix((np.ones(idx.size, dtype=np.float64), (bid, idx)), shape=(num_batches, graph.shape[0]))
-    member.sum_duplicates()
-    member.data[:] = 1.0
-    reached = member @ g  # batches x N: weight from each batch to each example
-    inside = np.asarray(reached.multiply(member).sum(axis=1)).ravel()
-    incident = np.asarray(reached.sum(axis=1)).ravel()
-    # An edge (i, j) is inside some batch when rows i and j of the example x batch
-    # membership share a column; O(edges x batches per example).
-    of_example = member.T.tocsr()
-    edges = g.tocoo()
-    shared = np.asarray(of_example[edges.row].multiply(of_example[edges.col]).sum(axis=1)).ravel() > 0
-    return inside, incident, float(edges.data[shared].sum()), float(edges.data.sum())
-
-
-def plan_report(plan: EpochPlan, labels: np.ndarray | None = None, graph: Any = None) -> dict[str, Any]:
-    """The figures ``batchsel inspect`` prints for one epoch plan, as a JSON-ready dict."""
-    idx, bid, batch_rank = _batch_ids(plan)
-    num_batches = batch_rank.size
-    sizes = np.bincount(bid, minlength=num_batches)
-    n = plan.num_examples
-    unique = np.unique(idx)
-    report: dict[str, Any] = {
-        "epoch": plan.epoch, "method": plan.method, "seed": plan.seed, "fingerprint": plan.fingerprint(),
-        "world_size": plan.world_size, "num_batches": plan.num_batches, "num_examples": n,
-        "weighted": plan.weights(0) is not None, "examples": int(idx.size), "unique": int(unique.size),
-        "coverage": unique.size / n if n else 0.0, "duplicates": int(idx.size - unique.size),
-    }
-    entropy = _label_entropy(idx, bid, num_batches, labels) if labels is not None else None
-    if graph is not None:
-        inside, incident, covered, total = _edge_weights(idx, bid, num_batches, graph)
-        # Random batches of the same sizes put a given pair together with probability
-        # sum_b |b| (|b| - 1) / (N (N - 1)) (capped at 1: batches overlap only by padding).
-        distinct = np.bincount(np.unique(bid * n + idx) // n, minlength=num_batches).astype(np.float64)
-        random_share = min(1.0, float((distinct * (distinct - 1)).sum() / (n * (n - 1)))) if n > 1 else 0.0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kept = inside / incident
-        report["graph"] = {
-            "edge_weight_inside": covered / total if total > 0 else None,
-            "edge_weight_inside_random": random_share,
-            "ratio_to_random": covered / total / random_share if total > 0 and random_share > 0 else None,
-        }
-    if labels is not None:
-        labeled = labels[labels >= 0]
-        p = np.bincount(labeled) / labeled.size if labeled.size else np.ones(1)
-        report["labels"] = {
-            "batch_entropy_mean": _finite_or_none(float(np.nanmean(entropy))) if np.isfinite(entropy).any() else None,
-            "batch_entropy_min": _finite_or_none(float(np.nanmin(entropy))) if np.isfinite(entropy).any() else None,
-            "all_labels_entropy": float(-(p[p > 0] * np.log2(p[p > 0])).sum()),
-        }
-    ranks = []
-    for r in range(plan.world_size):
-        mine = batch_rank == r
-        rank_idx = plan.indices(r)
-        rank_sizes = sizes[mine]
-        entry: dict[str, Any] = {
-            "rank": r, "batches": int(mine.sum()), "examples": int(rank_idx.size),
-            "unique": int(np.unique(rank_idx).size),
-            "batch_size": {"min": int(rank_sizes.min()) if rank_sizes.size else 0,
-                           "mean": float(rank_sizes.mean()) if rank_sizes.size else 0.0,
-                           "max": int(rank_sizes.max()) if rank_sizes.size else 0},
-        }
-        weights = plan.weights(r)
-        if weights is not None:
-            entry["weight_sum"] = float(sum(float(w.sum()) for w in weights))
-        if entropy is not None:
-            entry["label_entropy"] = [_finite_or_none(h) for h in entropy[mine].tolist()]
-        if graph is not None:
-            entry["edge_weight_kept"] = [_finite_or_none(k) for k in kept[mine].tolist()]
-        ranks.append(entry)
-    report["ranks"] = ranks
-    return report
-
-
-def _mean_of(values: list[float | None]) -> str:
-    vals = [v for v in values if v is not None]
-    return f"{np.mean(vals):.3f}" if vals else "-"
-
-
-def _print_report(path: str, reports: list[dict[str, Any]]) -> None:
-    first = reports[0]
-    print(f"{path}: {len(reports)} epoch(s), method {first['method'] or '?'}, seed {first['seed']}, "
-          f"{first['num_examples']} examples, {first['world_size']} rank(s) x {first['num_batches']} batches"
-          f"{', weighted' if first['weighted'] else ''}")
-    for rep in reports:
-        print(f"epoch {rep['epoch']}  fingerprint {rep['fingerprint']}  coverage {rep['coverage']:.2%}  "
-              f"duplicates {rep['duplicates']}")
-        head = f"  {'rank':>4} {'batches':>7} {'examples':>8} {'unique':>6}  {'batch size min/mean/max':>23}"
-        if "labels" in rep:
-            head += "  label entropy"
-        if "graph" in rep:
-            head += "  edge weight kept"
-        if rep["weighted"]:
-            head += "  weight sum"
-        print(head)
-        for rk in rep["ranks"]:
-            bs = rk["batch_size"]
-            line = (f"  {rk['rank']:>4} {rk['batches']:>7} {rk['examples']:>8} {rk['unique']:>6}  "
-                    f"{str(bs['min']) + '/' + format(bs['mean'], '.1f') + '/' + str(bs['max']):>23}")
-            if "labels" in rep:
-                line += f"  {_mean_of(rk['label_entropy']):>13}"
-            if "graph" in rep:
-                line += f"  {_mean_of(rk['edge_weight_kept']):>16}"
-            if rep["weighted"]:
-                line += f"  {rk['weight_sum']:>10.1f}"
-            print(line)
-        if "labels" in rep:
-            lab = rep["labels"]
-            mean = "-" if lab["batch_entropy_mean"] is None else f"{lab['batch_entropy_mean']:.3f}"
-            print(f"  label entropy per batch: mean {mean} bits (all labels together: {lab['all_labels_entropy']:.3f} bits)")
-        if "graph" in rep:
-            g = rep["graph"]
-            inside = "-" if g["edge_weight_inside"] is None else f"{g['edge_weight_inside']:.2%}"
-            ratio = "-" if g["ratio_to_random"] is None else f"{g['ratio_to_random']:.1f}x"
-            print(f"  graph edge weight inside batches: {inside} (random batches of these sizes: "
-                  f"{g['edge_weight_inside_random']:.2%}; ratio {ratio})")
-
-
-def _plot(path: str, plan_path: str, reports: list[dict[str, Any]], force: bool) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    (ax_counts, ax_sizes), (ax_entropy, ax_edges) = axes
-    world = reports[0]["world_size"]
-    width = 0.8 / len(reports)
-    for j, rep in enumerate(reports):
-        ax_counts.bar(np.arange(world) + j * width, [rk["examples"] for rk in rep["ranks"]], width,
-                      label=f"epoch {rep['epoch']}")
-    ax_counts.set(title="examples per rank", xlabel="rank", ylabel="examples")
-    ax_counts.set_xticks(np.arange(world) + 0.4 - width / 2, [str(r) for r in range(world)])
-    if 1 < len(reports) <= 8:
-        ax_counts.legend(fontsize="small")
-    sizes = [rk["batch_size"] for rep in reports for rk in rep["ranks"]]
-    ax_sizes.bar(np.arange(len(sizes)), [s["mean"] for s in sizes],
-                 yerr=[[s["mean"] - s["min"] for s in sizes], [s["max"] - s["mean"] for s in sizes]], color="tab:gray")
-    ax_sizes.set(title="batch size (mean, min-max) per epoch and rank", xlabel="epoch / rank", ylabel="examples per batch")
-    if len(sizes) <= 24:
-        ax_sizes.set_xticks(np.arange(len(sizes)), [f"{rep['epoch']}/{rk['rank']}" for rep in reports for rk in rep["ranks"]])
-
-    def per_batch(ax: Any, key: str, title: str, ylabel: str, missing: str, reference: Callable[[dict], float] | None) -> None:
-        if key not in reports[0]["ranks"][0]:
-            ax.text(0.5, 0.5, missing, ha="center", va="center", transform=ax.transAxes)
-            ax.set(title=title, xticks=[], yticks=[])
-            return
-        offset = 0
-        for rep in reports:
-            for rk in rep["ranks"]:
-                vals = np.array([np.nan if v is None else v for v in rk[key]], dtype=float)
-                ax.plot(offset + np.arange(vals.size), vals, lw=1, color=f"C{rk['rank'] % 10}",
-                        label=f"rank {rk['rank']}" if rep is reports[0] else None)
-            if reference is not None:
-                ax.hlines(reference(rep), offset, offset + rep["num_batches"] - 1, colors="k", linestyles="dashed")
-            offset += rep["num_batches"]
-            if rep is not reports[-1]:
-                ax.axvline(offset - 0.5, color="0.8", lw=0.8)
-        ax.set(title=title, xlabel="batch (epochs one after another)", ylabel=ylabel)
-        if world <= 8:
-            ax.legend(fontsize="small")
-
-    n = reports[0]["num_examples"]
-    per_batch(ax_entropy, "label_entropy", "label entropy per batch (dashed: all labels)", "bits",
-              "no --labels given", lambda rep: rep["labels"]["all_labels_entropy"])
-    mean_size = np.mean([s["mean"] for s in sizes]) if sizes else 1.0
-    per_batch(ax_edges, "edge_weight_kept", "share of the batch's edge weight kept inside it\n(dashed: random batches)",
-              "share", "no --graph given", lambda rep: (mean_size - 1) / max(n - 1, 1))
-    fig.suptitle(f"{os.path.basename(plan_path)}: method {reports[0]['method'] or '?'}, "
-                 f"fingerprint(s) {', '.join(rep['fingerprint'] for rep in reports[:3])}{' ...' if len(reports) > 3 else ''}",
-                 fontsize="medium")
-    fig.tight_layout()
-    fmt = os.path.splitext(path)[1].lstrip(".").lower()
-    try:
-        with atomic_write(path, "wb", overwrite=force) as fh:
-            fig.savefig(fh, format=fmt)
-    finally:
-        plt.close(fig)
-
-
 def cmd_inspect(args: argparse.Namespace) -> int:
     if args.epoch is not None:
         check_int(args.epoch, "--epoch", minimum=0)
     _check_output(args.plot, args.force, what="plot", suffixes=PLOT_SUFFIXES)
     if args.plot is not None:
         try:
-            import matplotlib  # noqa: F401 - checked before the work, not after it
-        except ImportError:
-            raise UsageError("--plot needs matplotlib, which is not installed: pip install matplotlib "
-                             "(or pip install 'batchsel[plot]')") from None
+            require_matplotlib()  # checked before the work, not after it
+        except ImportError as exc:
+            raise UsageError(f"--plot needs {exc}") from None
     if args.plot is not None and os.path.abspath(args.plot) == os.path.abspath(args.plan):
         raise UsageError("--plot would overwrite the plan file")
     plans = load_plans(args.plan)
@@ -739,11 +563,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     graph = _graph(args.graph, n) if args.graph else None
     reports = [plan_report(p, labels, graph) for p in _progress(plans, args.quiet or len(plans) < 3, desc="inspect", unit="epoch")]
     if args.plot:
-        _write(args.plot, lambda: _plot(args.plot, args.plan, reports, args.force))
+        _write(args.plot, lambda: plot_reports(args.plot, reports, source=os.path.basename(args.plan),
+                                               overwrite=args.force))
     if args.json:
         _print_json({"plan": args.plan, "epochs": reports, **({"plot": args.plot} if args.plot else {})})
     else:
-        _print_report(args.plan, reports)
+        print(format_report(args.plan, reports))
         if args.plot:
             print(f"wrote {args.plot}")
     return EXIT_OK

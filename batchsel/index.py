@@ -16,11 +16,11 @@ import scipy.sparse as sp
 from faiss.contrib.inspect_tools import get_invlist
 from tqdm.auto import tqdm
 
-from ._checks import check_int, check_scale, check_seed, load_embeddings, mark_symmetric, to_int64
+from ._checks import check_int, check_metric, check_scale, check_seed, load_embeddings, mark_symmetric, to_int64
 
 logger = logging.getLogger(__name__)
 
-METRICS = ("cosine", "l2", "ip")
+METRICS = ("cosine", "euclidean", "ip")
 KINDS = ("auto", "flat", "ivf", "hnsw")
 KERNELS = ("rbf", "cosine", "connectivity")
 
@@ -69,9 +69,10 @@ class EmbeddingIndex:
         ``N x d`` array (any float dtype; float32 C-contiguous input is used without a
         copy), torch tensor, or the path of a ``.npy`` file (opened memory-mapped).
     metric:
-        ``"cosine"`` (vectors normalized, inner product), ``"l2"`` (distances are
-        *squared* euclidean, as faiss returns them) or ``"ip"`` (raw inner product,
-        larger is closer). faiss computes in float32: for ``"l2"`` and ``"ip"``,
+        ``"cosine"`` (vectors normalized, inner product), ``"euclidean"`` (distances
+        are *squared* euclidean, as faiss returns them; ``"l2"``, faiss's name, is a
+        synonym) or ``"ip"`` (raw inner product, larger is closer). faiss computes in
+        float32: for ``"euclidean"`` and ``"ip"``,
         embeddings whose squared norms overflow or underflow float32 (row norms beyond
         about 6e18, or all below 1e-15) raise ``ValueError`` (rescale them); ``"cosine"``
         normalizes in float64 and takes any scale.
@@ -96,7 +97,7 @@ class EmbeddingIndex:
     -------
     >>> import numpy as np
     >>> x = np.random.default_rng(0).normal(size=(200, 8)).astype(np.float32)
-    >>> index = EmbeddingIndex(x, metric="l2", progress=False)
+    >>> index = EmbeddingIndex(x, metric="euclidean", progress=False)
     >>> D, I = index.search(x[:3], k=2)
     >>> I[:, 0].tolist()
     [0, 1, 2]
@@ -104,6 +105,8 @@ class EmbeddingIndex:
     >>> g.shape, (g != g.T).nnz
     ((200, 200), 0)
     """
+
+    _first_row = 0  # global index of the first row searched by neighbors() (a shard's offset)
 
     def __init__(
         self,
@@ -117,8 +120,7 @@ class EmbeddingIndex:
         progress: bool = True,
         seed: int = 0,
     ) -> None:
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+        metric = check_metric(metric, METRICS)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.embeddings = load_embeddings(embeddings)
@@ -151,25 +153,11 @@ class EmbeddingIndex:
 
     def _build(self) -> faiss.Index:
         n, d = self.num_examples, self.dim
-        faiss_metric = faiss.METRIC_L2 if self.metric == "l2" else faiss.METRIC_INNER_PRODUCT
+        faiss_metric = faiss.METRIC_L2 if self.metric == "euclidean" else faiss.METRIC_INNER_PRODUCT
         if self.kind == "flat":
             index = faiss.IndexFlat(d, faiss_metric)
         elif self.kind == "ivf":
-            nlist = max(1, min(round(IVF_LISTS_PER_SQRT_N * math.sqrt(n)), n // IVF_TRAIN_PER_LIST))
-            quantizer = faiss.IndexFlat(d, faiss_metric)
-            index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss_metric)
-            # We draw the training sample ourselves: faiss would otherwise subsample (or
-            # print a warning on stderr for a small N).
-            sample_size = min(n, nlist * IVF_TRAIN_PER_LIST)
-            index.cp.niter = IVF_TRAIN_ITERATIONS
-            index.cp.seed = self.seed % 2**31  # a C int
-            index.cp.min_points_per_centroid = 1
-            index.cp.max_points_per_centroid = max(1, sample_size // nlist + 1)
-            rng = np.random.default_rng(self.seed)
-            sample = np.sort(rng.choice(n, size=sample_size, replace=False))
-            logger.info("training IVF index: nlist=%d on %d points", nlist, sample_size)
-            index.train(self._prepared(self.embeddings[sample]))
-            self.train_size_ = sample_size
+            index = self._trained_ivf(self.embeddings, faiss_metric)
         else:
             index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss_metric)
             index.hnsw.efSearch = self.ef_search
@@ -184,20 +172,45 @@ class EmbeddingIndex:
             index.nprobe = self.nprobe_
         return index
 
+    def _trained_ivf(self, data: np.ndarray, faiss_metric: int) -> faiss.IndexIVFFlat:
+        """An empty IVF index over ``data``'s shape, its quantizer trained on a seeded
+        sample of ``data`` (batchsel.sharded trains it once and shares it)."""
+        n, d = data.shape
+        nlist = max(1, min(round(IVF_LISTS_PER_SQRT_N * math.sqrt(n)), n // IVF_TRAIN_PER_LIST))
+        quantizer = faiss.IndexFlat(d, faiss_metric)
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss_metric)
+        # We draw the training sample ourselves: faiss would otherwise subsample (or
+        # print a warning on stderr for a small N).
+        sample_size = min(n, nlist * IVF_TRAIN_PER_LIST)
+        index.cp.niter = IVF_TRAIN_ITERATIONS
+        index.cp.seed = self.seed % 2**31  # a C int
+        index.cp.min_points_per_centroid = 1
+        index.cp.max_points_per_centroid = max(1, sample_size // nlist + 1)
+        rng = np.random.default_rng(self.seed)
+        sample = np.sort(rng.choice(n, size=sample_size, replace=False))
+        logger.info("training IVF index: nlist=%d on %d points", nlist, sample_size)
+        index.train(self._prepared(data[sample]))
+        self.train_size_ = sample_size
+        return index
+
+    def _search_same(self, index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Search prepared ``queries`` (the same on every rank of a sharded index)."""
+        return index.search(queries, k)
+
     def _tune_nprobe(self, index: faiss.IndexIVF) -> int:
         """The first nprobe of NPROBE_STEPS reaching NPROBE_TARGET recall@10 on a sample of
         the indexed points (the k-NN graph's queries); sets ``recall_``."""
         n = self.num_examples
         rng = np.random.default_rng([self.seed, 1])  # not the training sample's stream
         sample = np.sort(rng.choice(n, size=min(n, NPROBE_SAMPLE), replace=False))
-        queries = self._prepared(self.embeddings[sample])
+        queries = self._prepared(self._rows_of(sample))
         k = min(10, n - 1) + 1  # the point itself is found too; it does not count
         index.nprobe = index.nlist  # all lists: exact
-        _, truth = index.search(queries, k)
+        _, truth = self._search_same(index, queries, k)
         steps = [p for p in NPROBE_STEPS if p < index.nlist] + [index.nlist]
         for nprobe in steps:
             index.nprobe = nprobe
-            _, found = index.search(queries, k)
+            _, found = self._search_same(index, queries, k)
             hits = [np.intersect1d(f[f != i], t[t != i]).size / max(1, (t != i).sum())
                     for i, f, t in zip(sample, found, truth)]
             self.recall_ = float(np.mean(hits))
@@ -213,7 +226,7 @@ class EmbeddingIndex:
     # -- search -----------------------------------------------------------------------
     def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` nearest indexed points of each query: ``(distances, indices)``, both
-        ``len(queries) x k``, nearest first (squared L2 for ``"l2"``, similarity for
+        ``len(queries) x k``, nearest first (squared L2 for ``"euclidean"``, similarity for
         ``"cosine"`` / ``"ip"``)."""
         q = load_embeddings(queries, name="queries")
         if q.shape[1] != self.dim:
@@ -253,7 +266,7 @@ class EmbeddingIndex:
         if not np.isfinite(D[~missing]).all():
             raise ValueError("k-NN distances are not finite (the embeddings overflow float32); rescale the "
                              "embeddings (e.g. divide them by their standard deviation)")
-        rows = np.arange(self.num_examples)[:, None]
+        rows = np.arange(self._first_row, self._first_row + I.shape[0])[:, None]
         is_self = I == rows
         # Keep the first k columns that are not the point itself.
         keep = (np.cumsum(~is_self, axis=1) <= k) & ~is_self
@@ -315,30 +328,11 @@ class EmbeddingIndex:
         if kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
         if kernel == "rbf" and self.metric == "ip":
-            raise ValueError("kernel='rbf' needs a distance: use metric='l2' or 'cosine', or kernel='cosine'")
+            raise ValueError("kernel='rbf' needs a distance: use metric='euclidean' or 'cosine', or kernel='cosine'")
         D, I = self.neighbors(k)
         n = self.num_examples
         valid = I >= 0  # an approximate index may find fewer than k neighbours
-        tiny = np.finfo(np.float32).tiny
-        if kernel == "connectivity":
-            w = np.ones_like(D)
-        elif kernel == "rbf":
-            sq = D if self.metric == "l2" else np.maximum(2.0 - 2.0 * D, 0.0)  # |a-b|^2 of unit vectors
-            if sigma is None:
-                kth = sq[valid[:, -1], -1]
-                sigma2 = float(np.median(kth)) if kth.size else 0.0
-                if sigma2 <= 0:  # more than half the points have k duplicates
-                    positive = sq[valid & (sq > 0)]
-                    sigma2 = float(positive.mean()) if positive.size else 1.0
-            else:
-                if not sigma > 0:
-                    raise ValueError(f"sigma must be > 0, got {sigma}")
-                sigma2 = float(sigma) ** 2
-            self.sigma_ = math.sqrt(sigma2)
-            w = np.exp(-sq / sigma2)
-        else:
-            w = D if self.metric == "cosine" else self._cosine_of_pairs(I)
-        w = np.clip(w, tiny, 1.0).astype(np.float32, copy=False)
+        w = self._edge_weights(D, I, valid, kernel, sigma)
         # Row i holds its neighbours in order: build the CSR arrays directly (a COO
         # conversion would sort all N k entries again).
         indptr = np.zeros(n + 1, dtype=np.int64)
@@ -361,13 +355,45 @@ class EmbeddingIndex:
             graph.indices, graph.indptr = indices, indptr  # scipy may downcast them
         return mark_symmetric(graph) if symmetrize else graph
 
+    def _edge_weights(self, D: np.ndarray, I: np.ndarray, valid: np.ndarray, kernel: str,
+                      sigma: float | None) -> np.ndarray:
+        """float32 kernel weights in (0, 1] of the neighbour lists ``(D, I)``."""
+        if kernel == "connectivity":
+            w = np.ones_like(D)
+        elif kernel == "rbf":
+            sq = D if self.metric == "euclidean" else np.maximum(2.0 - 2.0 * D, 0.0)  # |a-b|^2 of unit vectors
+            if sigma is None:
+                sigma2 = self._rbf_sigma2(sq, valid)
+            else:
+                if not sigma > 0:
+                    raise ValueError(f"sigma must be > 0, got {sigma}")
+                sigma2 = float(sigma) ** 2
+            self.sigma_ = math.sqrt(sigma2)
+            w = np.exp(-sq / sigma2)
+        else:
+            w = D if self.metric == "cosine" else self._cosine_of_pairs(I)
+        return np.clip(w, np.finfo(np.float32).tiny, 1.0).astype(np.float32, copy=False)
+
+    def _rbf_sigma2(self, sq: np.ndarray, valid: np.ndarray) -> float:
+        """The default sigma^2: the median squared distance to the k-th neighbour."""
+        kth = sq[valid[:, -1], -1]
+        sigma2 = float(np.median(kth)) if kth.size else 0.0
+        if sigma2 <= 0:  # more than half the points have k duplicates
+            positive = sq[valid & (sq > 0)]
+            sigma2 = float(positive.mean()) if positive.size else 1.0
+        return sigma2
+
+    def _rows_of(self, indices: np.ndarray) -> np.ndarray:
+        """The embeddings of the given (global) point indices."""
+        return self.embeddings[indices]
+
     def _cosine_of_pairs(self, cols: np.ndarray) -> np.ndarray:
         """Cosine similarity of every point i and each of its neighbours cols[i]."""
         out = np.empty(cols.shape, dtype=np.float32)
         for start, stop in _blocks(cols.shape[0]):
             # float64: float32 dots and norms of large vectors overflow
             a = self.embeddings[start:stop].astype(np.float64)
-            b = self.embeddings[np.where(cols[start:stop] >= 0, cols[start:stop], 0)].astype(np.float64)
+            b = self._rows_of(np.where(cols[start:stop] >= 0, cols[start:stop], 0)).astype(np.float64)
             dots = np.einsum("id,ikd->ik", a, b)
             norms = np.linalg.norm(a, axis=1)[:, None] * np.linalg.norm(b, axis=2)
             out[start:stop] = dots / np.maximum(norms, 1e-12)
@@ -377,7 +403,7 @@ class EmbeddingIndex:
         return f"EmbeddingIndex(N={self.num_examples}, d={self.dim}, metric={self.metric!r}, kind={self.kind!r})"
 
 
-def knn_graph(embeddings: Any, k: int = 10, metric: str = "l2", kernel: str = "rbf", symmetrize: bool = True,
+def knn_graph(embeddings: Any, k: int = 10, metric: str = "euclidean", kernel: str = "rbf", symmetrize: bool = True,
               sigma: float | None = None, self_weight: float | None = None, **index_kwargs: Any) -> sp.csr_matrix:
     """Shortcut: ``EmbeddingIndex(embeddings, metric, **index_kwargs).knn_graph(k, kernel,
     symmetrize, sigma, self_weight)``."""

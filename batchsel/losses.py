@@ -128,7 +128,7 @@ class GraphRegularizedLoss(torch.nn.Module):
     >>> import numpy as np, torch
     >>> from batchsel import EmbeddingIndex
     >>> x = np.random.default_rng(0).normal(size=(50, 4)).astype(np.float32)
-    >>> graph = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=5)
+    >>> graph = EmbeddingIndex(x, metric="euclidean", progress=False).knn_graph(k=5)
     >>> loss_fn = GraphRegularizedLoss(graph, mu=1.0, nu=0.01)
     >>> batch = np.arange(10)
     >>> logits = torch.zeros(10, 3, requires_grad=True)

@@ -197,6 +197,21 @@ class EpochPlan:
             h.update(np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes())
         return h.hexdigest()[:16]
 
+    def report(self, labels: Any = None, graph: Any = None) -> dict[str, Any]:
+        """What ``batchsel inspect`` reports for this plan, as a JSON-ready dict
+        (:func:`batchsel.report.plan_report`): coverage, duplicates and batch sizes per
+        rank; with ``labels`` the label entropy of every batch, with ``graph`` the share of
+        edge weight kept inside batches.
+
+        >>> plan = EpochPlan([[np.array([0, 1])], [np.array([2, 3])]], num_examples=5)
+        >>> rep = plan.report()
+        >>> rep["coverage"], [r["batch_size"]["max"] for r in rep["ranks"]]
+        (0.8, [2, 2])
+        """
+        from .report import plan_report  # batchsel.report imports this module
+
+        return plan_report(self, labels, graph)
+
     # -- files ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
         """Write the plan to ``path`` (``.npz``) atomically."""

@@ -6,7 +6,7 @@
 1. Writes clustered float32 embeddings (a gaussian mixture of ``--clusters`` clusters with a
    decaying spectrum, like real embeddings: clustered, low intrinsic dimension) to a
    temporary ``.npy`` file, in chunks.
-2. ``batchsel``: ``EmbeddingIndex(path, metric="l2").knn_graph(k)`` on the memory-mapped
+2. ``batchsel``: ``EmbeddingIndex(path, metric="euclidean").knn_graph(k)`` on the memory-mapped
    file (kind="auto", default settings, so nprobe tuned on the data), the symmetrized rbf
    CSR graph included.
 3. ``faiss``: the same faiss index type with the same parameters (nlist, the nprobe
@@ -108,7 +108,7 @@ def worker_batchsel(path: str, k: int, sample: np.ndarray, kind: str, nprobe: in
     base_rss = peak_rss_mb()
     t0, c0, l0 = time.perf_counter(), cpu_seconds(), os.getloadavg()[0]
     options = {} if nprobe is None else {"nprobe": nprobe}
-    index = bi.EmbeddingIndex(path, metric="l2", kind=kind, progress=False, **options)
+    index = bi.EmbeddingIndex(path, metric="euclidean", kind=kind, progress=False, **options)
     t_index = time.perf_counter() - t0
     graph = index.knn_graph(k=k)
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
@@ -161,7 +161,7 @@ def worker_sweep(n: int, d: int, k: int, clusters: int) -> dict:
     found = {}
     for kind in ("flat", "ivf"):
         t0, c0 = time.perf_counter(), cpu_seconds()
-        index = bi.EmbeddingIndex(x, metric="l2", kind=kind, progress=False)
+        index = bi.EmbeddingIndex(x, metric="euclidean", kind=kind, progress=False)
         graph = index.knn_graph(k=k)
         out[kind] = {"wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0,
                      "nprobe": getattr(index, "nprobe_", None)}
@@ -186,7 +186,7 @@ def worker_recall(n: int, d: int, k: int, clusters: int, mixture: str) -> dict:
     out: dict = {}
     for kind, knob, values in (("ivf", "nprobe", (1, 2, 4, 8, 16, 32, 64)), ("hnsw", "efSearch", (16, 32, 64, 128))):
         t0 = time.perf_counter()
-        index = bi.EmbeddingIndex(x, metric="l2", kind=kind, progress=False)
+        index = bi.EmbeddingIndex(x, metric="euclidean", kind=kind, progress=False)
         index.knn_graph(k=k)
         out[kind] = {"graph_wall": time.perf_counter() - t0,
                      "default": index.nprobe_ if kind == "ivf" else index.ef_search}

@@ -117,7 +117,7 @@ def bench_dense(sizes):
 
 def _knn_similarity(x, k):
     # the graph with 1 on the diagonal, marked symmetric by knn_graph
-    return EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=k, self_weight=1.0)
+    return EmbeddingIndex(x, metric="euclidean", progress=False).knn_graph(k=k, self_weight=1.0)
 
 
 def bench_sparse(n, d=64, neighbors=20, k=1000):

@@ -171,7 +171,7 @@ def graph_worker(n: int, d: int, batch: int) -> None:
     x = clustered(n, d, clusters=1000)
     out = {"n": n, "d": d, "batch": batch}
     t = time.perf_counter()
-    graph = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=10)
+    graph = EmbeddingIndex(x, metric="euclidean", progress=False).knn_graph(k=10)
     out["graph_s"] = time.perf_counter() - t
     out["edges"] = int(graph.nnz // 2)
     del x
@@ -232,7 +232,7 @@ def bench_greedmax(n: int, world: int) -> None:
 
     x = clustered(n, 32)
     t = time.perf_counter()
-    graph = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=10)
+    graph = EmbeddingIndex(x, metric="euclidean", progress=False).knn_graph(k=10)
     graph_s = time.perf_counter() - t
     submodular_partition(graph[:1000][:, :1000], 2)  # numba compile / cache load, not timed
     t = time.perf_counter()

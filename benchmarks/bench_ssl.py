@@ -78,7 +78,7 @@ def main() -> None:
     runs: dict[tuple[str, float], list[dict]] = {}
     for seed in range(seeds):
         data = ssl.load_data(seed, args.label_fraction)
-        graph = EmbeddingIndex(data["x_train"], metric="l2", progress=False).knn_graph(k=10)
+        graph = EmbeddingIndex(data["x_train"], metric="euclidean", progress=False).knn_graph(k=10)
         runs.setdefault(("supervised", 0.0), []).append(
             ssl.run("supervised", seed=seed, data=data, graph=graph, **common))
         for method in ("random", "blocks"):

@@ -49,7 +49,7 @@ def graph_figures(k: int = 10) -> None:
     digits = load_digits()
     x, y = digits.data.astype(np.float32), digits.target
     start = time.perf_counter()
-    index = batchsel.EmbeddingIndex(x, metric="l2", progress=False)
+    index = batchsel.EmbeddingIndex(x, metric="euclidean", progress=False)
     graph = index.knn_graph(k=k, kernel="rbf")
     seconds = time.perf_counter() - start
     rows, cols = graph.nonzero()

@@ -104,7 +104,7 @@ def run(method: str = "blocks", *, seed: int = 0, mu: float = batchsel.losses.DE
     start = time.perf_counter()
     data = data if data is not None else load_data(seed, label_fraction, num_examples=num_examples)
     if graph is None:  # k-NN graph on the raw pixels, training split only (inductive)
-        graph = EmbeddingIndex(data["x_train"], metric="l2", progress=False).knn_graph(k=k)
+        graph = EmbeddingIndex(data["x_train"], metric="euclidean", progress=False).knn_graph(k=k)
     if method == "supervised":
         mu = nu = 0.0
     torch.manual_seed(seed)  # the same initial weights on every rank

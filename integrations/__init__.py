@@ -8,8 +8,13 @@ and MPI (``mpiexec``) clusters.
   torch.distributed, chosen from the environment by :func:`get_communicator`.
 - :func:`init_torch_distributed_from_mpi`: one call so a DDP script runs unchanged under
   ``mpiexec``, ``torchrun`` or as one process; :func:`greedi`: GreeDi over the ranks.
+- Frameworks, imported only when asked for (optional extras):
+  ``batchsel.integrations.lightning.BatchselCallback`` (``pip install batchsel[lightning]``)
+  and ``batchsel.integrations.hf.BatchselTrainer`` / ``BatchselTrainerMixin`` for the
+  Hugging Face Trainer (``pip install batchsel[hf]``).
 
-Importing this package initializes neither MPI nor torch.distributed.
+Importing this package initializes neither MPI nor torch.distributed, and imports
+neither Lightning nor transformers.
 """
 from .comm import Communicator, MPIComm, SingleProcessComm, TorchDistComm, get_communicator
 from .mpi import greedi, init_torch_distributed_from_mpi, install_mpi_abort_hook

@@ -1,8 +1,10 @@
 """Communicators: one small interface over a single process, mpi4py and torch.distributed.
 
 Everything in batchsel that talks across ranks (the sampler's feedback all-gather and plan
-check, GreeDi over real ranks) goes through :class:`Communicator`: ``rank``, ``size``,
-``broadcast``, ``allgather``, ``allreduce`` and ``barrier``. :func:`get_communicator` picks
+check, GreeDi over real ranks) goes through the :class:`~batchsel.communicator.Communicator`
+protocol (re-exported here): ``rank``, ``size``, ``broadcast``, ``allgather``,
+``allreduce``, ``barrier`` and ``abort``; every class here implements all of them, and
+any object that has them works too. :func:`get_communicator` picks
 the implementation from the environment, so the same script runs as one process, under
 ``torchrun`` or under ``mpiexec``.
 
@@ -19,6 +21,8 @@ import traceback
 from typing import Any, Callable
 
 import numpy as np
+
+from batchsel.communicator import Communicator
 
 logger = logging.getLogger(__name__)
 
@@ -74,42 +78,15 @@ def _decode_headers(headers: np.ndarray) -> list[tuple[np.dtype, tuple]] | None:
     return out
 
 
-class Communicator:
-    """The collective operations batchsel needs. Every method is collective: all ranks
-    call it, in the same order.
-
-    ``allgather`` of numpy arrays sends raw bytes (no pickling of the payload); any other
-    picklable object works too. ``allreduce`` takes a numeric array (or scalar) and returns
-    a new array; ``op`` is ``"sum"``, ``"max"``, ``"min"`` or ``"prod"``.
-    """
-
-    rank: int = 0
-    size: int = 1
-
-    def broadcast(self, obj: Any, root: int = 0) -> Any:
-        raise NotImplementedError
-
-    def allgather(self, obj: Any) -> list:
-        raise NotImplementedError
-
-    def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
-        raise NotImplementedError
-
-    def barrier(self) -> None:
-        raise NotImplementedError
-
-    def abort(self, errorcode: int = 1) -> None:
-        """End the whole job now (used when one rank fails, so the others do not hang in
-        a collective). The default ends this process only."""
-        logging.shutdown()
-        sys.stderr.flush()
-        os._exit(errorcode)
+class _Comm(Communicator):
+    """What the implementations below share besides the :class:`Communicator` contract
+    (and its default ``abort``): a readable repr."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, size={self.size})"
 
 
-class SingleProcessComm(Communicator):
+class SingleProcessComm(_Comm):
     """The communicator of a job with one process: every collective is the identity.
 
     >>> comm = SingleProcessComm()
@@ -130,6 +107,9 @@ class SingleProcessComm(Communicator):
     def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
         _check_op(op)
         return np.array(array, copy=True)
+
+    def barrier(self) -> None:
+        """Nothing to wait for with one process."""
 
 
 # -- MPI --------------------------------------------------------------------------------
@@ -179,7 +159,7 @@ def install_mpi_abort_hook() -> None:
     _abort_hook_installed = True
 
 
-class MPIComm(Communicator):
+class MPIComm(_Comm):
     """A communicator over mpi4py (``MPI.COMM_WORLD`` unless ``comm`` is given).
 
     ``abort_on_exception`` (default True) installs :func:`install_mpi_abort_hook`, so a
@@ -244,7 +224,7 @@ def _torch_dist_initialized() -> bool:
     return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
-class TorchDistComm(Communicator):
+class TorchDistComm(_Comm):
     """A communicator over torch.distributed (any backend with all_gather; gloo on CPU).
 
     Uses the default process group (or ``group``). When none exists yet, the first
@@ -265,7 +245,8 @@ class TorchDistComm(Communicator):
         self.timeout = float(timeout)
         if not dist.is_initialized() and not all(v in os.environ for v in TORCHRUN_ENV_VARS):
             raise RuntimeError("torch.distributed is not initialized and RANK / WORLD_SIZE / MASTER_ADDR are not "
-                               "set: call init_process_group (or batchsel.integrations.init_distributed) first")
+                               "set: call torch.distributed.init_process_group (or, under mpiexec, "
+                               "batchsel.integrations.init_torch_distributed_from_mpi) first")
 
     def _ensure_init(self) -> None:
         if not self._dist.is_initialized():

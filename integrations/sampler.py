@@ -11,15 +11,18 @@ so ``import batchsel`` stays light.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import itertools
 import logging
-from typing import Any, Iterator
+import queue
+import threading
+from collections import deque
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from batchsel._checks import check_int, check_seed, tensor_to_numpy
-from batchsel.selectors.base import Selector, digest
+from batchsel.selectors.base import RandomSelector, Selector, digest, shard_length
+from batchsel.selectors.coreset import CoresetSelector
 
 from .comm import Communicator, get_communicator
 
@@ -60,6 +63,114 @@ def _from_portable(obj: Any) -> Any:
     return obj
 
 
+def _torch_dist_world() -> tuple[int, int] | None:
+    """(rank, world size) of torch.distributed's default group, None if there is none."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+# what the background thread hands back when the epoch has no batch left
+_END = object()
+Observation = dict[str, "np.ndarray | None"]
+
+
+def _serve(source: Iterator, apply: Callable[[list[Observation]], None],
+           requests: queue.SimpleQueue, results: queue.SimpleQueue) -> None:
+    """The background thread's loop: for each request, hand the selector the observations
+    that came with it, then take the next item of ``source``. It holds no reference to
+    the iteration that started it, so dropping that iteration still closes it."""
+    while True:
+        observations = requests.get()
+        if observations is None:
+            return
+        try:
+            apply(observations)
+            item = next(source, _END)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread
+            results.put((False, exc))
+        else:
+            results.put((True, item))
+
+
+class _Prefetcher:
+    """A daemon thread that selects a sampler's next batches while the training step runs.
+
+    Requests are served one at a time, in order. The selector is touched only by this
+    thread while a request is in flight, and only by the training thread otherwise (it
+    waits for the results before it hands out, saves or loads anything), so the batches
+    depend on the order of the calls, never on thread timing.
+    """
+
+    def __init__(self, source: Iterator, apply: Callable[[list[Observation]], None]) -> None:
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._ready: deque[tuple[bool, Any]] = deque()  # results collected early (drain)
+        self.in_flight = 0
+        self._closed = False
+        self._thread = threading.Thread(target=_serve, args=(source, apply, self._requests, self._results),
+                                        name="batchsel-prefetch", daemon=True)
+        self._thread.start()
+
+    def request(self, observations: list[Observation]) -> None:
+        """Start selecting the next item, after applying ``observations``."""
+        self._requests.put(observations)
+        self.in_flight += 1
+
+    def _collect(self) -> tuple[bool, Any]:
+        ok, value = self._results.get()
+        self.in_flight -= 1
+        return ok, value
+
+    def drain(self) -> list[tuple[bool, Any]]:
+        """Wait until no request is in flight; the results stay queued for :meth:`result`.
+        Returns every result not handed out yet, oldest first."""
+        while self.in_flight:
+            self._ready.append(self._collect())
+        return list(self._ready)
+
+    def result(self) -> Any:
+        """The oldest request's item (waiting for it); its exception is raised here."""
+        if not self._ready and not self.in_flight:
+            return _END  # closed, or nothing asked for
+        ok, value = self._ready.popleft() if self._ready else self._collect()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Let the selection in flight finish (the selector must be idle once this
+        returns) and end the thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if threading.current_thread() is self._thread:
+            # finalized by the garbage collector on the worker itself: it cannot wait for itself
+            self._requests.put(None)
+            return
+        self.drain()
+        self._ready.clear()
+        self._requests.put(None)
+        self._thread.join()
+
+
+class _EpochSetter:
+    """What a framework finds at ``batch_sampler.sampler``: Lightning calls ``set_epoch``
+    only there (and on ``loader.sampler``), accelerate there and on the batch sampler; both
+    reach :meth:`SelectionBatchSampler.set_epoch` this way."""
+
+    def __init__(self, owner: "SelectionBatchSampler") -> None:
+        self._owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self._owner.set_epoch(epoch)
+
+    def __repr__(self) -> str:
+        return f"<set_epoch of {type(self._owner).__name__}>"
+
+
 class SelectionBatchSampler:
     """Yields this rank's batches (lists of int indices) of a selector's epoch plan.
 
@@ -74,7 +185,10 @@ class SelectionBatchSampler:
     rank, world_size:
         This process's rank and the number of ranks. Missing values come from the
         communicator (torch.distributed if initialized, else MPI under mpiexec, else
-        torchrun's variables, else one process).
+        torchrun's variables, else one process), looked up when an epoch's iteration
+        starts: a sampler built before the process group exists (in a Lightning module's
+        ``__init__``) still gets the right rank. Explicit values that contradict an
+        initialized torch.distributed raise ``ValueError``.
     seed:
         DistributedSampler's ``seed``: the seed lives in the selector, so this only checks
         that it is the selector's (``ValueError`` otherwise). Every rank must use the same
@@ -93,10 +207,38 @@ class SelectionBatchSampler:
         Yield ``(index, weight)`` pairs with the plan's weights (weighted coresets)
         instead of plain indices; wrap the dataset in :class:`WeightedDataset` to get
         ``(x, y, w)`` items. Offline selectors only.
+    drop_last:
+        BatchSampler's: drop each rank's last batch when it is short (RandomSelector and
+        CoresetSelector, whose batches are full but the last; the same on every rank).
+        The selector's own ``drop_last`` is DistributedSampler's (pad or drop examples).
+    prefetch:
+        How many batches a background thread selects ahead while the training step runs
+        (0, the default: each batch is selected when the loop asks for it). The thread is
+        a daemon, stopped when the iteration ends, is closed or is garbage collected; an
+        exception in it is raised in the training thread at the next batch. The compiled
+        selection kernels release the GIL, so selection and a torch step can use two cores.
 
-    The contract is DistributedSampler's: call :meth:`set_epoch` before each epoch,
-    ``len(sampler)`` batches on every rank (padding or dropping follows the selector's
-    ``drop_last``), randomness from (seed, epoch) only.
+        Selectors without feedback (random, graph blocks, offline plans) yield exactly the
+        batches of ``prefetch=0``. For selectors that use feedback the lag is fixed, never
+        a matter of thread timing: when the loop asks for batch ``t``, the selection of
+        batch ``t + prefetch`` starts, after the selector is handed, in call order, every
+        observation given to :meth:`observe` since the previous selection started. In the
+        usual loop (``for batch in loader: step; observe``) batch ``t + 1`` is selected
+        from the feedback of batches ``<= t - 1`` with ``prefetch=1`` (``<= t`` with
+        ``prefetch=0``). While an iteration with prefetch is running, feedback must go
+        through :meth:`observe` (not ``selector.observe``) and settings of the selector
+        (e.g. a loss-rank pressure schedule) must not change; collectives (``sync_every``)
+        stay in the training thread. :meth:`state_dict` waits for the selection in flight
+        and saves its batch among the pending ones, so a resumed run yields what the
+        uninterrupted one would have.
+
+    The contract is DistributedSampler's: call :meth:`set_epoch` before each epoch
+    (Lightning and accelerate call ``batch_sampler.sampler.set_epoch``: :attr:`sampler`
+    forwards it), ``len(sampler)`` batches on every rank (padding or dropping follows the
+    selector's ``drop_last``), randomness from (seed, epoch) only.
+    ``SelectionBatchSampler(RandomSelector(n, B, seed=s, drop_last=d), drop_last=b)``
+    yields the batch counts and sizes of
+    ``BatchSampler(DistributedSampler(data, seed=s, drop_last=d), B, drop_last=b)``.
 
     Example
     -------
@@ -117,6 +259,8 @@ class SelectionBatchSampler:
         comm: Communicator | None = None,
         sync_every: int = 1,
         weighted: bool = False,
+        drop_last: bool = False,
+        prefetch: int = 0,
     ) -> None:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
@@ -126,41 +270,105 @@ class SelectionBatchSampler:
                              f"build it with seed={seed}")
         self.selector = selector
         self.sync_every = check_int(sync_every, "sync_every", minimum=1)
+        self.prefetch = check_int(prefetch, "prefetch", minimum=0)
         self.weighted = bool(weighted)
         if self.weighted and selector.online:
             raise ValueError(f"weighted=True needs an offline selector (a plan with weights); "
                              f"{type(selector).__name__} is online")
-        self.comm, self.rank, self.world_size = self._resolve_world(rank, world_size, comm)
-        selector._check_world(self.world_size, self.rank)
-        try:
-            self._takes_start = "start" in inspect.signature(selector.iter_batches).parameters
-        except (TypeError, ValueError):
-            self._takes_start = False
+        self.drop_last = bool(drop_last)
+        if self.drop_last and not isinstance(selector, (RandomSelector, CoresetSelector)):
+            # other selectors' batches differ in size by design (balanced sizes, graph
+            # blocks): none is "the short last one", and dropping one could differ by rank
+            raise ValueError(f"drop_last=True (BatchSampler's: drop a short last batch) needs a RandomSelector or "
+                             f"CoresetSelector, whose batches are full but the last; got {type(selector).__name__}")
+        #: what Lightning and accelerate call ``set_epoch`` on (``batch_sampler.sampler``)
+        self.sampler = _EpochSetter(self)
+        if rank is not None:
+            rank = check_int(rank, "rank", minimum=0)
+        if world_size is not None:
+            world_size = check_int(world_size, "world_size", minimum=1)
+        self._given = (rank, world_size, comm)
+        # Missing values are looked up when first needed and again when an epoch starts
+        # while they say one process: a sampler built before the framework creates the
+        # process group (a Lightning module's __init__) must not settle on one process.
+        self._lazy = comm is None and (rank is None or world_size is None)
+        self._comm: Communicator | None = None
+        self._rank = self._world_size = -1
+        self._resolved = False
+        if not self._lazy:
+            self._resolve()
         self.epoch = 0
         self._len: int | None = None
         self._resume: dict[str, Any] | None = None
         self._iter_epoch: int | None = None  # epoch of the latest iteration
         self._iter_base = 0                  # batch number the latest iteration started from
         self._yielded = 0                    # batches of _iter_epoch handed out so far
-        self._history: list[np.ndarray] = []  # batches handed out by the latest iteration (online)
+        self._history: list[np.ndarray] = []  # batches handed out by the latest iteration (online / feedback)
         self._iter_pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         # feedback is gathered across ranks only for selectors that use it (not RandomSelector)
-        self._uses_feedback = type(selector).observe is not Selector.observe
+        self._uses_feedback = bool(selector.uses_feedback)
         self._buffer: list[dict[str, np.ndarray | None]] = []  # feedback not yet all-gathered
+        # gathered feedback held back from the selector while a prefetch iteration runs:
+        # the next selection applies it first (the order of calls decides, not timing)
+        self._deferred: list[dict[str, np.ndarray | None]] = []
+        self._worker: _Prefetcher | None = None  # the running prefetch iteration's thread
         self._warned_local = False
+
+    # -- rank and world size ------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        """This process's rank (looked up on first use when not given)."""
+        if not self._resolved:
+            self._resolve()
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks (looked up on first use when not given)."""
+        if not self._resolved:
+            self._resolve()
+        return self._world_size
+
+    @property
+    def comm(self) -> Communicator | None:
+        """The communicator feedback and :meth:`verify` go through (None: local only)."""
+        if not self._resolved:
+            self._resolve()
+        return self._comm
+
+    @comm.setter
+    def comm(self, comm: Communicator | None) -> None:
+        self._comm = comm
+
+    @property
+    def batch_size(self) -> int:
+        """The selector's batch size (BatchSampler's attribute, read by frameworks)."""
+        return self.selector.batch_size
+
+    def _resolve(self) -> None:
+        rank, world_size, comm = self._given
+        comm, rank, world_size = self._resolve_world(rank, world_size, comm)
+        if self._resolved and (rank, world_size) != (self._rank, self._world_size):
+            logger.info("rank %d / world %d now (was %d / %d when first used): torch.distributed was set up "
+                        "after that", rank, world_size, self._rank, self._world_size)
+            self._len = None
+        self.selector.check_world(world_size, rank)
+        self._comm, self._rank, self._world_size, self._resolved = comm, rank, world_size, True
 
     @staticmethod
     def _resolve_world(rank: int | None, world_size: int | None,
                        comm: Communicator | None) -> tuple[Communicator | None, int, int]:
-        if rank is not None:
-            rank = check_int(rank, "rank", minimum=0)
-        if world_size is not None:
-            world_size = check_int(world_size, "world_size", minimum=1)
         if comm is None:
             found = get_communicator("auto")
             if rank is None or world_size is None or (found.rank, found.size) == (rank, world_size):
                 comm = found
-            else:
+            elif _torch_dist_world() is not None:
+                # explicit values that contradict the process group would train overlapping
+                # or missing batches without a word
+                raise ValueError(f"rank={rank}, world_size={world_size} given, but torch.distributed has rank "
+                                 f"{found.rank} of {found.size}: leave them out (they are read from the process "
+                                 f"group) or pass the group's")
+            else:  # simulating ranks in one process (tests, planning): no communicator
                 logger.debug("rank %d / world %d given and not this job's %r: no communicator",
                              rank, world_size, found)
                 return None, rank, world_size
@@ -176,27 +384,105 @@ class SelectionBatchSampler:
 
     def __len__(self) -> int:
         if self._len is None:  # the same every epoch (the selector contract); may cost a plan
-            self._len = self.selector.num_batches(self.world_size)
+            total = self.selector.num_batches(self.world_size)
+            if self.drop_last and total and self._last_batch_short():
+                total -= 1
+            self._len = total
         return self._len
 
+    def _last_batch_short(self) -> bool:
+        # RandomSelector / CoresetSelector: every rank's shard has the same length and is
+        # cut into full batches and a last one, as DistributedSampler + BatchSampler do
+        sel = self.selector
+        size = sel.coreset_size if isinstance(sel, CoresetSelector) else sel.num_examples
+        return shard_length(size, self.world_size, sel.drop_last) % sel.batch_size != 0
+
     def __iter__(self) -> Iterator[list]:
+        # A process group may exist now (one process so far), and it must agree with
+        # explicit values; a multi-rank answer is final.
+        if (not self._resolved or (self._lazy and self._world_size == 1)
+                or (self._comm is None and _torch_dist_world() is not None)):
+            self._resolve()
+        self._stop_worker()  # an earlier iteration left unfinished: its selection ends first
         epoch = self.epoch
-        start, pending = 0, []
+        start, pending, skip = 0, [], 0
         if self._resume is not None and self._resume["epoch"] == epoch:
             start, pending = self._resume["position"], self._resume["pending"]
+            skip = start - len(pending) if self._resume.get("placeholders") else 0
         self._resume = None
         self._iter_epoch, self._iter_base, self._iter_pending = epoch, start - len(pending), list(pending)
-        self._yielded, self._history = self._iter_base, []
+        self._yielded, self._history = self._iter_base - skip, []
+        for _ in range(skip):  # finished batches that the framework skips itself, unseen
+            self._yielded += 1
+            yield []
         # the replayed batches were drawn before the checkpoint; the selector resumes after them
         source = itertools.chain(((np.asarray(b), None) for b in pending), self._batches(epoch, start))
-        for batch, weights in source:
-            self._yielded += 1
-            if self.selector.online:
-                self._history.append(batch)
-            if weights is None:
-                yield batch.tolist()
-            else:
-                yield list(zip(batch.tolist(), weights.tolist()))
+        source = itertools.islice(source, max(len(self) - self._iter_base, 0))
+        if self.prefetch:
+            source = self._ahead(source)
+        else:
+            self._flush_deferred()  # feedback a prefetch run saved unapplied
+        try:
+            for batch, weights in source:
+                self._yielded += 1
+                if self.selector.online or self._uses_feedback:
+                    self._history.append(batch)
+                if weights is None:
+                    yield batch.tolist()
+                else:
+                    yield list(zip(batch.tolist(), weights.tolist()))
+        finally:
+            if self.prefetch:  # a loop that breaks early: stop the thread now, not at garbage collection
+                source.close()
+
+    def _ahead(self, source: Iterator) -> Iterator:
+        """``source``'s items, each selected in the background ``prefetch`` batches ahead:
+        handing out one starts the selection of the one ``prefetch`` places later, with the
+        feedback observed until then."""
+        worker = self._worker = _Prefetcher(source, self._apply_now)
+        try:
+            for _ in range(self.prefetch):  # the first one is waited for at once
+                worker.request(self._take_deferred())
+            while True:
+                item = worker.result()
+                if item is _END:
+                    return
+                worker.request(self._take_deferred())
+                yield item
+        finally:
+            worker.close()
+            if self._worker is worker:
+                self._worker = None
+                self._flush_deferred()  # nothing in flight: the last steps' feedback goes in now
+
+    def _stop_worker(self) -> None:
+        """End the prefetch thread of an unfinished iteration (after its selection in flight)
+        and hand the selector the feedback held back for it."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
+            self._flush_deferred()
+
+    def batch_indices(self, batch: int) -> np.ndarray:
+        """The example indices of batch number ``batch`` (counted from the epoch's start) of
+        the epoch being iterated, as handed out: for a framework that gives feedback after
+        the fact by batch number (Lightning's ``batch_idx``), without an index column in
+        the data. Recorded for selectors that use feedback.
+
+        >>> from batchsel.selectors import LossRankSelector
+        >>> sampler = SelectionBatchSampler(LossRankSelector(10, 2), rank=0, world_size=1)
+        >>> first = next(iter(sampler))
+        >>> sampler.batch_indices(0).tolist() == first
+        True
+        """
+        batch = check_int(batch, "batch", minimum=0)
+        if not (self.selector.online or self._uses_feedback):
+            raise ValueError(f"{type(self.selector).__name__} uses no feedback: its batches are not recorded")
+        i = batch - self._iter_base
+        if self._iter_epoch is None or not 0 <= i < len(self._history):
+            raise ValueError(f"batch={batch} was not handed out by this iteration of epoch {self._iter_epoch} "
+                             f"(batches {self._iter_base} to {self._iter_base + len(self._history) - 1})")
+        return self._history[i]
 
     def _batches(self, epoch: int, start: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         if self.weighted:
@@ -206,7 +492,7 @@ class SelectionBatchSampler:
                 w = np.ones(len(batches[t]), np.float32) if weights is None else weights[t]
                 yield batches[t], w
             return
-        if self._takes_start:
+        if self.selector.supports_start:
             it = self.selector.iter_batches(epoch, self.rank, self.world_size, start=start)
         else:  # an offline selector without ``start``: skipping reproduces the same batches
             it = itertools.islice(self.selector.iter_batches(epoch, self.rank, self.world_size), start, None)
@@ -226,9 +512,16 @@ class SelectionBatchSampler:
 
         ``all_ranks=True`` (collective) returns every rank's state in one dict, so that
         rank 0 alone can save the checkpoint; :meth:`load_state_dict` picks its own part.
+
+        With ``prefetch``, the selections in flight are waited for: their batches are saved
+        as pending (replayed first on resume), the feedback not yet handed to the selector
+        under ``deferred``, and the selector's state is the one after those selections.
         """
+        ahead = self._drain_ahead()
         if self._resume is not None:  # loaded and not iterated yet: unchanged
-            state = dict(self._resume, selector=self.selector.state_dict(), observations=list(self._buffer))
+            state = {k: v for k, v in self._resume.items() if k != "placeholders"}
+            state.update(selector=self.selector.state_dict(), observations=list(self._buffer),
+                         deferred=list(self._deferred))
         else:
             active = self._iter_epoch == self.epoch
             yielded = self._yielded if active else 0
@@ -239,11 +532,14 @@ class SelectionBatchSampler:
             if self.selector.online and active:
                 if done < self._iter_base:
                     raise ValueError(f"batches_done={done} is before this iteration's start ({self._iter_base})")
-                # batches drawn so far: the replayed ones (some maybe not handed out yet) and the new ones
-                drawn = self._history if len(self._history) >= len(self._iter_pending) else self._iter_pending
+                # batches drawn so far: the replayed ones (some maybe not handed out yet) and the
+                # new ones, those selected ahead in the background included
+                drawn = self._history + ahead
+                drawn = drawn if len(drawn) >= len(self._iter_pending) else self._iter_pending
                 pending = [np.array(b, dtype=np.int64) for b in drawn[done - self._iter_base:]]
             state = {"epoch": self.epoch, "position": done + len(pending), "pending": pending,
-                     "selector": self.selector.state_dict(), "observations": list(self._buffer)}
+                     "selector": self.selector.state_dict(), "observations": list(self._buffer),
+                     "deferred": list(self._deferred)}
         state.update(version=STATE_VERSION, rank=self.rank, world_size=self.world_size, seed=self.selector.seed,
                      method=type(self.selector).__name__, batches_done=state["position"] - len(state["pending"]),
                      num_examples=self.selector.num_examples, batch_size=self.selector.batch_size,
@@ -254,10 +550,29 @@ class SelectionBatchSampler:
             state = {"version": STATE_VERSION, "world_size": self.world_size, "ranks": self.comm.allgather(state)}
         return _portable(state)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def _drain_ahead(self) -> list[np.ndarray]:
+        """Wait for the background selections in flight (the selector is idle afterwards);
+        the batches they selected and not handed out yet, oldest first."""
+        if self._worker is None:
+            return []
+        batches = []
+        for ok, item in self._worker.drain():
+            if not ok:
+                raise RuntimeError("selecting a batch ahead failed; the state would not be consistent") from item
+            if item is not _END:
+                batches.append(np.asarray(item[0], dtype=np.int64))
+        return batches
+
+    def load_state_dict(self, state: dict[str, Any], placeholders: bool = False) -> None:
         """Restore :meth:`state_dict`'s output: the next iteration over the saved epoch
         yields exactly the batches that were still to come (call :meth:`set_epoch` with
-        that epoch as usual; another epoch starts from its beginning)."""
+        that epoch as usual; another epoch starts from its beginning).
+
+        ``placeholders=True`` is for a framework that skips the finished batches itself
+        (the Hugging Face Trainer's ``skip_first_batches`` drops the first ``k`` batches of
+        the batch sampler unseen): the next iteration first yields one empty batch for
+        each finished one, so the framework's count and the sampler's agree and no batch
+        is skipped twice."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"not a SelectionBatchSampler state (version {STATE_VERSION}): {type(state).__name__}")
         state = _from_portable(state)
@@ -281,9 +596,15 @@ class SelectionBatchSampler:
         position = check_int(state["position"], "position", minimum=0)
         if position > len(self):
             raise ValueError(f"the state's position {position} is past the epoch's {len(self)} batches")
+        self._worker, worker = None, self._worker
+        if worker is not None:  # an iteration with prefetch still running: its thread stops first
+            worker.close()
         self.selector.load_state_dict(state["selector"])
         self._buffer = [dict(o) for o in state["observations"]]
-        self._resume = {"epoch": int(state["epoch"]), "position": position,
+        # feedback a prefetch run had gathered and not yet handed to the selector (states
+        # written before prefetch existed have none)
+        self._deferred = [dict(o) for o in state.get("deferred", [])]
+        self._resume = {"epoch": int(state["epoch"]), "position": position, "placeholders": bool(placeholders),
                         "pending": [np.asarray(b, dtype=np.int64) for b in state["pending"]]}
         self.epoch = int(state["epoch"])
 
@@ -333,6 +654,21 @@ class SelectionBatchSampler:
         self._apply([g[c] for c in range(rounds) for g in gathered if c < len(g)])
 
     def _apply(self, observations: list[dict[str, np.ndarray | None]]) -> None:
+        if self._worker is not None:  # a selection may be running: the next one applies these first
+            self._deferred.extend(observations)
+            return
+        self._flush_deferred()
+        self._apply_now(observations)
+
+    def _take_deferred(self) -> list[dict[str, np.ndarray | None]]:
+        taken, self._deferred = self._deferred, []
+        return taken
+
+    def _flush_deferred(self) -> None:
+        if self._deferred:
+            self._apply_now(self._take_deferred())
+
+    def _apply_now(self, observations: list[dict[str, np.ndarray | None]]) -> None:
         for obs in observations:
             self.selector.observe(obs["indices"], losses=obs["losses"], logits=obs["logits"],
                                   embeddings=obs["embeddings"])
@@ -366,9 +702,14 @@ class SelectionBatchSampler:
                                f"fingerprints by rank {prints}")
         return mine
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_worker"] = None  # a thread does not copy or pickle; a copy's iteration starts its own
+        return state
+
     def __repr__(self) -> str:
         return (f"SelectionBatchSampler({self.selector!r}, rank={self.rank}, world_size={self.world_size}, "
-                f"epoch={self.epoch}, sync_every={self.sync_every})")
+                f"epoch={self.epoch}, sync_every={self.sync_every}, prefetch={self.prefetch})")
 
 
 class WeightedDataset:

@@ -340,7 +340,7 @@ def test_cli_example_script_runs(tmp_path):
 
 def test_internal_errors_exit_1_bad_input_exits_2(work, monkeypatch, capsys):
     # a ValueError from inside numpy (or from a call batchsel got wrong) is a bug, not bad input
-    monkeypatch.setattr(cli, "_label_entropy", lambda *args: np.zeros(3).reshape(2, 2))
+    monkeypatch.setattr(batchsel.report, "_label_entropy", lambda *args: np.zeros(3).reshape(2, 2))
     batchsel.RandomSelector(N, 50).plan(0, 2).save(work / "plan.npz")
     code = cli.main(["inspect", str(work / "plan.npz"), "--labels", str(work / "labels.npy"), "--quiet"])
     err = capsys.readouterr().err
@@ -500,3 +500,37 @@ def test_more_clear_errors_in_process(work, monkeypatch, capsys):
         captured = capsys.readouterr()
         check_one_line_error(code, captured.out, captured.err, work, before)
         assert match in captured.err, (case, captured.err)
+
+
+@needs("SieveStreaming")
+def test_select_stream_reads_the_npy_in_chunks_same_output_format(work, monkeypatch, capsys):
+    monkeypatch.chdir(work)
+    x = load_x(work)
+    expected = batchsel.SieveStreaming("feature-based", 12).fit(x, chunk_rows=64)
+    out = run("select", "emb.npy", "--k", "12", "--objective", "feature-based", "--stream", "--chunk-rows", "64",
+              "--json", "--out", "picked.npz", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["optimizer"] == "sieve" and result["indices"] == expected.indices_.tolist()
+    assert result["value"] == pytest.approx(expected.value_, rel=1e-12)
+    with np.load(work / "picked.npz") as z:
+        np.testing.assert_array_equal(z["indices"], expected.indices_)
+        np.testing.assert_allclose(z["gains"], expected.gains_)
+    # text: INDEX<TAB>GAIN lines; facility location over a seeded reference sample
+    out = run("select", "emb.npy", "--k", "5", "--stream", "--reference-size", "100", "--quiet", cwd=work)
+    assert out.returncode == 0, out.stderr
+    fl = batchsel.SieveStreaming("facility-location", 5, reference_size=100).fit(x)
+    assert [int(line.split("\t")[0]) for line in out.stdout.splitlines()] == fl.indices_.tolist()
+    # the file is never loaded whole: cli's loader is not called
+    monkeypatch.setattr(cli, "_embeddings", lambda path: pytest.fail("loaded whole"))
+    assert cli.main(["select", "emb.npy", "--k", "3", "--stream", "--objective", "feature-based", "--quiet"]) == 0
+    capsys.readouterr()
+    np.save("centered.npy", x - x.mean(axis=0))
+    before = sorted(p.name for p in work.iterdir())
+    for argv in (["bundle.npz:emb", "--stream"], ["emb.npy", "--stream", "--chunk-rows", "0"],
+                 ["emb.npy", "--chunk-rows", "10"], ["emb.npy", "--stream", "--objective", "graph-cut"],
+                 ["centered.npy", "--stream", "--objective", "feature-based"], ["nan.npy", "--stream"],
+                 ["emb.npy", "--stream", "--optimizer", "naive"], ["emb.npy", "--stream", "--k", str(N + 1)]):
+        code = cli.main(["select", *argv, *([] if "--k" in argv else ["--k", "3"]), "--out", "out.npy", "--quiet"])
+        captured = capsys.readouterr()
+        check_one_line_error(code, captured.out, captured.err, work, before)

@@ -5,15 +5,15 @@ The job asserts on every rank (same irreducible losses, equal kept batch sizes, 
 model on every rank, exact mid-epoch resume from rank 0's checkpoint); here the reports
 are checked and compared across launchers."""
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from test_integrations_mp import MPIEXEC, TIMEOUT, clean_env
+from test_integrations_mp import MPIEXEC, TIMEOUT, clean_env  # puts tests/mp_scripts on sys.path
+
+from common import run_command  # noqa: E402
 
 JOB = Path(__file__).resolve().parent / "mp_scripts" / "filter_job.py"
 
@@ -30,15 +30,7 @@ def run_job(launcher: str, n: int, tmp_path_factory) -> dict:
         cmd = [sys.executable, str(JOB), str(out), "--torch", str(n)]
     else:
         cmd = [sys.executable, str(JOB), str(out)]
-    proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} hung for {TIMEOUT} s:\n{output[-3000:]}")
-    assert proc.returncode == 0, output[-5000:]
+    run_command(cmd, clean_env(), TIMEOUT)
     return json.loads(Path(f"{out}.json").read_text())
 
 

@@ -289,3 +289,98 @@ def test_knn_graph_is_marked_symmetric_and_skips_the_check(monkeypatch):
     assert not base.known_symmetric(g)
     with pytest.raises(ValueError, match="self_weight"):
         EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=6, self_weight=2.0)
+
+
+# -- issue #15: MaxCoverage, corr, graph functions from embeddings, float64 sparse ----------
+def test_max_coverage_is_min_saturated_feature_based():
+    x = _rng(1).uniform(0, 1, (120, 30)) * (_rng(2).random((120, 30)) < 0.2)
+    from batchsel import MaxCoverage
+
+    f, ref = MaxCoverage(x, threshold=0.7), FeatureBased(x, "min", saturation=0.7)
+    np.testing.assert_array_equal(f.gains(np.arange(120)), ref.gains(np.arange(120)))
+    sel = maximize(f, 12)
+    np.testing.assert_array_equal(sel.indices, maximize(ref, 12).indices)
+    covered = np.minimum(x[sel.indices].sum(axis=0), 0.7).sum()
+    assert sel.value == pytest.approx(covered, rel=1e-12)
+    for bad in (0, -1.0, np.inf, "1"):
+        with pytest.raises(ValueError, match="threshold"):
+            MaxCoverage(x, threshold=bad)
+
+
+@pytest.mark.parametrize("neighbors", [None, 6])
+def test_corr_metric_is_the_squared_pearson_correlation(neighbors):
+    x = _points(150, d=12, seed=3) + np.linspace(0, 5, 12, dtype=np.float32)  # rows with offsets
+    r2 = np.corrcoef(x.astype(np.float64)) ** 2
+    if neighbors is None:
+        double = FacilityLocation.from_embeddings(x, "corr", precision="double").similarity
+        np.testing.assert_allclose(double, r2, atol=1e-12)
+        single = FacilityLocation.from_embeddings(x, "corr").similarity
+        assert single.dtype == np.float32
+        np.testing.assert_allclose(single, r2, atol=2e-6)
+        # corr is not cosine: the row offsets matter to one and not to the other
+        assert np.abs(FacilityLocation.from_embeddings(x, "cosine").similarity - r2).max() > 0.1
+    else:
+        g = FacilityLocation.from_embeddings(x, "corr", neighbors=neighbors).similarity
+        centered = x - x.mean(axis=1, keepdims=True, dtype=np.float64)
+        ref = FacilityLocation.from_embeddings(centered, "cosine", neighbors=neighbors).similarity
+        np.testing.assert_array_equal(g.indices, ref.indices)
+        np.testing.assert_allclose(g.data, ref.data, rtol=1e-6)
+    from batchsel import greedi_facility_location
+
+    assert len(greedi_facility_location(x, 5, metric="corr", parts=2)) == 5
+
+
+def _sq_distances(x):
+    x = x.astype(np.float64)
+    sq = (x * x).sum(1)
+    return np.maximum(sq[:, None] + sq[None, :] - 2 * x @ x.T, 0)
+
+
+@pytest.mark.parametrize("cls,kwargs", [(GraphCut, {"lam": 2.0}), (SumRedundancy, {}),
+                                        (SaturatedCoverage, {"alpha": 0.2})])
+def test_graph_functions_from_embeddings(cls, kwargs):
+    """apricot's similarity when dense (euclidean: max d^2 - d^2, cosine / corr: squared),
+    the symmetric k-NN graph with neighbors or beyond dense_max."""
+    x = _points(120, d=8, seed=4)
+    d2 = _sq_distances(x)
+    f = cls.from_embeddings(x, "euclidean", precision="double", **kwargs)
+    np.testing.assert_allclose(f.similarity, d2.max() - d2, atol=1e-9 * d2.max())
+    single = cls.from_embeddings(x, **kwargs)
+    assert single.similarity.dtype == np.float32 and single.similarity.min() >= 0
+    np.testing.assert_allclose(single.similarity, d2.max() - d2, rtol=1e-5, atol=1e-5 * d2.max())
+    cos = cls.from_embeddings(x, "cosine", **kwargs).similarity
+    np.testing.assert_allclose(cos, FacilityLocation.from_embeddings(x, "cosine").similarity)
+    for sparse in (cls.from_embeddings(x, neighbors=5, **kwargs), cls.from_embeddings(x, dense_max=100, **kwargs)):
+        s = sparse.similarity
+        assert sp.issparse(s) and np.all(s.diagonal() == 1) and (s != s.T).nnz == 0
+    if cls is SaturatedCoverage:
+        assert cls.from_embeddings(x, neighbors=5, **kwargs).symmetric  # lazy greedy tracks its gains
+    with pytest.raises(ValueError, match="metric must be one of"):
+        cls.from_embeddings(x, "manhattan", **kwargs)
+
+
+@pytest.mark.parametrize("cls", [FacilityLocation, GraphCut, SaturatedCoverage, SumRedundancy])
+def test_float64_sparse_similarity_is_kept_float64(cls):
+    x = _points(200, d=8, seed=5)
+    dense = FacilityLocation.from_embeddings(x, "cosine", precision="double").similarity
+    dense[dense < 0.3] = 0
+    g64 = sp.csr_matrix(dense)
+    f64 = cls(g64)
+    assert f64.similarity.dtype == np.float64 and f64.similarity.indices.dtype == np.int64
+    assert cls(g64.astype(np.float32)).similarity.dtype == np.float32
+    ref = cls(dense)  # the same values, dense float64: the same picks and gains
+    a, b = maximize(f64, 15), maximize(ref, 15)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_allclose(a.gains, b.gains, rtol=1e-12, atol=1e-12)
+
+
+def test_rows_apply_to_feature_based_functions_only():
+    x = np.abs(_points(50))
+    mix = Mixture([FeatureBased(x, "sqrt"), FeatureBased(x, "log")], weights=[1.0, 0.5])
+    gain = mix.add_rows(x[:3])
+    assert gain == pytest.approx(mix.evaluate([0, 1, 2]), rel=1e-12) and mix.value == gain
+    assert mix.selected == []
+    with pytest.raises(TypeError, match="GraphCut takes no rows"):
+        GraphCut(np.ones((5, 5))).add_rows(np.ones((1, 5)))
+    with pytest.raises(ValueError, match="non-negative"):
+        FeatureBased(x).add_rows(-x[:1])

@@ -275,7 +275,8 @@ def test_query_dimension_mismatch(small):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(metric="euclidean"), r"metric must be one of \('cosine', 'l2', 'ip'\), got 'euclidean'"),
+    (dict(metric="manhattan"), r"metric must be one of \('cosine', 'euclidean', 'ip'\) \(or 'l2' for 'euclidean'\), "
+                               r"got 'manhattan'"),
     (dict(kind="annoy"), r"kind must be one of \('auto', 'flat', 'ivf', 'hnsw'\), got 'annoy'"),
     (dict(nprobe=0), "nprobe must be >= 1, got 0"),
 ])

@@ -359,3 +359,98 @@ def test_selector_fingerprint_samples_large_embeddings(monkeypatch):
     a = SubmodularSelector(x, 10, seed=0).fingerprint()
     assert a == SubmodularSelector(x.copy(), 10, seed=0).fingerprint()
     assert a != SubmodularSelector(x + np.float32(1e-2), 10, seed=0).fingerprint()
+
+
+# -- what DistributedSampler + BatchSampler accept (issue #15) ---------------------------
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_batch_counts_and_sizes_match_torch(shuffle):
+    """Over a grid with batches larger than the data, more ranks than examples, both
+    drop_last flags: the same number of batches and batch sizes per rank as
+    ``BatchSampler(DistributedSampler(...), B, drop_last)`` (and, unshuffled, the same
+    batches)."""
+    from torch.utils.data import BatchSampler, DistributedSampler
+
+    cases = 0
+    for n in (1, 3, 7, 10):
+        for batch_size in (1, 3, 4, 12):
+            for world_size in (1, 2, 3, 5, 12):
+                for drop_examples in (False, True):
+                    for drop_batch in (False, True):
+                        sel = RandomSelector(n, batch_size, seed=4, drop_last=drop_examples, shuffle=shuffle)
+                        for rank in range(world_size):
+                            ours = sampler_for(sel, rank, world_size, drop_last=drop_batch)
+                            ours.set_epoch(1)
+                            dist = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=shuffle,
+                                                      seed=4, drop_last=drop_examples)
+                            dist.set_epoch(1)
+                            theirs = list(BatchSampler(dist, batch_size, drop_last=drop_batch))
+                            got = list(ours)
+                            case = (n, batch_size, world_size, drop_examples, drop_batch, rank)
+                            assert len(ours) == len(got) == len(theirs), case
+                            assert [len(b) for b in got] == [len(b) for b in theirs], case
+                            if not shuffle:
+                                assert got == theirs, case
+                            cases += 1
+    assert cases == 2 * 4 * 4 * (1 + 2 + 3 + 5 + 12) * 2
+
+
+def test_batch_drop_last_resumes_and_refuses_selectors_with_balanced_batches():
+    sel = RandomSelector(10, 4, seed=0)
+    s = sampler_for(sel, 0, 1, drop_last=True)
+    assert len(s) == 2 and [len(b) for b in s] == [4, 4]
+    it = iter(s)
+    first = next(it)
+    state = s.state_dict(batches_done=1)
+    resumed = sampler_for(RandomSelector(10, 4, seed=0), 0, 1, drop_last=True)
+    resumed.load_state_dict(state)
+    assert list(resumed) == [next(it)] and first != []
+    with pytest.raises(ValueError, match="drop_last=True"):
+        sampler_for(online_selector(), drop_last=True)
+
+
+# -- frameworks (issue #17) ---------------------------------------------------------------
+def test_frameworks_reach_set_epoch_through_batch_sampler_sampler():
+    """Lightning calls only loader.sampler.set_epoch and loader.batch_sampler.sampler.set_epoch."""
+    s = sampler_for(RandomSelector(12, 4))
+    loader = DataLoader(IndexDataset(12), batch_sampler=s)
+    loader.batch_sampler.sampler.set_epoch(3)
+    assert s.epoch == 3 and s.batch_size == 4
+    assert [idx.tolist() for _, idx in loader] == [b.tolist() for b in RandomSelector(12, 4).plan(3).batches(0)]
+
+
+def test_placeholders_let_a_framework_skip_the_finished_batches_once():
+    sel = online_selector(40, 4)
+    s = sampler_for(sel)
+    it = iter(s)
+    batches = [next(it) for _ in range(5)]  # 5 fetched, 3 finished
+    state = s.state_dict(batches_done=3)
+    resumed = sampler_for(online_selector(40, 4))
+    resumed.load_state_dict(state, placeholders=True)
+    got = list(resumed)
+    assert got[:3] == [[], [], []] and got[3:5] == batches[3:] and len(got) == len(s)
+    assert resumed.batch_indices(4).tolist() == batches[4]
+    with pytest.raises(ValueError, match="batch=2"):
+        resumed.batch_indices(2)  # a placeholder: never handed out
+    with pytest.raises(ValueError, match="no feedback"):
+        sampler_for(RandomSelector(10, 2)).batch_indices(0)
+
+
+def test_rank_and_world_are_read_when_iteration_starts(tmp_path, monkeypatch):
+    """A sampler built before the process group exists (a Lightning module's __init__)
+    used to settle on one process; explicit values that contradict the group are refused."""
+    import torch.distributed as dist
+
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    early = SelectionBatchSampler(RandomSelector(12, 4))
+    explicit = sampler_for(RandomSelector(12, 4), rank=1, world_size=2)  # simulating rank 1: fine alone
+    assert explicit.comm is None and len(list(explicit)) == 2
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert len(list(early)) == 3 and type(early.comm).__name__ == "TorchDistComm"
+        with pytest.raises(ValueError, match="torch.distributed has rank 0 of 1"):
+            list(explicit)
+        with pytest.raises(ValueError, match="torch.distributed has rank 0 of 1"):
+            sampler_for(RandomSelector(12, 4), rank=1, world_size=2)
+    finally:
+        dist.destroy_process_group()

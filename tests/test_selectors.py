@@ -700,6 +700,8 @@ def test_bad_batch_size(small, batch_size):
     for make in (lambda: RandomSelector(30, batch_size), lambda: SubmodularSelector(x, batch_size),
                  lambda: LossRankSelector(30, batch_size), lambda: GraphBlockSelector(g, batch_size),
                  lambda: CoresetSelector(x, y, batch_size, fraction=1.0)):
+        if batch_size > 30 and "RandomSelector" in make.__code__.co_names:
+            continue  # RandomSelector takes a batch larger than the data, as BatchSampler does (issue #15)
         with pytest.raises(ValueError, match=str(batch_size)):
             make()
 

@@ -6,8 +6,9 @@ gains w.r.t. the current set), ``add(j)``, ``reset()``, ``evaluate(S)``, ``value
 similarity; their definitions and gains follow apricot-select 0.6.1.
 """
 from .base import SetFunction
+from .custom import Custom
 from .facility_location import FacilityLocation
-from .feature_based import FeatureBased
+from .feature_based import FeatureBased, MaxCoverage
 from .graph_cut import GraphCut
 from .log_determinant import LogDeterminant
 from .mixture import Mixture
@@ -17,5 +18,5 @@ from .sum_redundancy import SumRedundancy
 
 __all__ = [
     "SetFunction", "FacilityLocation", "FeatureBased", "GraphCut", "SumRedundancy",
-    "SaturatedCoverage", "LogDeterminant", "Modular", "Mixture",
+    "SaturatedCoverage", "LogDeterminant", "Modular", "Mixture", "MaxCoverage", "Custom",
 ]

@@ -77,6 +77,15 @@ class SetFunction:
         self.value += gain
         return gain
 
+    def add_rows(self, rows: Any) -> float:
+        """Add examples given by their rows (features), not items of the ground set (e.g.
+        examples chosen earlier, apricot's 2-D ``initial_subset``): they count in every later
+        gain and in ``value``, not in ``selected`` nor in :meth:`evaluate`. Returns their
+        joint gain. Feature-based functions only; the others raise ``TypeError``."""
+        gain = float(self._add_rows(rows))
+        self.value += gain
+        return gain
+
     def evaluate(self, subset: Any) -> float:
         """``f(subset)`` computed from scratch; the current state is left unchanged.
         Repeated items count once."""
@@ -94,6 +103,10 @@ class SetFunction:
 
     def _add(self, j: int) -> None:
         raise NotImplementedError
+
+    def _add_rows(self, rows: Any) -> float:
+        raise TypeError(f"{type(self).__name__} takes no rows: give its initial items as indices "
+                        f"(rows apply to feature-based functions, as in apricot)")
 
     def _decrements(self, j: int) -> tuple[np.ndarray, np.ndarray] | None:
         """How adding ``j`` to the current set lowers the gains, called before the add:
@@ -135,10 +148,12 @@ class SetFunction:
 def as_similarity(similarity: Any, name: str = "similarity", nonnegative: bool = True) -> np.ndarray | sp.csr_matrix:
     """A square similarity matrix: a dense float32/float64 C-contiguous ndarray (other
     dtypes become float64; float32 and float64 arrays are used without a copy), or a CSR
-    matrix with int64 indices and float32 values (through ``check_graph``). NaN/inf,
+    matrix with int64 indices and float32 values, float64 kept (through ``check_graph``). NaN/inf,
     non-square input and, when ``nonnegative``, negative values raise ``ValueError``."""
     if sp.issparse(similarity):
-        s = check_graph(similarity, name=name)
+        # float64 values stay float64 (apricot's arithmetic: the float32 cast moved graph-cut
+        # gains, sums of whole rows, by 2e-4); other dtypes become float32
+        s = check_graph(similarity, name=name, dtype=np.float64 if similarity.dtype == np.float64 else np.float32)
         values = s.data
     else:
         similarity = tensor_to_numpy(similarity)

@@ -16,7 +16,7 @@ from .base import SetFunction, as_similarity, check_symmetric_flag, row
 
 logger = logging.getLogger(__name__)
 
-METRICS = ("euclidean", "cosine")
+METRICS = ("euclidean", "cosine", "corr")
 PRECISIONS = ("single", "double")
 
 # from_embeddings(neighbors=None) builds a dense N x N float32 similarity up to this many
@@ -54,7 +54,7 @@ class FacilityLocation(SetFunction):
     ----------
     similarity:
         Dense ``n x n`` array (float32 and float64 arrays are used without a copy) or a
-        scipy sparse matrix (kept as CSR, int64 indices, float32 values).
+        scipy sparse matrix (kept as CSR, int64 indices, float32 values; float64 kept).
     symmetric:
         Sparse similarity only: whether it is symmetric, which lets lazy greedy update
         exactly the gains an add lowers instead of re-evaluating stale ones (several
@@ -127,14 +127,17 @@ class FacilityLocation(SetFunction):
         Dense (``neighbors=None`` and ``N <= dense_max``, default 20 000): apricot's
         similarity, so results compare one to one with ``apricot.FacilityLocationSelection``
         — ``"euclidean"``: ``max d^2 - d^2`` with d^2 the squared euclidean distance;
-        ``"cosine"``: the squared cosine similarity. It costs one ``N x N`` float32 matrix,
+        ``"cosine"``: the squared cosine similarity; ``"corr"``: the squared Pearson
+        correlation of the rows (the cosine of the row-centered embeddings; apricot's
+        ``"corr"``). It costs one ``N x N`` float32 matrix,
         computed with one BLAS product of the centered embeddings plus the norms, in place
         (float64 with ``precision="double"``).
 
         Sparse (``neighbors=k``, or ``N > dense_max`` with ``neighbors=None``, then k = 20):
         the k-NN affinity graph of :class:`batchsel.EmbeddingIndex` (``kernel``: ``"rbf"``
         for euclidean, ``"cosine"`` for cosine, or any kernel of ``knn_graph``) with 1 on
-        the diagonal (every item covers itself); ``index_kwargs`` go to ``EmbeddingIndex``.
+        the diagonal (every item covers itself; ``"corr"``: the cosine graph of the
+        row-centered embeddings); ``index_kwargs`` go to ``EmbeddingIndex``.
 
         Scale: ``"euclidean"`` in single precision raises ``ValueError`` when squared
         distances would overflow or underflow float32 (row norms beyond about 6e18 or all
@@ -170,8 +173,11 @@ class FacilityLocation(SetFunction):
         if neighbors is None and n > dense_max:
             neighbors = min(DEFAULT_NEIGHBORS, n - 1)
             logger.info("%d points > dense_max=%d: sparse %d-NN similarity", n, dense_max, neighbors)
+        if metric == "corr":
+            x = _center_rows(x)  # the correlation is the cosine of the row-centered vectors
         if neighbors is not None:
-            return cls._from_knn(x, metric, neighbors, kernel, progress, index_kwargs)
+            return cls._from_knn(np.ascontiguousarray(x, dtype=np.float32), metric, neighbors, kernel, progress,
+                                 index_kwargs)
         if kernel is not None or index_kwargs:
             raise ValueError("kernel and index arguments apply to the sparse similarity (neighbors=k) only")
         if metric == "euclidean":
@@ -189,7 +195,7 @@ class FacilityLocation(SetFunction):
 
         n = x.shape[0]
         neighbors = check_int(neighbors, "neighbors", minimum=1, maximum=n - 1)
-        index = EmbeddingIndex(x, metric="l2" if metric == "euclidean" else "cosine", progress=progress, **index_kwargs)
+        index = EmbeddingIndex(x, metric="euclidean" if metric == "euclidean" else "cosine", progress=progress, **index_kwargs)
         # 1 on the diagonal: every item covers itself
         sim = index.knn_graph(k=neighbors, kernel=kernel or ("rbf" if metric == "euclidean" else "cosine"),
                               self_weight=1.0)
@@ -251,9 +257,38 @@ class _CoverRows(FacilityLocation):
         return float((cur - self.floor).sum())
 
 
+def similarity_from_embeddings(embeddings: Any, metric: str = "euclidean", neighbors: int | None = None,
+                               **kwargs: Any) -> np.ndarray | sp.csr_matrix:
+    """apricot's similarity of ``N x d`` embeddings, for the functions whose values and not
+    only their differences matter (graph cut, sum redundancy, saturated coverage): the
+    similarity of :meth:`FacilityLocation.from_embeddings` (same arguments) shifted by its
+    floor, so dense euclidean is ``max d^2 - d^2 >= 0`` (cosine, corr and the k-NN graph
+    have floor 0 and are returned as they are).
+
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).normal(size=(50, 4)).astype(np.float32)
+    >>> sim = similarity_from_embeddings(x)
+    >>> sim.shape, bool(sim.min() >= 0), bool((np.diagonal(sim) == sim.max()).all())
+    ((50, 50), True, True)
+    """
+    f = FacilityLocation.from_embeddings(embeddings, metric, neighbors, **kwargs)
+    sim = f.similarity
+    if f.floor:
+        sim -= sim.dtype.type(f.floor)  # in place: f is not returned
+    return sim
+
+
+def _center_rows(x: np.ndarray) -> np.ndarray:
+    """Each row minus its own mean, in float64 (the input of the correlation)."""
+    return x - x.mean(axis=1, keepdims=True, dtype=np.float64)
+
+
 def _rows_similarity(x: np.ndarray, rows: np.ndarray, metric: str) -> np.ndarray:
     """The ``len(rows) x N`` float32 block of ``from_embeddings``' dense similarity
-    (``-d^2`` of the centered embeddings for euclidean, squared cosine for cosine)."""
+    (``-d^2`` of the centered embeddings for euclidean, squared cosine for cosine and, of
+    the row-centered embeddings, for corr)."""
+    if metric == "corr":
+        x, metric = _center_rows(x), "cosine"
     if metric == "euclidean":
         mean = x.mean(axis=0, dtype=np.float64)
         check_scale(x, "embeddings", center=mean)

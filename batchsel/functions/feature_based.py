@@ -106,6 +106,42 @@ class FeatureBased(SetFunction):
         cols, vals = row(self.features, j)
         self._sums[cols] += vals
 
+    def _add_rows(self, rows: Any) -> float:
+        x = as_features(rows, "rows")
+        if x.shape[1] != self.features.shape[1]:
+            raise ValueError(f"rows have {x.shape[1]} features but the function has {self.features.shape[1]}")
+        total = np.asarray(x.sum(axis=0, dtype=np.float64)).ravel()
+        gain = float(self._inc(self._sums, total).sum())
+        self._sums += total
+        return gain
+
     def _evaluate(self, idx: np.ndarray) -> float:
         sums = np.asarray(self.features[idx].sum(axis=0, dtype=np.float64)).ravel()
         return float(self._inc(np.zeros_like(sums), sums).sum())
+
+
+class MaxCoverage(FeatureBased):
+    """Maximum coverage ``f(S) = sum_f min(sum_{x in S} features[x, f], threshold)``: every
+    feature counts up to ``threshold`` (apricot's ``MaxCoverageSelection``, same default
+    ``threshold = 1``; with binary features and threshold 1, the number of features S
+    covers). :class:`FeatureBased` with ``concave="min"``.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> x = np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    >>> f = MaxCoverage(x)
+    >>> f.gains([0, 1, 2]).tolist()
+    [2.0, 1.0, 1.0]
+    >>> f.add(0)
+    2.0
+    >>> f.gains([1, 2]).tolist()
+    [0.0, 1.0]
+    """
+
+    def __init__(self, features: Any, threshold: float = 1.0) -> None:
+        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(threshold) or not threshold > 0:
+            raise ValueError(f"threshold must be a finite number > 0, got {threshold!r}")
+        super().__init__(features, "min", saturation=float(threshold))
+        self.threshold = float(threshold)

@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 from .base import SetFunction, as_similarity, diagonal, row, row_sums
+from .facility_location import similarity_from_embeddings
 
 
 class GraphCut(SetFunction):
@@ -46,6 +47,23 @@ class GraphCut(SetFunction):
         self._rows = self.lam * row_sums(self.similarity)
         self._diag = diagonal(self.similarity)
         super().__init__(self.similarity.shape[0])
+
+    @classmethod
+    def from_embeddings(cls, embeddings: Any, metric: str = "euclidean", neighbors: int | None = None, *,
+                        lam: float = 1.0, **kwargs: Any) -> "GraphCut":
+        """Graph cut over the similarity of ``N x d`` embeddings: apricot's
+        ``GraphCutSelection(metric=...)`` similarity when dense (``"euclidean"``:
+        ``max d^2 - d^2``; ``"cosine"``, ``"corr"``: squared cosine / correlation), the k-NN
+        graph for large N or with ``neighbors``; ``kwargs`` (``precision``, ``kernel``,
+        ``dense_max``, ``progress``, index arguments) as in
+        :meth:`FacilityLocation.from_embeddings`.
+
+        >>> import numpy as np
+        >>> x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+        >>> GraphCut.from_embeddings(x, "cosine", lam=2.0).n
+        60
+        """
+        return cls(similarity_from_embeddings(embeddings, metric, neighbors, **kwargs), lam=lam)
 
     def _reset_state(self) -> None:
         # S[j, j] + 2 * sum_{s in S} S[s, j]: grows with S, so gains only decrease.

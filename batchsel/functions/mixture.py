@@ -67,5 +67,8 @@ class Mixture(SetFunction):
         for g in self.functions:
             g.add(j)
 
+    def _add_rows(self, rows: Any) -> float:
+        return float(sum(w * g.add_rows(rows) for w, g in zip(self.weights, self.functions)))
+
     def _evaluate(self, idx: np.ndarray) -> float:
         return float(sum(w * g.evaluate(idx) for w, g in zip(self.weights, self.functions) if w))

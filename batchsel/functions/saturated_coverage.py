@@ -7,6 +7,7 @@ import numpy as np
 
 from . import _kernels
 from .base import SetFunction, as_similarity, check_symmetric_flag, row, row_sums
+from .facility_location import similarity_from_embeddings
 
 
 class SaturatedCoverage(SetFunction):
@@ -40,6 +41,20 @@ class SaturatedCoverage(SetFunction):
         self.alpha = float(alpha)
         self._cap = self.alpha * row_sums(self.similarity)
         super().__init__(self.similarity.shape[0])
+
+    @classmethod
+    def from_embeddings(cls, embeddings: Any, metric: str = "euclidean", neighbors: int | None = None, *,
+                        alpha: float = 0.1, **kwargs: Any) -> "SaturatedCoverage":
+        """Saturated coverage over the similarity of ``N x d`` embeddings (apricot's
+        ``SaturatedCoverageSelection(metric=...)`` similarity; arguments as in
+        :meth:`GraphCut.from_embeddings`).
+
+        >>> import numpy as np
+        >>> x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+        >>> SaturatedCoverage.from_embeddings(x, neighbors=5).sparse
+        True
+        """
+        return cls(similarity_from_embeddings(embeddings, metric, neighbors, **kwargs), alpha=alpha)
 
     def _reset_state(self) -> None:
         # Coverage still to gain per item, cap - coverage >= 0: it only shrinks, and the

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .facility_location import similarity_from_embeddings
 from .graph_cut import GraphCut
 
 
@@ -31,3 +32,17 @@ class SumRedundancy(GraphCut):
     def __init__(self, similarity: Any) -> None:
         # GraphCut without its representativeness term: the same state and updates.
         super().__init__(similarity, lam=0.0)
+
+    @classmethod
+    def from_embeddings(cls, embeddings: Any, metric: str = "euclidean", neighbors: int | None = None,
+                        **kwargs: Any) -> "SumRedundancy":
+        """Sum redundancy over the similarity of ``N x d`` embeddings (apricot's
+        ``SumRedundancySelection(metric=...)`` similarity; arguments as in
+        :meth:`GraphCut.from_embeddings`).
+
+        >>> import numpy as np
+        >>> x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+        >>> bool(SumRedundancy.from_embeddings(x).gains([0, 1]).max() <= 0)
+        True
+        """
+        return cls(similarity_from_embeddings(embeddings, metric, neighbors, **kwargs))

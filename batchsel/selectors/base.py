@@ -21,6 +21,7 @@ DistributedSampler's full batches and a small last one: a last batch of a few ex
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 from typing import Any, Iterator
 
@@ -149,6 +150,29 @@ class Selector:
     online: bool = False
     #: partition kinds a subclass supports ("submodular" needs embeddings or a graph)
     partitions: tuple[str, ...] = ("random",)
+    #: True when :meth:`observe` changes later batches: a distributed sampler then
+    #: all-gathers the feedback so every rank's selector sees the same. A subclass that
+    #: overrides ``observe`` without declaring it gets True (gathering what is not needed
+    #: costs a collective; not gathering what is needed makes the ranks' plans diverge).
+    uses_feedback: bool = False
+    #: True when ``iter_batches(epoch, rank, world_size, start=t)`` yields exactly the
+    #: batches from number ``t`` on without drawing the earlier ones again (resume). A
+    #: subclass that overrides ``iter_batches`` without declaring it gets True when its
+    #: ``iter_batches`` takes ``start``.
+    supports_start: bool = True
+    #: :meth:`get_params` entries that do not change the batches (where a cache lives),
+    #: left out of :meth:`fingerprint` so that ranks may differ in them
+    _unplanned_params: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "observe" in cls.__dict__ and "uses_feedback" not in cls.__dict__:
+            cls.uses_feedback = True
+        if "iter_batches" in cls.__dict__ and "supports_start" not in cls.__dict__:
+            try:
+                cls.supports_start = "start" in inspect.signature(cls.iter_batches).parameters
+            except (TypeError, ValueError):  # a builtin or a callable object without a signature
+                cls.supports_start = False
 
     def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False,
                  partition: str = "random") -> None:
@@ -167,7 +191,17 @@ class Selector:
         self._shard_of: dict[int, np.ndarray] = {}
 
     # -- argument checks shared by subclasses -----------------------------------------
-    def _check_world(self, world_size: int, rank: int | None = None) -> None:
+    def check_world(self, world_size: int, rank: int | None = None) -> None:
+        """Raise ``ValueError`` unless this selector can plan for ``world_size`` ranks
+        (and ``rank`` is one of them): every rank needs at least one example (subclasses
+        add their own limits, e.g. one batch or one coreset member per rank).
+
+        >>> Selector(10, 2).check_world(4, rank=3)
+        >>> Selector(10, 2).check_world(11)
+        Traceback (most recent call last):
+        ...
+        ValueError: world_size must be <= the number of examples (10), got 11
+        """
         check_int(world_size, "world_size", minimum=1)
         if world_size > self.num_examples:
             raise ValueError(f"world_size must be <= the number of examples ({self.num_examples}), got {world_size}")
@@ -191,7 +225,7 @@ class Selector:
     def shard_assignment(self, world_size: int) -> np.ndarray:
         """``partition="submodular"``: the shard (rank) of every example, from GreedMax;
         computed once per world size, the same on every rank."""
-        self._check_world(world_size)
+        self.check_world(world_size)
         if world_size not in self._shard_of:
             from .partition import submodular_partition
 
@@ -207,7 +241,7 @@ class Selector:
         (:func:`shard_length`): ``"random"`` is DistributedSampler's split of a fresh
         permutation; ``"submodular"`` shuffles each GreedMax shard and pads it by
         repeating its own examples (or drops its extra example) to the common length."""
-        self._check_world(world_size)
+        self.check_world(world_size)
         rng = epoch_rng(self.seed, epoch)
         if self.partition == "random":
             return even_split(rng.permutation(self.num_examples).astype(np.int64), world_size, self.drop_last)
@@ -225,14 +259,14 @@ class Selector:
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         """Every rank's batches for ``epoch`` (online selectors: as drawn with the scores
         known now)."""
-        self._check_world(world_size)
+        self.check_world(world_size)
         per_rank = [list(self.iter_batches(epoch, r, world_size)) for r in range(world_size)]
         return EpochPlan.from_rank_batches(per_rank, drop_last=self.drop_last, num_examples=self.num_examples,
                                            epoch=epoch, seed=self.seed, method=type(self).__name__)
 
     def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
         """This rank's batches for ``epoch``, one at a time, from batch number ``start`` on."""
-        self._check_world(world_size, rank)
+        self.check_world(world_size, rank)
         start = self._check_start(start, world_size)
         yield from self.plan(epoch, world_size).batches(rank)[start:]
 
@@ -243,30 +277,64 @@ class Selector:
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
         """Feedback from the training loop; offline selectors ignore it."""
 
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        """The constructor's named parameters; a constructor that passes ``**kwargs`` on
+        contributes those of the next ``__init__`` up the class hierarchy."""
+        names: list[str] = []
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            params = list(inspect.signature(init).parameters.values())[1:]
+            names += [p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+                      and p.name not in names]
+            if klass is Selector or not any(p.kind == p.VAR_KEYWORD for p in params):
+                break
+        return names
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters with their current values (scikit-learn's
+        convention: each is stored as the attribute of the same name), so that
+        ``type(s)(**s.get_params())`` builds an equivalent selector. Data arguments
+        (embeddings, labels, graph) are the arrays the selector holds now (after
+        ``observe(embeddings=...)`` refreshes, the refreshed ones); settings resolved at
+        construction hold the resolved value (SMDL's ``pool_size=None`` gives ``8 * B``).
+
+        A subclass stores every constructor parameter under its own name or overrides
+        this method.
+
+        >>> RandomSelector(10, 3, seed=4).get_params()
+        {'num_examples': 10, 'batch_size': 3, 'seed': 4, 'drop_last': False, 'partition': 'random', 'shuffle': True}
+        """
+        params = {}
+        for name in self._param_names():
+            if not hasattr(self, name):
+                raise AttributeError(f"{type(self).__name__} does not store its constructor parameter {name!r} as "
+                                     f"self.{name}: store it, or override get_params()")
+            params[name] = getattr(self, name)
+        return params
+
     def fingerprint(self, world_size: int = 1) -> str:
         """16 hex digits over what this selector's batches depend on besides (epoch,
-        feedback): its class, settings and data. Ranks that built their selectors from
-        the same inputs agree; ranks whose data or settings differ (and so would draw
-        overlapping or missing batches) do not.
+        feedback): its class, :meth:`get_params` (settings such as seed, weights and
+        pressure, and a digest of the data arrays: embeddings, labels, graph) and, with
+        ``partition="submodular"``, the GreedMax shards for ``world_size``. Ranks that built
+        their selectors from the same inputs agree; ranks whose data or any setting
+        differ (and so would draw overlapping or missing batches) do not.
 
-        Settings are the attributes whose names do not end in ``_`` (learned from
-        feedback, sklearn's convention) holding numbers, strings, None, or tuples / lists
-        of them (weights); private ones count when scalar (they back properties such as
-        ``pressure``). Data are the public arrays and sparse matrices (embeddings, labels,
-        graph), by :func:`digest` (whole up to ``DIGEST_FULL_BYTES``, sampled rows
-        beyond), and with ``partition="submodular"`` the GreedMax shards for
-        ``world_size``.
+        Arrays go in by :func:`digest`: whole up to ``DIGEST_FULL_BYTES``, by a strided
+        sample of rows beyond. Scores learned from feedback (``losses_``, ``entropy_``)
+        are not parameters; where a cache lives (``cache_dir``) is left out.
+
+        >>> RandomSelector(10, 3).fingerprint() == RandomSelector(10, 3).fingerprint()
+        True
+        >>> RandomSelector(10, 3).fingerprint() == RandomSelector(10, 3, seed=1).fingerprint()
+        False
         """
-        settings: dict[str, Any] = {}
-        for name, value in vars(self).items():
-            if name.endswith("_"):
-                continue
-            if _is_setting(value):
-                settings[name] = value
-            elif not name.startswith("_") and (isinstance(value, np.ndarray) or sp.issparse(value)):
-                settings[name] = value
+        params = {k: v for k, v in self.get_params().items() if k not in self._unplanned_params}
         h = hashlib.sha256()
-        digest([type(self).__name__, settings], h)
+        digest([type(self).__name__, params], h)
         if self.partition == "submodular":
             digest(self.shard_assignment(world_size), h)
         return h.hexdigest()[:16]
@@ -280,13 +348,6 @@ class Selector:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_examples={self.num_examples}, batch_size={self.batch_size}, seed={self.seed})"
-
-
-def _is_setting(value: Any) -> bool:
-    """A scalar setting, or a tuple / list of them (e.g. SMDL's weights)."""
-    if isinstance(value, (list, tuple)):
-        return all(_is_setting(v) for v in value)
-    return value is None or isinstance(value, (bool, int, float, str, np.number, np.bool_))
 
 
 class OnlineSelector(Selector):
@@ -307,6 +368,7 @@ class OnlineSelector(Selector):
     """
 
     online = True
+    uses_feedback = True  # the scores observed so far choose the batches
 
     def __init__(self, num_examples: int, batch_size: int, **kwargs: Any) -> None:
         super().__init__(num_examples, batch_size, **kwargs)
@@ -354,12 +416,12 @@ class OnlineSelector(Selector):
         return batch
 
     def num_batches(self, world_size: int = 1) -> int:
-        self._check_world(world_size)
+        self.check_world(world_size)
         return -(-shard_length(self.num_examples, world_size, self.drop_last) // self.batch_size)
 
     def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
         epoch = check_int(epoch, "epoch", minimum=0)
-        self._check_world(world_size, rank)
+        self.check_world(world_size, rank)
         start = self._check_start(start, world_size)
         total = self.num_batches(world_size)
         key = (int(rank), int(world_size))
@@ -377,7 +439,7 @@ class OnlineSelector(Selector):
         """Every rank's batches as they would be drawn now, from the scores known now;
         does not touch the runs in progress."""
         epoch = check_int(epoch, "epoch", minimum=0)
-        self._check_world(world_size)
+        self.check_world(world_size)
         total = self.num_batches(world_size)
         per_rank = []
         for r in range(world_size):
@@ -436,7 +498,10 @@ class RandomSelector(Selector):
     Each epoch shuffles all examples with a generator seeded from (seed, epoch), pads by
     wrapping (or drops the tail, ``drop_last=True``) to a multiple of the world size, gives
     rank r every world_size-th example from r on, and cuts that into batches; the last
-    batch of a rank may be smaller.
+    batch of a rank may be smaller. ``shuffle=False`` keeps the examples in order
+    (``DistributedSampler(shuffle=False)``: the same batches as torch's). As with torch, a
+    batch larger than the data and more ranks than examples (padded by repetition) are
+    fine.
 
     Example
     -------
@@ -446,6 +511,30 @@ class RandomSelector(Selector):
     (2, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     """
 
+    uses_feedback = False
+    supports_start = True
+
+    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False,
+                 partition: str = "random", shuffle: bool = True) -> None:
+        # BatchSampler takes a batch larger than the data (one short batch per rank)
+        batch_size = check_int(batch_size, "batch_size", minimum=1)
+        super().__init__(num_examples, min(batch_size, check_int(num_examples, "num_examples", minimum=1)),
+                         seed=seed, drop_last=drop_last, partition=partition)
+        self.batch_size = batch_size
+        self.shuffle = bool(shuffle)
+
+    def check_world(self, world_size: int, rank: int | None = None) -> None:
+        # DistributedSampler pads by repetition: more ranks than examples is allowed
+        world_size = check_int(world_size, "world_size", minimum=1)
+        if rank is not None and check_int(rank, "rank", minimum=0) >= world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+
+    def rank_shards(self, epoch: int, world_size: int = 1) -> list[np.ndarray]:
+        if self.shuffle:
+            return super().rank_shards(epoch, world_size)
+        self.check_world(world_size)
+        return even_split(np.arange(self.num_examples, dtype=np.int64), world_size, self.drop_last)
+
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         shards = self.rank_shards(epoch, world_size)
         return EpochPlan([split_batches(s, self.batch_size) for s in shards], num_examples=self.num_examples,
@@ -454,14 +543,14 @@ class RandomSelector(Selector):
     def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
         # Only this rank's shard: building every rank's plan per epoch made the sampler
         # 2x slower than DistributedSampler + BatchSampler at small batches.
-        self._check_world(world_size, rank)
+        self.check_world(world_size, rank)
         start = self._check_start(start, world_size)
         shard = self.rank_shards(epoch, world_size)[rank]
         for begin in range(start * self.batch_size, len(shard), self.batch_size):
             yield shard[begin:begin + self.batch_size]
 
     def num_batches(self, world_size: int = 1) -> int:
-        self._check_world(world_size)
+        self.check_world(world_size)
         return -(-shard_length(self.num_examples, world_size, self.drop_last) // self.batch_size)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_indices, check_int, check_labels, check_rows, load_embeddings
+from .._checks import check_indices, check_int, check_labels, check_metric, check_rows, load_embeddings
 from ..plan import EpochPlan
 from .base import Selector, epoch_rng, even_split, shard_length, split_batches
 
@@ -77,7 +77,7 @@ class CoresetSelector(Selector):
     seed:
         Seeds the per-epoch shuffles (and ``optimizer="stochastic"``).
     metric:
-        ``"euclidean"`` or ``"cosine"``, for the facility location
+        ``"euclidean"`` (or its synonym ``"l2"``) or ``"cosine"``, for the facility location
         (:meth:`FacilityLocation.from_embeddings`) and for assigning members to picks.
     neighbors:
         ``None``: dense similarity per class (sparse k-NN above 20 000 members); an int:
@@ -104,6 +104,9 @@ class CoresetSelector(Selector):
     (1, True)
     """
 
+    uses_feedback = True  # observe(embeddings=...) refreshes the vectors the coreset is fit to
+    supports_start = True
+
     def __init__(
         self,
         embeddings: Any,
@@ -124,9 +127,7 @@ class CoresetSelector(Selector):
                 or not 0 < fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
         self.fraction = float(fraction)
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-        self.metric = metric
+        self.metric = check_metric(metric, METRICS)
         self.neighbors = None if neighbors is None else check_int(neighbors, "neighbors", minimum=1)
         self.optimizer = optimizer
         self.budgets_ = class_budgets(np.bincount(self.labels), self.fraction)
@@ -136,6 +137,7 @@ class CoresetSelector(Selector):
             raise ValueError(f"batch_size must be <= the coreset size ({self.coreset_size} = "
                              f"{self.fraction:g} of {n}), got {batch_size}")
         self._coreset: tuple[np.ndarray, np.ndarray] | None = None
+        self._refreshed = False  # whether self.embeddings is our copy (observe(embeddings=...))
 
     # -- the coreset ------------------------------------------------------------------
     def _fit(self) -> tuple[np.ndarray, np.ndarray]:
@@ -156,8 +158,7 @@ class CoresetSelector(Selector):
                 chosen = np.asarray(maximize(f, k, self.optimizer, seed=self.seed).indices, dtype=np.int64)
                 del f
                 # every member is represented by its nearest pick (the pick covering it best)
-                index = EmbeddingIndex(x[chosen], metric="l2" if self.metric == "euclidean" else "cosine",
-                                       kind="flat", progress=False)
+                index = EmbeddingIndex(x[chosen], metric=self.metric, kind="flat", progress=False)
                 _, nearest = index.search(x, 1)
                 nearest = nearest[:, 0]
                 nearest[chosen] = np.arange(k)  # a pick represents itself (duplicates / ties)
@@ -192,20 +193,21 @@ class CoresetSelector(Selector):
         e = check_rows(embeddings, len(idx), "embeddings", ndim=2)
         if e.shape[1] != self.embeddings.shape[1]:
             raise ValueError(f"embeddings have dimension {e.shape[1]}, expected {self.embeddings.shape[1]}")
-        if not self.embeddings.flags.writeable or isinstance(self.embeddings, np.memmap):
+        if not self._refreshed:  # never write the caller's array (load_embeddings did not copy it)
             self.embeddings = np.array(self.embeddings, dtype=np.float32, order="C")
+            self._refreshed = True
         self.embeddings[idx] = e
         self._coreset = None
 
     # -- the interface ----------------------------------------------------------------
-    def _check_world(self, world_size: int, rank: int | None = None) -> None:
-        super()._check_world(world_size, rank)
+    def check_world(self, world_size: int, rank: int | None = None) -> None:
+        super().check_world(world_size, rank)
         if world_size > self.coreset_size:
             raise ValueError(f"world_size must be <= the coreset size ({self.coreset_size}), got {world_size}")
 
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         epoch = check_int(epoch, "epoch", minimum=0)
-        self._check_world(world_size)
+        self.check_world(world_size)
         idx, w = self.indices_, self.weights_
         perm = epoch_rng(self.seed, epoch).permutation(len(idx))
         shards = even_split(perm, world_size, self.drop_last)
@@ -215,7 +217,7 @@ class CoresetSelector(Selector):
                          method="craig")
 
     def num_batches(self, world_size: int = 1) -> int:
-        self._check_world(world_size)
+        self.check_world(world_size)
         return -(-shard_length(self.coreset_size, world_size, self.drop_last) // self.batch_size)
 
     def __repr__(self) -> str:

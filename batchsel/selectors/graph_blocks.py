@@ -19,10 +19,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._checks import check_graph, check_int, to_int64
+from .._graph import symmetrized, without_self_loops
 from ..io import c_stdout_to_stderr, save_npy
 from ..plan import EpochPlan
 from .base import Selector, epoch_rng, even_split
-from .partition import _without_self_loops
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +41,8 @@ def _metis_blocks(graph: sp.csr_matrix, num_blocks: int, seed: int) -> np.ndarra
         return np.arange(n, dtype=np.int64)
     if num_blocks == 1:
         return np.zeros(n, dtype=np.int64)
-    g = _without_self_loops(graph)  # METIS wants none
-    if (g != g.T).nnz:
-        g = g.maximum(g.T).tocsr()  # METIS wants both directions of every edge
-    g = to_int64(g)
+    # METIS wants no self loops, and both directions of every edge
+    g = to_int64(symmetrized(without_self_loops(graph)))
     top = float(g.data.max()) if g.nnz else 0.0
     if not (np.isfinite(top) and top >= 0):  # NaN / negative weights reach METIS as garbage ints: a segfault
         raise ValueError(f"graph edge weights must be finite and >= 0, found a largest weight of {top}")
@@ -111,12 +109,18 @@ class GraphBlockSelector(Selector):
     >>> import numpy as np
     >>> from batchsel import EmbeddingIndex
     >>> x = np.random.default_rng(0).normal(size=(400, 4)).astype(np.float32)
-    >>> graph = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=8)
+    >>> graph = EmbeddingIndex(x, metric="euclidean", progress=False).knn_graph(k=8)
     >>> sel = GraphBlockSelector(graph, batch_size=40, seed=0, blocks_per_batch=4)
     >>> plan = sel.plan(epoch=0, world_size=2)
     >>> plan.num_batches, sorted(plan.indices().tolist()) == list(range(400))
     (5, True)
     """
+
+    uses_feedback = False
+    supports_start = True
+    # where the METIS cache lives does not change the blocks; neighbors only builds the
+    # graph from an EmbeddingIndex, and the graph itself is fingerprinted
+    _unplanned_params = ("cache_dir", "neighbors")
 
     def __init__(
         self,
@@ -160,7 +164,23 @@ class GraphBlockSelector(Selector):
                            q, self.blocks_per_batch, self.num_batches_total, q)
         self.num_blocks = self.blocks_per_batch * self.num_batches_total
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.neighbors = check_int(neighbors, "neighbors", minimum=1)
         self._blocks: np.ndarray | None = None
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters, with ``blocks_per_batch`` the q in use (from
+        ``block_size``, lowered when there are too few examples) and ``block_size=None``,
+        so that rebuilding from them gives the same blocks.
+
+        >>> import scipy.sparse as sp
+        >>> g = sp.random(60, 60, density=0.2, random_state=0, format="csr")
+        >>> p = GraphBlockSelector(g + g.T, 20, block_size=10).get_params()
+        >>> p["blocks_per_batch"], p["block_size"], p["graph"].shape
+        (2, None, (60, 60))
+        """
+        return {"graph": self.graph, "batch_size": self.batch_size, "seed": self.seed,
+                "blocks_per_batch": self.blocks_per_batch, "block_size": None, "drop_last": self.drop_last,
+                "cache_dir": self.cache_dir, "neighbors": self.neighbors}
 
     # -- the partition ----------------------------------------------------------------
     def _graph_key(self) -> str:
@@ -201,15 +221,15 @@ class GraphBlockSelector(Selector):
         return int(sizes[:q].sum()), int(sizes[-q:].sum())
 
     # -- the interface ----------------------------------------------------------------
-    def _check_world(self, world_size: int, rank: int | None = None) -> None:
-        super()._check_world(world_size, rank)
+    def check_world(self, world_size: int, rank: int | None = None) -> None:
+        super().check_world(world_size, rank)
         if world_size > self.num_batches_total:
             raise ValueError(f"world_size must be <= the number of batches per epoch ({self.num_batches_total} "
                              f"= round(N / batch_size)), got {world_size}")
 
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         epoch = check_int(epoch, "epoch", minimum=0)
-        self._check_world(world_size)
+        self.check_world(world_size)
         blocks = self.blocks_
         rng = epoch_rng(self.seed, epoch)
         # a random order of blocks, and of examples inside each block
@@ -223,7 +243,7 @@ class GraphBlockSelector(Selector):
                          epoch=epoch, seed=self.seed, method="graph_blocks")
 
     def num_batches(self, world_size: int = 1) -> int:
-        self._check_world(world_size)
+        self.check_world(world_size)
         m = self.num_batches_total
         return m // world_size if self.drop_last else -(-m // world_size)
 

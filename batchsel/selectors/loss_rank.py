@@ -66,6 +66,9 @@ class LossRankSelector(OnlineSelector):
     True
     """
 
+    uses_feedback = True
+    supports_start = True
+
     def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, pressure: float = 100.0,
                  initial_loss: float | None = None, drop_last: bool = False) -> None:
         super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)

@@ -28,50 +28,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._checks import check_graph, check_int, check_seed, to_int64
+from .._graph import symmetrized, without_self_loops
+from .._heap import heap_pop, heap_push
 
 logger = logging.getLogger(__name__)
-
-
-@numba.njit(cache=True, inline="always")
-def _before(ka: float, ia: int, kb: float, ib: int) -> bool:
-    """Heap order: larger key first, smaller item on ties (reproducible greedy)."""
-    return ka > kb or (ka == kb and ia < ib)
-
-
-@numba.njit(cache=True, inline="always")
-def _heap_push(keys: np.ndarray, items: np.ndarray, size: int, key: float, item: int) -> int:
-    i = size
-    keys[i] = key
-    items[i] = item
-    while i > 0:
-        parent = (i - 1) // 2
-        if not _before(keys[i], items[i], keys[parent], items[parent]):
-            break
-        keys[parent], keys[i] = keys[i], keys[parent]
-        items[parent], items[i] = items[i], items[parent]
-        i = parent
-    return size + 1
-
-
-@numba.njit(cache=True, inline="always")
-def _heap_pop(keys: np.ndarray, items: np.ndarray, size: int) -> int:
-    size -= 1
-    keys[0] = keys[size]
-    items[0] = items[size]
-    i = 0
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            break
-        child = left
-        if left + 1 < size and _before(keys[left + 1], items[left + 1], keys[left], items[left]):
-            child = left + 1
-        if not _before(keys[child], items[child], keys[i], items[i]):
-            break
-        keys[child], keys[i] = keys[i], keys[child]
-        items[child], items[i] = items[i], items[child]
-        i = child
-    return size
 
 
 @numba.njit(cache=True)
@@ -99,7 +59,7 @@ def _greedmax(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, orde
         while True:
             # drop entries taken by any shard since they were pushed / listed
             while hsize[s] > 0 and owner[hitems[s, 0]] >= 0:
-                hsize[s] = _heap_pop(hkeys[s], hitems[s], hsize[s])
+                hsize[s] = heap_pop(hkeys[s], hitems[s], hsize[s])
             while ptr[s] < n and owner[order[ptr[s]]] >= 0:
                 ptr[s] += 1
             ub_heap = hkeys[s, 0] if hsize[s] > 0 else -1.0
@@ -109,7 +69,7 @@ def _greedmax(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, orde
                 ptr[s] += 1
             else:
                 c = hitems[s, 0]
-                hsize[s] = _heap_pop(hkeys[s], hitems[s], hsize[s])
+                hsize[s] = heap_pop(hkeys[s], hitems[s], hsize[s])
             gain = max(0.0, 1.0 - cover[s, c])
             for e in range(indptr[c], indptr[c + 1]):
                 diff = weights[e] - cover[s, indices[e]]
@@ -117,7 +77,7 @@ def _greedmax(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, orde
                     gain += diff
             # the fresh gain wins if no stale upper bound is above it
             while hsize[s] > 0 and owner[hitems[s, 0]] >= 0:
-                hsize[s] = _heap_pop(hkeys[s], hitems[s], hsize[s])
+                hsize[s] = heap_pop(hkeys[s], hitems[s], hsize[s])
             while ptr[s] < n and owner[order[ptr[s]]] >= 0:
                 ptr[s] += 1
             bound = hkeys[s, 0] if hsize[s] > 0 else -1.0
@@ -132,7 +92,7 @@ def _greedmax(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, orde
                 k2[:, :hkeys.shape[1]] = hkeys
                 i2[:, :hkeys.shape[1]] = hitems
                 hkeys, hitems = k2, i2
-            hsize[s] = _heap_push(hkeys[s], hitems[s], hsize[s], gain, c)
+            hsize[s] = heap_push(hkeys[s], hitems[s], hsize[s], gain, c)
         owner[c] = s
         value[s] += gain
         cover[s, c] = 1.0
@@ -151,32 +111,20 @@ def _greedmax(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, orde
     return owner, value
 
 
-def _without_self_loops(graph: sp.csr_matrix) -> sp.csr_matrix:
-    """The graph without its diagonal (unchanged, not copied, when it has none)."""
-    if not graph.diagonal().any():
-        return graph
-    coo = graph.tocoo()
-    keep = coo.row != coo.col
-    g = sp.csr_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=graph.shape, dtype=graph.dtype)
-    return to_int64(g)
-
-
 def _similarity_graph(data: Any, neighbors: int, num_examples: int | None = None) -> sp.csr_matrix:
     """A symmetric sparse similarity in [0, 1] without self loops: the given graph, or
     the RBF k-NN graph of the given embeddings."""
     if sp.issparse(data):
-        g = _without_self_loops(check_graph(data, num_examples))
+        g = without_self_loops(check_graph(data, num_examples))
         if g.nnz and g.data.min() < 0:
             raise ValueError(f"graph weights must be >= 0, found {float(g.data.min())}")
         top = float(g.data.max()) if g.nnz else 1.0
         if top > 1.0:  # similarities are compared with sim(i, i) = 1
             g = g / top
-        if (g != g.T).nnz:
-            g = g.maximum(g.T).tocsr()
-        return to_int64(g)
+        return to_int64(symmetrized(g))
     from ..index import EmbeddingIndex
 
-    index = EmbeddingIndex(data, metric="l2", progress=False)
+    index = EmbeddingIndex(data, metric="euclidean", progress=False)
     if num_examples is not None and index.num_examples != num_examples:
         raise ValueError(f"embeddings have {index.num_examples} rows but the data has {num_examples} examples")
     k = min(check_int(neighbors, "neighbors", minimum=1), index.num_examples - 1)

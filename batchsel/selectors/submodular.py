@@ -93,8 +93,8 @@ import numpy as np
 
 from .._blas import one_blas_thread
 from .._checks import check_indices, check_int, check_rows, check_scale, load_embeddings
+from .._heap import before, heap_pop, heap_push
 from .base import OnlineSelector
-from .partition import _before, _heap_pop, _heap_push
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ DEFAULT_WEIGHTS = (0.2, 0.1, 0.5, 0.2)
 _MEAN_BLOCK = 1 << 16
 
 
-@numba.njit(cache=True, fastmath=True)
+@numba.njit(cache=True, fastmath=True, nogil=True)
 def _gain(c: int, sim_t: np.ndarray, cover: np.ndarray, modular: np.ndarray, feats: np.ndarray,
           acc: np.ndarray, root: np.ndarray, w_r: float, w_f: float) -> float:
     g = modular[c]
@@ -121,7 +121,7 @@ def _gain(c: int, sim_t: np.ndarray, cover: np.ndarray, modular: np.ndarray, fea
     return g
 
 
-@numba.njit(cache=True, fastmath=True)
+@numba.njit(cache=True, fastmath=True, nogil=True)
 def _add(c: int, sim_t: np.ndarray, cover: np.ndarray, feats: np.ndarray, acc: np.ndarray, root: np.ndarray) -> None:
     for i in range(sim_t.shape[1]):
         cover[i] = max(cover[i], sim_t[c, i])
@@ -130,7 +130,8 @@ def _add(c: int, sim_t: np.ndarray, cover: np.ndarray, feats: np.ndarray, acc: n
         root[j] = np.sqrt(acc[j])
 
 
-@numba.njit(cache=True)
+# nogil: a sampler with prefetch runs this in a background thread next to the training step
+@numba.njit(cache=True, nogil=True)
 def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r: float, w_f: float, k: int,
                  sample_size: int, uniforms: np.ndarray, fixed: np.ndarray) -> np.ndarray:
     """Greedy maximization of the normalized SMDL objective over a pool of p items.
@@ -178,7 +179,7 @@ def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r:
                     break
                 g = _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f)
                 bound[c] = g
-                if best < 0 or _before(g, c, best_gain, best):
+                if best < 0 or before(g, c, best_gain, best):
                     best, best_gain, best_slot = c, g, i
             picks[t] = best
             rest[best_slot] = rest[m - 1]
@@ -191,15 +192,15 @@ def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r:
         size = 0
         for c in range(p):
             if not taken[c]:
-                size = _heap_push(keys, items, size, _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f), c)
+                size = heap_push(keys, items, size, _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f), c)
         for t in range(k):
             while True:
                 c = items[0]
-                size = _heap_pop(keys, items, size)
+                size = heap_pop(keys, items, size)
                 g = _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f)
-                if size == 0 or _before(g, c, keys[0], items[0]):
+                if size == 0 or before(g, c, keys[0], items[0]):
                     break
-                size = _heap_push(keys, items, size, g, c)
+                size = heap_push(keys, items, size, g, c)
             picks[t] = c
             _add(c, sim_t, cover, feats, acc, root)
     return picks
@@ -281,6 +282,8 @@ class SubmodularSelector(OnlineSelector):
     """
 
     partitions = ("random", "submodular")
+    uses_feedback = True
+    supports_start = True
 
     def __init__(
         self,

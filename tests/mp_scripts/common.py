@@ -85,3 +85,21 @@ def spawn_torch(fn, world_size: int, *args) -> None:
 
     mp.start_processes(_torch_worker, args=(world_size, free_port(), fn, args), nprocs=world_size,
                        join=True, start_method="fork")
+
+
+def run_command(cmd: list, env: dict, timeout: float) -> str:
+    """Run a launcher (and its ranks) in a session of its own and return its output;
+    on a hang the whole process group is killed and the test fails with the output's tail."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank
+        output, _ = proc.communicate()
+        raise AssertionError(f"{' '.join(map(str, cmd))} hung for {timeout} s:\n{output[-3000:]}") from None
+    assert proc.returncode == 0, output[-5000:]
+    return output

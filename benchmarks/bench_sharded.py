@@ -1,0 +1,166 @@
+"""Benchmark: the k-NN graph sharded over MPI ranks (batchsel.sharded) at 1M x 128.
+
+    python benchmarks/bench_sharded.py                 # N = 1,000,000 x d = 128, k = 10
+    python benchmarks/bench_sharded.py --n 200000      # quicker
+
+1. Writes clustered float32 embeddings (bench_index.write_clustered: a gaussian mixture
+   with a decaying spectrum) to a temporary ``.npy`` file, chunk by chunk.
+2. ``reference``: ``EmbeddingIndex(path, metric="euclidean").knn_graph(k)`` in one plain
+   process (the single-process library, kind="auto" = IVF, nprobe tuned).
+3. ``W ranks``: ``mpiexec -n W``, every rank ``ShardedIndex(path, comm,
+   metric="euclidean").knn_graph(k)`` (its rows of the same graph), W = 1 and 2.
+Every process runs with OMP_NUM_THREADS=1 (a rank per core: what W nodes would do).
+Reported per run: wall time (slowest rank, from a barrier after start-up to the graph),
+peak RSS per rank (``ru_maxrss``: the memory map's resident pages included), the load
+average before-after, and SHA-256 digests of the graph's row blocks, which must agree
+between all runs (the same graph, whichever the number of ranks). Ratios are against the
+1-rank run of the same invocation. Results are appended to
+``benchmarks/results/bench_sharded.md`` with ``--write``.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_index import write_clustered  # noqa: E402
+
+DIGEST_BLOCKS = 4  # the graph's rows are digested in this many blocks (a multiple of every W run)
+
+
+def _digests(rows, lo: int, n: int) -> dict:
+    """SHA-256 of every digest block of rows lying inside this rank's rows [lo, lo + len)."""
+    from batchsel.sharded import shard_range
+
+    out = {}
+    for b in range(DIGEST_BLOCKS):
+        a, z = shard_range(n, b, DIGEST_BLOCKS)
+        if lo <= a and z <= lo + rows.shape[0]:
+            part = rows[a - lo:z - lo]
+            h = hashlib.sha256()
+            for arr in (part.indptr - part.indptr[0], part.indices.astype(np.int64), part.data):
+                h.update(np.ascontiguousarray(arr).tobytes())
+            out[str(b)] = h.hexdigest()[:16]
+    return out
+
+
+def worker(mode: str, path: str, k: int) -> None:
+    """One rank (or the reference process): build, graph, report JSON on stdout (rank 0)."""
+    import batchsel  # noqa: F401  (the import cost is start-up, not timed)
+
+    if mode == "reference":
+        from batchsel.index import EmbeddingIndex
+
+        t = time.perf_counter()
+        index = EmbeddingIndex(path, metric="euclidean", progress=False)
+        build = time.perf_counter() - t
+        graph = index.knn_graph(k=k)
+        wall = time.perf_counter() - t
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"mode": mode, "ranks": 1, "wall": wall, "build": build, "rss_mb": [rss],
+                          "nprobe": index.nprobe_, "nnz": int(graph.nnz),
+                          "digests": _digests(graph, 0, index.num_examples)}), flush=True)
+        return
+    from batchsel.integrations import MPIComm
+    from batchsel.sharded import ShardedIndex
+
+    comm = MPIComm()
+    comm.barrier()
+    t = time.perf_counter()
+    index = ShardedIndex(path, comm, metric="euclidean", progress=False)
+    build = time.perf_counter() - t
+    rows = index.knn_graph(k=k)
+    comm.barrier()
+    wall = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    reports = comm.allgather({"rss": rss, "build": build, "nnz": int(rows.nnz),
+                              "digests": _digests(rows, index.row_range[0], index.num_examples)})
+    if comm.rank == 0:
+        digests: dict = {}
+        for r in reports:
+            digests.update(r["digests"])
+        print(json.dumps({"mode": mode, "ranks": comm.size, "wall": wall, "build": max(r["build"] for r in reports),
+                          "rss_mb": [r["rss"] for r in reports], "nprobe": index.nprobe_,
+                          "nnz": sum(r["nnz"] for r in reports), "digests": digests}), flush=True)
+
+
+def run(cmd: list[str]) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    load0 = os.getloadavg()[0]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    line = [s for s in proc.stdout.splitlines() if s.startswith("{")][-1]
+    result = json.loads(line)
+    result.update(job_seconds=elapsed, load=(load0, os.getloadavg()[0]))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--d", type=int, default=128)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--clusters", type=int, default=1000)
+    parser.add_argument("--ranks", default="1,2", help="comma-separated world sizes")
+    parser.add_argument("--no-reference", action="store_true", help="skip the single-process EmbeddingIndex run")
+    parser.add_argument("--dir", default=None, help="where the data file goes (default: a temporary directory)")
+    parser.add_argument("--write", action="store_true", help="append the table to benchmarks/results/bench_sharded.md")
+    parser.add_argument("--worker", choices=["sharded", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.path, args.k)
+        return
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    root = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else []
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        path = os.path.join(tmp, "emb.npy")
+        t = time.perf_counter()
+        write_clustered(path, args.n, args.d, args.clusters)
+        print(f"data: {args.n:,} x {args.d} float32 ({args.n * args.d * 4 / 2**20:,.0f} MiB), {args.clusters} "
+              f"clusters, written in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        me = [sys.executable, os.path.abspath(__file__), "--path", path, "--k", str(args.k)]
+        results = []
+        if not args.no_reference:
+            results.append(run(me + ["--worker", "reference"]))
+            print(results[-1], file=sys.stderr)
+        for w in [int(v) for v in args.ranks.split(",")]:
+            results.append(run([mpiexec, *root, "-n", str(w), *me, "--worker", "sharded"]))
+            print(results[-1], file=sys.stderr)
+    base = next((r for r in results if r["mode"] == "sharded" and r["ranks"] == 1), results[0])
+    digests = {json.dumps(r["digests"], sort_keys=True) for r in results}
+    lines = [f"### N = {args.n:,} x d = {args.d}, k = {args.k}, {args.clusters} clusters "
+             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
+             "| run | ranks | wall s (build) | job s | peak RSS per rank, MiB | speed-up vs 1 rank | "
+             "RSS per rank / 1-rank | nprobe | graph nnz | load before-after |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        name = "EmbeddingIndex (1 process)" if r["mode"] == "reference" else f"ShardedIndex, mpiexec -n {r['ranks']}"
+        lines.append(f"| {name} | {r['ranks']} | {r['wall']:.1f} ({r['build']:.1f}) | {r['job_seconds']:.1f} | "
+                     f"{' / '.join(f'{v:,.0f}' for v in r['rss_mb'])} | {base['wall'] / r['wall']:.2f}x | "
+                     f"{max(r['rss_mb']) / max(base['rss_mb']):.2f} | {r['nprobe']} | {r['nnz']:,} | "
+                     f"{r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+    lines += ["", f"Same graph in every run (row-block digests agree): {'yes' if len(digests) == 1 else 'NO'}", ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        out = os.path.join(HERE, "results", "bench_sharded.md")
+        with open(out, "a") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""SelectionBatchSampler(prefetch=k): batches selected ahead in a background thread.
+
+What matters: the batches depend on the order of calls, never on thread timing (random
+sleeps change nothing); the lag is exactly the documented one; a resume mid-epoch yields
+what the uninterrupted run would have; collectives stay in the training thread; the
+thread ends with the iteration and its errors reach the training thread."""
+import gc
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from batchsel import RandomSelector, SelectionBatchSampler
+from batchsel.index import knn_graph
+from batchsel.integrations.comm import Communicator
+from batchsel.selectors import CoresetSelector, GraphBlockSelector, LossRankSelector, SubmodularSelector
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mp_scripts"))
+from common import TinyOnline, fake_loss  # noqa: E402
+
+N, B = 48, 4
+
+
+def smdl(seed=0):
+    x = np.random.default_rng(seed).normal(size=(N, 8)).astype(np.float32)
+    return SubmodularSelector(x, B, seed=seed, pool_size=16)
+
+
+FEEDBACK = {
+    "loss_rank": lambda: LossRankSelector(N, B, seed=1),
+    "submodular": smdl,
+    "tiny": lambda: TinyOnline(N, B, seed=1),
+}
+
+
+class Sleepy:
+    """Wraps a selector's batch drawing with random sleeps (another thread timing every run)."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, scale=0.002):
+        time.sleep(float(self.rng.random()) * scale)
+
+
+def feed(sampler, batch, epoch):
+    """Deterministic stand-ins for a step's per-example losses and logits."""
+    loss = fake_loss(np.array(batch), epoch)
+    sampler.observe(batch, losses=loss, logits=np.stack([loss, 1 - loss, 2 * loss], axis=1))
+
+
+def run_epochs(sampler, epochs=2, sleep=None, delayed=False):
+    """The usual loop (``for batch: step; observe``), with random sleeps in the step. With
+    ``delayed``, batch t is observed only after batch t + 1 was asked for: the lag of
+    prefetch=1, reproduced without a thread."""
+    out = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        last = None
+        for batch in sampler:
+            if sleep:
+                sleep()
+            if delayed and last is not None:
+                feed(sampler, last, epoch)
+            out.append(batch)
+            if not delayed:
+                feed(sampler, batch, epoch)
+            last = batch
+        if delayed and last is not None:
+            feed(sampler, last, epoch)
+    return out
+
+
+def sleepy_selector(selector, sleep):
+    """Random sleeps inside every draw of an online selector, on the background thread."""
+    if hasattr(selector, "_next_batch"):
+        inner = selector._next_batch
+
+        def slow(run, rng):
+            sleep()
+            return inner(run, rng)
+
+        selector._next_batch = slow
+    return selector
+
+
+@pytest.mark.parametrize("kind", sorted(FEEDBACK))
+def test_feedback_lag_is_exact_and_timing_free(kind):
+    runs = []
+    for seed in (1, 2):
+        sleep = Sleepy(seed)
+        s = SelectionBatchSampler(sleepy_selector(FEEDBACK[kind](), sleep), rank=0, world_size=1, prefetch=1)
+        runs.append(run_epochs(s, sleep=sleep))
+    assert runs[0] == runs[1]
+    # the documented lag: batch t + 1 selected from the feedback of batches <= t - 1, which a
+    # loop without a thread gets by observing each batch after asking for the next one
+    reference = run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1), delayed=True)
+    assert runs[0] == reference
+    # and it is a real lag: the immediate-feedback run differs (the selector uses feedback)
+    if kind == "loss_rank":  # (SMDL and tiny draw without replacement: within an epoch a batch's
+        # feedback only concerns examples already used, so a lag of one batch changes nothing)
+        assert reference != run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1))
+
+
+def test_prefetch_two_lags_two_batches():
+    s = SelectionBatchSampler(LossRankSelector(N, B, seed=3), rank=0, world_size=1, prefetch=2)
+    s.set_epoch(0)
+    got, it = [], iter(s)
+    first = next(it)
+    got.append(first)
+    s.observe(first, losses=fake_loss(np.array(first), 0))
+    got += list(it)
+    ref = SelectionBatchSampler(LossRankSelector(N, B, seed=3), rank=0, world_size=1)
+    ref.set_epoch(0)
+    it = iter(ref)
+    want = [next(it), next(it), next(it)]  # batches 1 and 2 are selected before batch 0's feedback
+    ref.observe(want[0], losses=fake_loss(np.array(want[0]), 0))
+    want += list(it)
+    assert got == want
+
+
+@pytest.mark.parametrize("make", [
+    lambda: RandomSelector(N, B, seed=2),
+    lambda: GraphBlockSelector(knn_graph(np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32), k=4),
+                               B, seed=2, block_size=2),
+    lambda: CoresetSelector(np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32), np.arange(N) % 3, B,
+                            fraction=0.5, seed=2),
+], ids=["random", "graph_blocks", "coreset"])
+def test_selectors_without_feedback_yield_the_same_batches(make):
+    plain = SelectionBatchSampler(make(), rank=1, world_size=2)
+    ahead = SelectionBatchSampler(make(), rank=1, world_size=2, prefetch=1)
+    assert run_epochs(ahead, sleep=Sleepy(0)) == run_epochs(plain)
+
+
+def roundtrip(state):
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf)
+
+
+@pytest.mark.parametrize("kind", sorted(FEEDBACK))
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_resume_mid_epoch_with_prefetch(kind, prefetch):
+    def fresh():
+        return SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1, prefetch=prefetch)
+
+    expected = run_epochs(fresh(), epochs=2)
+    run = fresh()
+    first = run_epochs(run, epochs=1)
+    run.set_epoch(1)
+    it = iter(run)
+    for _ in range(5):
+        batch = next(it)
+        first.append(batch)
+        run.observe(batch, losses=fake_loss(np.array(batch), 1))
+    time.sleep(0.01)  # the selection ahead may or may not be done: either way the same state
+    state = roundtrip(run.state_dict())
+    assert len(state["pending"]) == prefetch and len(state["deferred"]) == 1
+    assert first + finish(run, it) == expected  # the interrupted run goes on unharmed
+    resumed = fresh()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)
+    assert first + finish(resumed, iter(resumed)) == expected
+
+
+def finish(sampler, it, epoch=1):
+    out = []
+    for batch in it:
+        out.append(batch)
+        sampler.observe(batch, losses=fake_loss(np.array(batch), epoch))
+    return out
+
+
+def test_resume_across_prefetch_settings_replays_pending_batches():
+    # a prefetch run's state loads into a sampler without prefetch: nothing lost or repeated
+    run = SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1, prefetch=1)
+    it = iter(run)
+    handed = [next(it) for _ in range(3)]
+    state = run.state_dict()
+    resumed = SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(handed) + len(rest) == len(run)
+    assert rest[0] == state["pending"][0].tolist()
+
+
+class ThreadCheckingComm(Communicator):
+    """Rank 0 of a pretend 2-rank job; records the thread of every collective."""
+
+    def __init__(self):
+        self.rank, self.size, self.threads = 0, 2, set()
+
+    def allgather(self, obj):
+        self.threads.add(threading.get_ident())
+        peer = [{**o, "indices": (o["indices"] + 1) % N} for o in obj] if isinstance(obj, list) else obj
+        return [obj, peer]
+
+
+def test_collectives_stay_in_the_training_thread_and_feedback_is_shared():
+    def run(prefetch, seed=0, delayed=False):
+        comm = ThreadCheckingComm()
+        s = SelectionBatchSampler(LossRankSelector(N, B, seed=5), comm=comm, sync_every=2, prefetch=prefetch)
+        return run_epochs(s, sleep=Sleepy(seed), delayed=delayed), comm.threads, s.selector.losses_
+
+    batches, threads, losses = run(1)
+    assert threads == {threading.get_ident()}
+    assert run(1, seed=1)[0] == batches
+    # the same lag as observing each batch after asking for the next, without a thread; at
+    # the end every gathered observation (the peer's included) was applied
+    ref_batches, _, ref_losses = run(0, delayed=True)
+    assert ref_batches == batches and np.array_equal(ref_losses, losses)
+
+
+def test_error_in_the_background_reaches_the_training_thread():
+    sel = LossRankSelector(N, B, seed=0)
+    calls = []
+
+    def failing(run, rng):
+        calls.append(threading.get_ident())
+        if len(calls) == 3:
+            raise RuntimeError("boom")
+        return LossRankSelector._next_batch(sel, run, rng)
+
+    sel._next_batch = failing
+    s = SelectionBatchSampler(sel, rank=0, world_size=1, prefetch=1)
+    got = []
+    with pytest.raises(RuntimeError, match="boom"):
+        for batch in s:
+            got.append(batch)
+    assert len(got) == 2 and threading.get_ident() not in calls
+    assert not any(t.name == "batchsel-prefetch" for t in threading.enumerate())
+
+
+def prefetch_threads():
+    return [t for t in threading.enumerate() if t.name == "batchsel-prefetch"]
+
+
+def test_thread_ends_at_epoch_end_on_break_and_on_garbage_collection():
+    gc.collect()
+    before = len(prefetch_threads())
+    s = SelectionBatchSampler(smdl(), rank=0, world_size=1, prefetch=1)
+    assert len(list(s)) == len(s)  # epoch end: no deadlock, no extra selection
+    assert len(prefetch_threads()) == before
+    for batch in s:  # a loop that breaks early
+        assert len(prefetch_threads()) == before + 1 and prefetch_threads()[-1].daemon
+        break
+    assert len(prefetch_threads()) == before
+    it = iter(s)
+    next(it)
+    assert len(prefetch_threads()) == before + 1
+    del it  # dropped without closing
+    gc.collect()
+    for t in prefetch_threads():
+        t.join(timeout=5)
+    assert len(prefetch_threads()) == before
+    # a new iteration over an unfinished one: the old thread stops first
+    a = iter(s)
+    next(a)
+    b = iter(s)
+    next(b)
+    assert len(prefetch_threads()) == before + 1
+    b.close()
+    a.close()
+
+
+def test_dataloader_with_workers_and_prefetch():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.arange(N, dtype=torch.float32), torch.arange(N))
+
+    def epoch(prefetch):
+        s = SelectionBatchSampler(LossRankSelector(N, B, seed=6), rank=0, world_size=1, prefetch=prefetch)
+        out = []
+        for x, idx in DataLoader(data, batch_sampler=s, num_workers=2):
+            out.append(idx.tolist())
+            s.observe(idx, losses=x / N)
+        return out
+
+    assert epoch(1) == epoch(1)
+
+
+def test_prefetch_is_checked():
+    with pytest.raises(ValueError, match="prefetch"):
+        SelectionBatchSampler(RandomSelector(N, B), rank=0, world_size=1, prefetch=-1)
