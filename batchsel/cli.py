@@ -41,10 +41,13 @@ from .report import format_report, plan_report
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 0, 1, 2, 130, 141, 143
 
 OBJECTIVES = ("facility-location", "feature-based", "graph-cut", "sum-redundancy", "saturated-coverage")
-OPTIMIZERS = ("lazy", "naive", "stochastic", "lazier-than-lazy")
+# every optimizer of maximize but GreeDi (which needs ranks: greedi_facility_location under mpiexec)
+OPTIMIZERS = ("lazy", "naive", "two-stage", "approximate-lazy", "stochastic", "lazier-than-lazy", "sample", "modular",
+              "bidirectional")
 METHODS = ("random", "submodular", "loss", "graph", "coreset")
 # "l2" (faiss's name) is accepted as a synonym of "euclidean": _metric translates it.
 METRICS = ("cosine", "euclidean", "l2")
+SELECT_METRICS = METRICS + ("corr",)  # set functions also take apricot's correlation; the index does not
 
 
 class UsageError(Exception):
@@ -149,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="lazy", help="greedy variant (default lazy)")
     p.add_argument("--epsilon", type=float, default=None, metavar="EPS",
                    help="accuracy of the stochastic optimizers (default 0.01) and of --stream's thresholds (default 0.1)")
-    p.add_argument("--metric", choices=METRICS, default=None,
-                   help="similarity of embeddings (default euclidean: max d^2 - d^2, as apricot; cosine: squared cosine)")
+    p.add_argument("--metric", choices=SELECT_METRICS, default=None,
+                   help="similarity of embeddings (default euclidean: max d^2 - d^2, as apricot; cosine: squared "
+                        "cosine; corr: squared Pearson correlation)")
     p.add_argument("--neighbors", type=int, default=None, metavar="N",
                    help="sparse similarity over the N-NN graph instead of a dense N x N one "
                         "(default: dense up to 20000 examples, 20-NN beyond)")
@@ -364,7 +368,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     if args.objective == "feature-based" and (args.metric is not None or args.neighbors is not None):
         raise UsageError("--metric and --neighbors do not apply to --objective feature-based "
                          "(it uses the embeddings as non-negative features)")
-    metric = _metric(args.metric or "euclidean")
+    metric = check_metric(args.metric or "euclidean", SELECT_METRICS)
     if args.neighbors is not None:
         check_int(args.neighbors, "--neighbors", minimum=1)
     check_int(args.k, "--k", minimum=1)
@@ -445,7 +449,17 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
         if losses is not None:
             selector.observe(np.arange(n), losses=losses)
     elif args.method == "graph":
-        if graph is None:
+        if graph is None and getattr(args, "comm", None) is not None:  # under mpiexec: the sharded graph
+            from .sharded import ShardedIndex, gather_graph
+
+            index = ShardedIndex(args.embeddings, args.comm, metric=_metric(args.metric or "euclidean"),
+                                 progress=not args.quiet)
+            graph = built = gather_graph(index.knn_graph(k=10 if args.neighbors is None else args.neighbors),
+                                         args.comm)
+            del index
+            if args.comm.rank != 0:
+                return None, None  # rank 0 partitions the graph
+        elif graph is None:
             from .index import EmbeddingIndex
 
             index = EmbeddingIndex(x, metric=_metric(args.metric or "euclidean"), progress=not args.quiet)
@@ -487,7 +501,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.save_graph is not None and os.path.abspath(args.save_graph) == os.path.abspath(args.out):
         raise UsageError("--save-graph and --out name the same file")
 
-    if args.method == "random":
+    # under mpiexec -n W (W > 1), method graph builds the k-NN graph sharded over the ranks
+    # (each reads its rows of EMB); rank 0 writes the outputs
+    args.comm = None
+    if args.method == "graph" and args.graph is None:
+        from .integrations.comm import get_communicator, launched_by_mpi
+
+        if launched_by_mpi():
+            comm = get_communicator("mpi")
+            args.comm = comm if comm.size > 1 else None
+    if args.method == "random" or args.comm is not None:
         x, n = None, _num_rows(args.embeddings)
     else:
         x = _embeddings(args.embeddings)
@@ -501,6 +524,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     graph = _graph(args.graph, n) if args.graph else None
 
     selector, built_graph = _selector(args, x, n, labels, losses, graph)
+    if args.comm is not None and args.comm.rank != 0:
+        return EXIT_OK  # the graph is built; rank 0 partitions it and writes the outputs
     epochs = range(args.start_epoch, args.start_epoch + args.epochs)
     plans = [selector.plan(epoch=e, world_size=args.workers)
              for e in _progress(epochs, args.quiet, desc="plan", unit="epoch")]

@@ -25,10 +25,6 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "batchsel", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-def needs(name: str):
-    """Skip while another part of the library (built concurrently) has not landed yet."""
-    return pytest.mark.skipif(not hasattr(batchsel, name), reason=f"batchsel.{name} not available")
-
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
@@ -126,7 +122,6 @@ def test_random_plan_matches_python_api_and_inspects(work):
         assert 0.5 < rep["graph"]["ratio_to_random"] < 2.0
 
 
-@needs("GraphBlockSelector")
 def test_graph_plan_keeps_edges_and_plots(work):
     out = run("plan", "emb.npy", "--method", "graph", "--neighbors", "10", "--batch-size", "40", "--workers", "2",
               "--seed", "3", "--save-graph", "knn.npz", "--out", "plan.npz", "--quiet", cwd=work)
@@ -145,13 +140,10 @@ def test_graph_plan_keeps_edges_and_plots(work):
 
 
 @pytest.mark.parametrize("method, extra, build", [
-    pytest.param("submodular", [], lambda x, y: batchsel.SubmodularSelector(x, 32, seed=2),
-                 marks=needs("SubmodularSelector")),
-    pytest.param("loss", [], lambda x, y: batchsel.LossRankSelector(len(x), 32, seed=2),
-                 marks=needs("LossRankSelector")),
+    pytest.param("submodular", [], lambda x, y: batchsel.SubmodularSelector(x, 32, seed=2)),
+    pytest.param("loss", [], lambda x, y: batchsel.LossRankSelector(len(x), 32, seed=2)),
     pytest.param("coreset", ["--labels", "labels.npy", "--fraction", "0.25"],
-                 lambda x, y: batchsel.CoresetSelector(x, y, 32, seed=2, fraction=0.25),
-                 marks=needs("CoresetSelector")),
+                 lambda x, y: batchsel.CoresetSelector(x, y, 32, seed=2, fraction=0.25)),
 ])
 def test_other_methods_match_python_api(work, method, extra, build):
     out = run("plan", "emb.npy", "--method", method, *extra, "--batch-size", "32", "--workers", "2", "--seed", "2",
@@ -184,7 +176,6 @@ def test_report_of_a_weighted_plan_with_repeats_and_unlabeled_examples():
 
 # -- select -------------------------------------------------------------------------------
 
-@needs("maximize")
 def test_select_matches_python_api(work):
     out = run("select", "emb.npy", "--k", "15", "--json", "--out", "picked.npy", "--quiet", cwd=work)
     assert out.returncode == 0, out.stderr
@@ -202,7 +193,6 @@ def test_select_matches_python_api(work):
     assert [int(line.split("\t")[0]) for line in out.stdout.splitlines()] == expected.indices.tolist()
 
 
-@needs("maximize")
 def test_select_other_objectives_and_torch_input(work):
     import torch
 
@@ -214,7 +204,6 @@ def test_select_other_objectives_and_torch_input(work):
     assert json.loads(out.stdout)["indices"] == expected.indices.tolist()
 
 
-@needs("maximize")
 def test_select_graph_cut_uses_apricots_similarity(work):
     # the graph functions get apricot's euclidean similarity max d^2 - d^2, built here by hand
     out = run("select", "emb.npy", "--k", "8", "--objective", "graph-cut", "--json", "--quiet", cwd=work)
@@ -324,8 +313,6 @@ def test_ctrl_c_during_write_leaves_no_file(work, monkeypatch, capsys):
 
 # -- the shell example ----------------------------------------------------------------------
 
-@needs("GraphBlockSelector")
-@needs("maximize")
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_cli_example_script_runs(tmp_path):
     env = dict(os.environ, BATCHSEL=f"{sys.executable} -m batchsel", PYTHON=sys.executable)
@@ -381,7 +368,6 @@ def test_sigterm_during_a_write_leaves_no_temporary_file(work):
     assert sorted(p.name for p in work.iterdir()) == before
 
 
-@needs("GraphBlockSelector")
 def test_failed_save_graph_leaves_no_plan(work, monkeypatch, capsys):
     def disk_full(file, matrix, **kwargs):
         file.write(b"half a graph")
@@ -416,7 +402,6 @@ def test_force_writes_through_symlinks_and_refuses_special_files(work, capsys):
     assert os.path.islink(work / "null.npz") and not os.path.isfile(work / "fifo.npz")
 
 
-@needs("GraphBlockSelector")
 def test_json_stays_json_when_metis_prints(work, monkeypatch, capfd):
     import ctypes
 
@@ -502,7 +487,6 @@ def test_more_clear_errors_in_process(work, monkeypatch, capsys):
         assert match in captured.err, (case, captured.err)
 
 
-@needs("SieveStreaming")
 def test_select_stream_reads_the_npy_in_chunks_same_output_format(work, monkeypatch, capsys):
     monkeypatch.chdir(work)
     x = load_x(work)
@@ -534,3 +518,14 @@ def test_select_stream_reads_the_npy_in_chunks_same_output_format(work, monkeypa
         code = cli.main(["select", *argv, *([] if "--k" in argv else ["--k", "3"]), "--out", "out.npy", "--quiet"])
         captured = capsys.readouterr()
         check_one_line_error(code, captured.out, captured.err, work, before)
+
+
+@pytest.mark.parametrize("optimizer,metric", [("approximate-lazy", "corr"), ("modular", "cosine"),
+                                              ("bidirectional", "euclidean")])
+def test_select_offers_every_optimizer_and_metric_of_maximize(data, tmp_path, capsys, optimizer, metric):
+    out = tmp_path / "chosen.npy"
+    assert cli.main(["select", str(data / "emb.npy"), "--k", "7", "--objective", "graph-cut",
+                     "--optimizer", optimizer, "--metric", metric, "--out", str(out), "--quiet"]) == 0
+    x = np.load(data / "emb.npy")
+    expected = batchsel.maximize(batchsel.GraphCut.from_embeddings(x, metric), 7, optimizer, seed=0)
+    np.testing.assert_array_equal(np.load(out), expected.indices)
