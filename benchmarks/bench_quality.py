@@ -227,15 +227,26 @@ LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset
           "rho-diverse": "RHO + diversity"}
 
 
-def make_filter(method: str, train: Split, batch_size: int, seed: int) -> batchsel.CandidateFilter | None:
+def make_filter(method: str, train: Split, batch_size: int, seed: int,
+                task: Task | None = None) -> batchsel.CandidateFilter | None:
     """The candidate filter of a filter method (None for the others); the irreducible-loss
-    model is batchsel's default, cross-fitted on the training set as the regime made it."""
+    model is batchsel's default, cross-fitted on the training set as the regime made it.
+    A variant's ``il_*`` options go to :class:`batchsel.IrreducibleLoss` (``il_model="task"``:
+    the task's own architecture, ``il_model=<task name>``: that task's architecture)."""
     base, options = VARIANTS.get(method, (method, {}))
     if base not in FILTERS:
         return None
     options = {**FILTERS[base], **options}
+    il_options = {k[3:]: options.pop(k) for k in list(options) if k.startswith("il_")}
     if options["score"] == "rho" and "irreducible_losses" not in options:
-        options["irreducible_losses"] = batchsel.IrreducibleLoss(seed=seed).fit(train.x, train.y)
+        arch = il_options.get("model")
+        if arch == "task" or arch in TASKS:
+            source = task if arch == "task" else TASKS[arch]
+            if source is None:
+                raise ValueError("il_model='task' needs the task")
+            d, c = train.x.shape[1], int(train.y.max()) + 1
+            il_options["model"] = lambda: source.model(d, c)
+        options["irreducible_losses"] = batchsel.IrreducibleLoss(seed=seed, **il_options).fit(train.x, train.y)
     return batchsel.CandidateFilter(batch_size, seed=seed, **options)
 # --variant NAME=METHOD:key=value;key=value -> NAME: (METHOD, {key: value}); for searches on --split val
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -274,8 +285,11 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     model = task.model(train.x.shape[1], num_classes)
     opt = task.optimizer(model.parameters())
     t0 = time.perf_counter()
-    filt = make_filter(method, train, task.batch_size, seed)  # fits the IL model: part of the cost
+    filt = make_filter(method, train, task.batch_size, seed, task)  # fits the IL model: part of the cost
     setup = time.perf_counter() - t0
+    fitted = filt  # keeps the IL figures when the guard drops the filter
+    if filt is not None and filt.guard_ == "uniform":
+        filt = None  # the IL model is near chance: random batches of B, exactly the anchor's
     selector = make_selector(method, train, filt.candidate_size if filt else task.batch_size, seed)
     weighted = VARIANTS.get(method, (method,))[0] == "coreset"
     sampler = SelectionBatchSampler(selector, rank=0, world_size=1, weighted=weighted)
@@ -317,8 +331,10 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
                 curve.append((step, wall, metric(model, evaluation, balanced)))
                 model.train()
         epoch += 1
+    extra = {} if fitted is None else {"il_accuracy": fitted.il_accuracy_, "il_skill": fitted.il_skill_,
+                                       "guard": fitted.guard_, "il_seconds": setup}
     return {"curve": curve, "final": curve[-1][2], "wall_seconds": wall, "select_seconds": select,
-            "epochs": epoch, "steps": step}
+            "epochs": epoch, "steps": step, **extra}
 
 
 # -- figures ---------------------------------------------------------------------------

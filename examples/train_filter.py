@@ -9,8 +9,10 @@ The same script runs in one process, under torchrun and under mpiexec:
 Each step the sampler yields ``ratio x B`` candidates per rank (a RandomSelector built with
 ``batch_size=filt.candidate_size``), the loop scores them with a no-grad forward and trains
 on the B that batchsel's CandidateFilter keeps; ``--score none`` trains on random batches
-of B. ``rho`` (RHO-LOSS) subtracts the irreducible losses of a k-NN model cross-fitted on
-the input features, times ``--irreducible-weight``. Data: scikit-learn's digits or
+of B. ``rho`` (RHO-LOSS) subtracts the irreducible losses of a model cross-fitted on the
+input features (``--il-model``: k-NN, or ``net``, a small torch MLP with early stopping),
+times ``--irreducible-weight``; when that model is near chance the filter falls back to
+random batches (``--min-il-skill``). Data: scikit-learn's digits or
 mnist1d, optionally with a share of labels replaced by a wrong class (``--label-noise``);
 an MLP; Adam.
 """
@@ -62,11 +64,13 @@ def train(args: argparse.Namespace) -> dict:
     x, y, xt, yt = load_data(args.data, args.label_noise)
     filt = None
     if args.score != "none":
-        il = IrreducibleLoss(seed=args.seed).fit(x, y) if args.score == "rho" else None
+        il = IrreducibleLoss(args.il_model, seed=args.seed).fit(x, y) if args.score == "rho" else None
         filt = CandidateFilter(args.batch_size, args.ratio, args.score, irreducible_losses=il,
-                               irreducible_weight=args.irreducible_weight,
+                               irreducible_weight=args.irreducible_weight, min_il_skill=args.min_il_skill,
                                diversity=args.diversity, uniform_fraction=args.uniform_fraction,
                                warmup_steps=args.warmup_steps, seed=args.seed)
+    if filt is not None and filt.guard_ == "uniform":
+        filt = None  # the IL model is near chance (warned): plain random batches of B
     sampler = SelectionBatchSampler(RandomSelector(len(x), filt.candidate_size if filt else args.batch_size,
                                                    seed=args.seed))
     loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y), torch.arange(len(x))),
@@ -105,7 +109,7 @@ def train(args: argparse.Namespace) -> dict:
             "test_accuracy": accuracy, "final_accuracy": accuracy, "history": history, "label_fraction": 1.0,
             "select_seconds": (cost["forward_fraction"] + cost["select_fraction"]) * wall,
             "wall_seconds": wall, "forward_fraction": cost["forward_fraction"],
-            "select_fraction": cost["select_fraction"], "filter": repr(filt)}
+            "select_fraction": cost["select_fraction"], "filter": repr(filt) if filt else "random batches"}
 
 
 @torch.no_grad()
@@ -121,6 +125,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ratio", type=float, default=4.0, help="candidates per kept example")
     parser.add_argument("--irreducible-weight", type=float, default=0.5,
                         help="rho: score = loss - weight * irreducible loss (1 = RHO-LOSS as published)")
+    parser.add_argument("--il-model", choices=("knn", "net", "logistic", "mlp"), default="knn",
+                        help="rho: the irreducible-loss model, cross-fitted on the input features")
+    parser.add_argument("--min-il-skill", type=float, default=0.3,
+                        help="rho: random batches when the IL model's skill over chance is below this (0: off)")
     parser.add_argument("--diversity", type=float, default=0.0, help="lambda of the facility-location term")
     parser.add_argument("--uniform-fraction", type=float, default=0.25, help="share of each batch drawn uniformly")
     parser.add_argument("--warmup-steps", type=int, default=0)

@@ -205,18 +205,22 @@ def test_state_dict_resumes_exactly():
         c.load_state_dict({"version": 99})
 
 
-def test_cost_counts_the_timed_forward():
-    import time
+def test_cost_counts_the_timed_forward(monkeypatch):
+    """A fake clock (a timing test on a loaded machine is flaky): each scoring forward
+    takes 1 s, each training step 1 s, the filter itself no time."""
+    import types
 
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr("batchsel.filters.time", types.SimpleNamespace(perf_counter=lambda: clock.now))
     f = CandidateFilter(2, 2)
     for _ in range(3):
         with f.timed():
-            time.sleep(0.01)
-        time.sleep(0.01)  # the "training step"
+            clock.now += 1.0  # the scoring forward
+        clock.now += 1.0      # the training step
         f.select(np.arange(4), np.arange(4.0))
     cost = f.cost()
-    assert cost["steps"] == 3 and cost["forward_seconds"] >= 0.03
-    assert 0.3 < cost["forward_fraction"] < 0.7 and cost["select_fraction"] < 0.3
+    assert cost["steps"] == 3 and cost["forward_seconds"] == 3.0
+    assert cost["forward_fraction"] == 0.5 and cost["select_fraction"] == 0.0
 
 
 def test_import_stays_torch_free():
@@ -413,3 +417,129 @@ def test_balanced_posteriors_keep_rare_classes_from_looking_irreducible():
     a = IrreducibleLoss(seed=0, balanced=False).fit(xb, yb).losses_
     b = IrreducibleLoss(seed=0).fit(xb, yb).losses_
     assert np.abs(a - b).mean() < 0.05
+
+
+# -- the torch irreducible-loss model and the guard ---------------------------------------
+def _small_net():
+    return torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+@pytest.mark.parametrize("model", ["net", _small_net])
+def test_torch_irreducible_model_flags_the_noisy_labels(model):
+    x, y, noisy, flip = blobs(300, noise=0.2)
+    il = IrreducibleLoss(model, epochs=8, lr=1e-2, seed=0).fit(x, noisy)
+    assert np.isfinite(il.losses_).all() and np.mean(il.predictions_ == y) > 0.9
+    auc = (il.losses_[flip][:, None] > il.losses_[~flip][None, :]).mean()
+    assert auc > 0.9, auc
+    # per-fold held-out accuracy, and the epochs early stopping kept (within the budget)
+    assert il.fold_accuracy_.shape == (5,) and il.accuracy_ == pytest.approx(il.fold_accuracy_.mean(), abs=0.01)
+    assert ((il.epochs_ >= 1) & (il.epochs_ <= 8)).all()
+    assert il.chance_ == pytest.approx(np.bincount(noisy).max() / 300)
+
+
+def test_torch_irreducible_model_is_deterministic_and_leaves_the_global_rng_alone():
+    x, _, noisy, _ = blobs(100, noise=0.2)
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    a = IrreducibleLoss("net", epochs=2, hidden=(16,), seed=1).fit(x, noisy)
+    assert torch.equal(torch.get_rng_state(), before)
+    b = IrreducibleLoss("net", epochs=2, hidden=(16,), seed=1).fit(torch.from_numpy(x), torch.from_numpy(noisy))
+    assert np.array_equal(a.losses_, b.losses_) and np.array_equal(a.epochs_, b.epochs_)
+    c = IrreducibleLoss("net", epochs=2, hidden=(16,), seed=2).fit(x, noisy)
+    assert not np.array_equal(a.losses_, c.losses_)
+
+
+def test_torch_cross_fitting_an_examples_loss_is_independent_of_its_own_label():
+    x, _, noisy, _ = blobs(200, noise=0.1)
+    a = IrreducibleLoss("net", folds=4, epochs=2, hidden=(16,), seed=0).fit(x, noisy)
+    i = 17
+    flipped = noisy.copy()
+    flipped[i] = (noisy[i] + 1) % 3
+    b = IrreducibleLoss("net", folds=4, epochs=2, hidden=(16,), seed=0).fit(x, flipped)
+    same = a.fold_ == a.fold_[i]
+    # the model scoring example i's fold never saw label i: its fold is scored identically
+    # (i's own loss is the same distribution read at the new label), the other folds were
+    # fit with the new label and change
+    assert np.array_equal(a.losses_[same & (np.arange(200) != i)], b.losses_[same & (np.arange(200) != i)])
+    assert np.array_equal(a.predictions_[same], b.predictions_[same])
+    assert not np.array_equal(a.losses_[~same], b.losses_[~same])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(epochs=0), "epochs"),
+    (dict(patience=0), "patience"),
+    (dict(lr=float("nan")), "lr"),
+    (dict(stop_fraction=0.0), "stop_fraction"),
+    (dict(stop_fraction=0.9), "stop_fraction"),
+    (dict(hidden=(0,)), "hidden"),
+])
+def test_torch_irreducible_model_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        IrreducibleLoss("net", **kwargs)
+
+
+def test_torch_irreducible_model_bad_factory_and_data():
+    x, y, _, _ = blobs(60)
+    with pytest.raises(ValueError, match=r"shape \(12, 5\).*\(12, 3\)"):  # wrong number of classes
+        IrreducibleLoss(lambda: torch.nn.Linear(3, 5), epochs=1).fit(x, y)
+    with pytest.raises(TypeError, match="nn.Module"):
+        IrreducibleLoss(lambda: "not a model", epochs=1).fit(x, y)
+    with pytest.raises(ValueError, match="folds=100"):
+        IrreducibleLoss("net", folds=100).fit(x, y)
+    with pytest.raises(ValueError, match="NaN"):
+        bad = x.copy()
+        bad[3, 1] = np.nan
+        IrreducibleLoss("net").fit(bad, y)
+    with pytest.raises(ValueError, match="length 59"):
+        IrreducibleLoss("net").fit(x, y[:59])
+
+
+def test_guard_falls_back_to_uniform_batches_on_a_near_chance_model(caplog):
+    x, y, _, _ = blobs(300)
+    rng = np.random.default_rng(0)
+    shuffled = rng.permutation(y)  # labels unrelated to x: the IL model is at chance
+    bad = IrreducibleLoss(seed=0).fit(x, shuffled)
+    with caplog.at_level("WARNING", logger="batchsel.filters"):
+        f = CandidateFilter(4, 4, "rho", irreducible_losses=bad, uniform_fraction=0.0, seed=0)
+    assert f.guard_ == "uniform" and f.il_skill_ < 0.3 and "near chance" in caplog.text
+    assert f.uniform_share() == 1.0
+    # it keeps a uniform draw, whatever the scores: exactly what a plain uniform filter keeps
+    plain = CandidateFilter(4, 4, "loss", uniform_fraction=1.0, seed=0)
+    idx = np.arange(100, 116)
+    logits = rng.normal(size=(16, 3))
+    assert f(idx, logits, shuffled[:16]).tolist() == plain(idx, logits, shuffled[:16]).tolist()
+    # a good model passes, and min_il_skill=0 switches the guard off
+    good = IrreducibleLoss(seed=0).fit(x, y)
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=good).guard_ is None
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=bad, min_il_skill=0.0).guard_ is None
+    # plain arrays carry no accuracy: no guard
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=bad.losses_).guard_ is None
+
+
+def test_guard_shrinks_the_irreducible_term_below_the_reference_accuracy(caplog):
+    x, _, noisy, _ = blobs(300, noise=0.3)
+    il = IrreducibleLoss(seed=0).fit(x, noisy)
+    with caplog.at_level("WARNING", logger="batchsel.filters"):
+        f = CandidateFilter(4, 4, "rho", irreducible_losses=il, irreducible_weight=1.0,
+                            reference_accuracy=min(1.0, il.accuracy_ + 0.2))
+    assert f.guard_ == "downweight" and 0 < f.irreducible_weight_ < 1.0 and "reference accuracy" in caplog.text
+    skill = lambda a: (a - il.chance_) / (1 - il.chance_)  # noqa: E731
+    assert f.irreducible_weight_ == pytest.approx(skill(il.accuracy_) / skill(il.accuracy_ + 0.2))
+    z = np.zeros((3, 3))
+    assert np.allclose(f.scores([0, 1, 2], z, noisy[:3]), np.log(3) - f.irreducible_weight_ * il.losses_[:3])
+    # a reference the IL model reaches changes nothing
+    same = CandidateFilter(4, 4, "rho", irreducible_losses=il, reference_accuracy=il.accuracy_)
+    assert same.guard_ is None and same.irreducible_weight_ == same.irreducible_weight
+    with pytest.raises(ValueError, match="reference_accuracy.*1.5"):
+        CandidateFilter(4, 4, "rho", irreducible_losses=il, reference_accuracy=1.5)
+    with pytest.raises(ValueError, match="min_il_skill.*-0.1"):
+        CandidateFilter(4, 4, "rho", irreducible_losses=il, min_il_skill=-0.1)
+
+
+def test_guarded_filter_needs_neither_logits_nor_embeddings():
+    x, y, _, _ = blobs(120)
+    bad = IrreducibleLoss(seed=0).fit(x, np.random.default_rng(1).permutation(y))
+    f = CandidateFilter(2, 4, "rho", irreducible_losses=bad, diversity=1.0, seed=3)
+    assert f.guard_ == "uniform"
+    keep = f.select(np.arange(8), np.zeros(8))  # what a loop passes when it skips the forward
+    assert len(keep) == 2 and f.kept_uniform_ == 2
