@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import queue
 import threading
 from collections import deque
 from typing import Any, Callable, Iterator
@@ -77,52 +76,80 @@ _END = object()
 Observation = dict[str, "np.ndarray | None"]
 
 
-def _serve(source: Iterator, apply: Callable[[list[Observation]], None],
-           requests: queue.SimpleQueue, results: queue.SimpleQueue) -> None:
-    """The background thread's loop: for each request, hand the selector the observations
-    that came with it, then take the next item of ``source``. It holds no reference to
-    the iteration that started it, so dropping that iteration still closes it."""
-    while True:
-        observations = requests.get()
-        if observations is None:
-            return
-        try:
-            apply(observations)
-            item = next(source, _END)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread
-            results.put((False, exc))
-        else:
-            results.put((True, item))
-
-
 class _Prefetcher:
     """A daemon thread that selects a sampler's next batches while the training step runs.
 
-    Requests are served one at a time, in order. The selector is touched only by this
-    thread while a request is in flight, and only by the training thread otherwise (it
-    waits for the results before it hands out, saves or loads anything), so the batches
-    depend on the order of the calls, never on thread timing.
+    Requests are served one at a time, in the order made: each hands the selector the
+    observations that came with it, then takes the next item of ``source``. The selector
+    is touched only by the request running (at most one), and the training thread waits
+    for the results before it hands out, saves or loads anything, so the batches depend
+    on the order of the calls, never on thread timing. A request the thread has not
+    started when its result is needed (no core was free for it: a loaded machine) runs
+    on the training thread instead of waiting for the thread to be scheduled.
     """
 
     def __init__(self, source: Iterator, apply: Callable[[list[Observation]], None]) -> None:
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._results: queue.SimpleQueue = queue.SimpleQueue()
-        self._ready: deque[tuple[bool, Any]] = deque()  # results collected early (drain)
-        self.in_flight = 0
+        self._source, self._apply = source, apply
+        self._cond = threading.Condition()
+        self._todo: deque[list[Observation]] = deque()  # requests not started, oldest first
+        self._done: deque[tuple[bool, Any]] = deque()   # finished, not collected
+        self._busy = False  # a request is running (on either thread)
         self._closed = False
-        self._thread = threading.Thread(target=_serve, args=(source, apply, self._requests, self._results),
-                                        name="batchsel-prefetch", daemon=True)
+        self._ready: deque[tuple[bool, Any]] = deque()  # collected early (drain), not handed out
+        self.in_flight = 0  # requests made and not collected
+        # the thread holds this object, never the iteration: dropping the iteration closes it
+        self._thread = threading.Thread(target=self._serve, name="batchsel-prefetch", daemon=True)
         self._thread.start()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def _run(self, observations: list[Observation]) -> tuple[bool, Any]:
+        try:
+            self._apply(observations)
+            return True, next(self._source, _END)
+        except BaseException as exc:  # noqa: BLE001 - raised in the training thread
+            return False, exc
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (self._busy or not self._todo):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                observations = self._todo.popleft()
+                self._busy = True
+            result = self._run(observations)
+            with self._cond:
+                self._done.append(result)
+                self._busy = False
+                self._cond.notify_all()
 
     def request(self, observations: list[Observation]) -> None:
         """Start selecting the next item, after applying ``observations``."""
-        self._requests.put(observations)
-        self.in_flight += 1
+        with self._cond:
+            self._todo.append(observations)
+            self.in_flight += 1
+            self._cond.notify_all()
 
     def _collect(self) -> tuple[bool, Any]:
-        ok, value = self._results.get()
-        self.in_flight -= 1
-        return ok, value
+        # the oldest request's result: finished, running (wait), or not started (run it here)
+        with self._cond:
+            while not self._done and (self._busy or not self._todo):
+                self._cond.wait()
+            if self._done:
+                self.in_flight -= 1
+                return self._done.popleft()
+            observations = self._todo.popleft()  # every earlier request is collected: it is the oldest
+            self._busy = True
+        result = self._run(observations)
+        with self._cond:
+            self._busy = False
+            self.in_flight -= 1
+            self._cond.notify_all()
+        return result
 
     def drain(self) -> list[tuple[bool, Any]]:
         """Wait until no request is in flight; the results stay queued for :meth:`result`.
@@ -141,19 +168,19 @@ class _Prefetcher:
         return value
 
     def close(self) -> None:
-        """Let the selection in flight finish (the selector must be idle once this
-        returns) and end the thread. Idempotent."""
+        """Finish the requests made (the selector must be idle, and in the state the order
+        of calls gives, once this returns) and end the thread. Idempotent."""
         if self._closed:
             return
-        self._closed = True
-        if threading.current_thread() is self._thread:
-            # finalized by the garbage collector on the worker itself: it cannot wait for itself
-            self._requests.put(None)
-            return
-        self.drain()
-        self._ready.clear()
-        self._requests.put(None)
-        self._thread.join()
+        if threading.current_thread() is not self._thread:
+            self.drain()
+            self._ready.clear()
+        # else finalized by the garbage collector on the thread itself: it cannot wait for itself
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
 
 class _EpochSetter:
@@ -216,7 +243,13 @@ class SelectionBatchSampler:
         (0, the default: each batch is selected when the loop asks for it). The thread is
         a daemon, stopped when the iteration ends, is closed or is garbage collected; an
         exception in it is raised in the training thread at the next batch. The compiled
-        selection kernels release the GIL, so selection and a torch step can use two cores.
+        selection kernels release the GIL, so selection and a torch step can use two cores;
+        it hides selection only where a core is free for it (not when torch's threads
+        take every core, nor under mpiexec's default binding of a rank to one core: use
+        ``--bind-to none`` and fewer torch threads), and little next to a step that is mostly
+        Python (a tiny model), as the selection's numpy glue needs the GIL too. A selection
+        the thread has not started when its batch is needed runs on the training thread:
+        no wait for the scheduler. ``benchmarks/bench_overlap.py`` measures all of this.
 
         Selectors without feedback (random, graph blocks, offline plans) yield exactly the
         batches of ``prefetch=0``. For selectors that use feedback the lag is fixed, never
@@ -248,6 +281,10 @@ class SelectionBatchSampler:
     >>> len(sampler), [len(b) for b in sampler]
     (2, [4, 1])
     >>> state = sampler.state_dict()     # resume point: here, the end of epoch 1
+    >>> ahead = SelectionBatchSampler(RandomSelector(10, batch_size=4, seed=0), rank=0, world_size=2, prefetch=1)
+    >>> ahead.set_epoch(1)
+    >>> list(ahead) == list(sampler)     # selected in a background thread: the same batches
+    True
     """
 
     def __init__(
@@ -453,7 +490,10 @@ class SelectionBatchSampler:
             worker.close()
             if self._worker is worker:
                 self._worker = None
-                self._flush_deferred()  # nothing in flight: the last steps' feedback goes in now
+                if threading.current_thread() is not worker.thread:
+                    self._flush_deferred()  # nothing in flight: the last steps' feedback goes in now
+                # else garbage-collected in the middle of a selection on the thread: the
+                # feedback waits for the next observe or iteration, not inside that selection
 
     def _stop_worker(self) -> None:
         """End the prefetch thread of an unfinished iteration (after its selection in flight)

@@ -66,40 +66,43 @@ def check_sampler(comm, n=120, batch=7):
     except RuntimeError as exc:
         assert "disagree" in str(exc)
 
-    # online selector (loss rank), feedback all-gathered every 2 calls
-    def fresh():
-        return SelectionBatchSampler(LossRankSelector(n, batch, seed=5, pressure=50.0), sync_every=2)
+    # online selector (loss rank), feedback all-gathered every 2 calls; with prefetch=1 selected
+    # in a background thread, collectives on the training thread
+    for prefetch in (0, 1):
+        def fresh():
+            return SelectionBatchSampler(LossRankSelector(n, batch, seed=5, pressure=50.0), sync_every=2,
+                                         prefetch=prefetch)
 
-    def train(s, epoch, stop=None):
-        s.set_epoch(epoch)
-        got = []
-        for b in s:
-            got.append(b)
-            s.observe(b, losses=fake_loss(np.array(b), epoch))
-            if len(got) == stop:
-                return got, s.state_dict(all_ranks=True)
-        return got, None
+        def train(s, epoch, stop=None):
+            s.set_epoch(epoch)
+            got = []
+            for b in s:
+                got.append(b)
+                s.observe(b, losses=fake_loss(np.array(b), epoch))
+                if len(got) == stop:
+                    return got, s.state_dict(all_ranks=True)
+            return got, None
 
-    full = fresh()
-    latest = np.full(n, np.inf)
-    for epoch in (0, 1):
-        expected, _ = train(full, epoch)
-        for b in (i for rank_batches in comm.allgather(expected) for i in rank_batches):
-            latest[b] = fake_loss(np.array(b), epoch)
-    full.sync()
-    losses = comm.allgather(full.selector.losses_)
-    assert all(np.array_equal(v, losses[0]) for v in losses), "ranks' selectors saw different feedback"
-    assert np.array_equal(losses[0], latest), "some rank's feedback was lost"
-    run = fresh()
-    train(run, 0)
-    first, state = train(run, 1, stop=3)  # odd: a buffered observation is in the checkpoint
-    state = comm.broadcast(state, root=0)  # only rank 0 saved the checkpoint
-    resumed = fresh()
-    resumed.load_state_dict(state)
-    rest, _ = train(resumed, 1)
-    assert first + rest == expected, "the resumed run differs from the uninterrupted one"
-    resumed.sync()
-    assert np.array_equal(resumed.selector.losses_, full.selector.losses_)
+        full = fresh()
+        latest = np.full(n, np.inf)
+        for epoch in (0, 1):
+            expected, _ = train(full, epoch)
+            for b in (i for rank_batches in comm.allgather(expected) for i in rank_batches):
+                latest[b] = fake_loss(np.array(b), epoch)
+        full.sync()
+        losses = comm.allgather(full.selector.losses_)
+        assert all(np.array_equal(v, losses[0]) for v in losses), "ranks' selectors saw different feedback"
+        assert np.array_equal(losses[0], latest), "some rank's feedback was lost"
+        run = fresh()
+        train(run, 0)
+        first, state = train(run, 1, stop=3)  # odd: a buffered observation is in the checkpoint
+        state = comm.broadcast(state, root=0)  # only rank 0 saved the checkpoint
+        resumed = fresh()
+        resumed.load_state_dict(state)
+        rest, _ = train(resumed, 1)
+        assert first + rest == expected, "the resumed run differs from the uninterrupted one"
+        resumed.sync()
+        assert np.array_equal(resumed.selector.losses_, full.selector.losses_)
     out["online_batches"] = len(expected)
     return out
 
