@@ -92,6 +92,9 @@ examples:
   # graph-consistent batches: k-NN graph of the embeddings, METIS blocks per batch
   batchsel plan emb.npy --method graph --neighbors 10 --batch-size 64 --workers 4 \\
       --save-graph graph.npz --out plan.npz --force
+  # the same with the k-NN graph built over 2 MPI ranks (each reads its rows of emb.npy;
+  # rank 0 partitions the gathered graph and writes the same plan)
+  mpiexec -n 2 batchsel plan emb.npy --method graph --batch-size 64 --workers 4 --out plan.npz
   # weighted coreset batches (CRAIG) need the labels
   batchsel plan emb.npy --method coreset --labels y.npy --fraction 0.2 \\
       --batch-size 64 --workers 4 --out coreset.npz
@@ -362,6 +365,17 @@ def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[in
     return n, sieve.fit(path, chunk_rows=chunk_rows).selection_
 
 
+def _mpi_ranks() -> Any:
+    """The MPI communicator when launched by mpiexec with more than one rank, else None:
+    then the k-NN graph is built sharded over the ranks (batchsel.sharded)."""
+    from .integrations.comm import get_communicator, launched_by_mpi
+
+    if not launched_by_mpi():
+        return None
+    comm = get_communicator("mpi")
+    return comm if comm.size > 1 else None
+
+
 def cmd_select(args: argparse.Namespace) -> int:
     if not args.stream and (args.chunk_rows is not None or args.reference_size is not None):
         raise UsageError("--chunk-rows and --reference-size apply to --stream only")
@@ -379,17 +393,32 @@ def cmd_select(args: argparse.Namespace) -> int:
     if args.stream:
         n, result = _select_stream(args, metric, seed)
     else:
-        x = _embeddings(args.embeddings)
-        n = x.shape[0]
+        # under mpiexec -n W, sparse facility location by exact greedy runs sharded
+        comm = (_mpi_ranks() if args.objective == "facility-location" and args.neighbors is not None
+                and args.optimizer in ("lazy", "naive") and metric in ("euclidean", "cosine") else None)
+        x = _embeddings(args.embeddings) if comm is None else None
+        n = x.shape[0] if comm is None else _num_rows(args.embeddings)
         if args.k > n:
             raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
         if args.neighbors is not None and args.neighbors >= n:
             raise UsageError(f"--neighbors {args.neighbors} must be smaller than the number of examples ({n})")
         from .optimizers import maximize
 
-        f = _objective(args.objective, x, metric, args.neighbors, progress=not args.quiet)
-        result = maximize(f, args.k, optimizer=args.optimizer, epsilon=args.epsilon if args.epsilon is not None else 0.01,
-                          seed=seed, progress=not args.quiet)
+        if comm is not None:
+            from .sharded import ShardedIndex, facility_location
+
+            # the graph FacilityLocation.from_embeddings(neighbors=...) builds, in row shards
+            index = ShardedIndex(args.embeddings, comm, metric=metric, progress=not args.quiet)
+            rows = index.knn_graph(k=args.neighbors, kernel="rbf" if metric == "euclidean" else "cosine",
+                                   self_weight=1.0)
+            result = facility_location(rows, args.k, comm, index.row_range[0])
+            if comm.rank != 0:
+                return EXIT_OK  # rank 0 writes and reports
+        else:
+            f = _objective(args.objective, x, metric, args.neighbors, progress=not args.quiet)
+            result = maximize(f, args.k, optimizer=args.optimizer,
+                              epsilon=args.epsilon if args.epsilon is not None else 0.01, seed=seed,
+                              progress=not args.quiet)
     indices = np.asarray(result.indices, dtype=np.int64)
     gains = np.asarray(result.gains, dtype=np.float64)
     if args.out:
@@ -503,13 +532,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     # under mpiexec -n W (W > 1), method graph builds the k-NN graph sharded over the ranks
     # (each reads its rows of EMB); rank 0 writes the outputs
-    args.comm = None
-    if args.method == "graph" and args.graph is None:
-        from .integrations.comm import get_communicator, launched_by_mpi
-
-        if launched_by_mpi():
-            comm = get_communicator("mpi")
-            args.comm = comm if comm.size > 1 else None
+    args.comm = _mpi_ranks() if args.method == "graph" and args.graph is None else None
     if args.method == "random" or args.comm is not None:
         x, n = None, _num_rows(args.embeddings)
     else:

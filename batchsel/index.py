@@ -289,8 +289,8 @@ class EmbeddingIndex:
         bar.close()
         return distances, indices
 
-    def _ivf_list_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(ids, vectors) of consecutive inverted lists, about BLOCK_ROWS points at a time."""
+    def _ivf_list_blocks(self, block: int = BLOCK_ROWS) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(ids, vectors) of consecutive inverted lists, about ``block`` points at a time."""
         ids: list[np.ndarray] = []
         vecs: list[np.ndarray] = []
         pending = 0
@@ -299,7 +299,7 @@ class EmbeddingIndex:
             ids.append(list_ids)
             vecs.append(codes.view(np.float32).reshape(len(list_ids), self.dim))
             pending += len(list_ids)
-            if pending >= BLOCK_ROWS or lst == self.index.nlist - 1:
+            if pending >= block or lst == self.index.nlist - 1:
                 if pending:
                     yield np.concatenate(ids), np.concatenate(vecs)
                 ids, vecs, pending = [], [], 0

@@ -13,9 +13,9 @@ the results equal those of one :class:`~batchsel.index.EmbeddingIndex` over all 
   is tuned as the single-process index tunes it, over the sharded search: same choice.
 - ``kind="hnsw"`` is refused (a graph index per shard would not give the same results).
 
-Queries travel in blocks of ``block_rows`` per rank: all-gathered, searched by every
-shard, the ``(D, I)`` all-gathered back and merged by (distance, global index). Memory per
-block is ``W * block_rows * (d * 4 + k * 12 * W)`` bytes; the all-gathers move ``W`` times
+Queries travel in rounds of ``block_rows`` (``block_rows / W`` per rank): all-gathered,
+searched by every shard, the ``(D, I)`` all-gathered back and merged by (distance, global
+index). Memory per round is about ``block_rows * (2 d * 4 + 2 k * 12)`` bytes; the all-gathers move ``W`` times
 what an all-to-all would (the :class:`~batchsel.communicator.Communicator` protocol has
 none), which matters little for the handful of ranks of a CPU cluster job.
 
@@ -46,9 +46,10 @@ Example
 from __future__ import annotations
 
 import logging
-import math
+import mmap
 import os
-from typing import Any, Sequence
+import time
+from typing import TYPE_CHECKING, Any, Sequence
 
 import faiss
 import numpy as np
@@ -61,9 +62,13 @@ from .communicator import Communicator
 from .index import AUTO_EXACT_MAX, BLOCK_ROWS, IVF_TRAIN_PER_LIST, KERNELS, KINDS, METRICS, EmbeddingIndex
 from .io import atomic_write
 
+if TYPE_CHECKING:
+    from .optimizers import Selection
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShardedIndex", "shard_range", "gather_graph", "save_graph_shard", "load_graph_shards"]
+__all__ = ["ShardedIndex", "shard_range", "gather_graph", "save_graph_shard", "load_graph_shards",
+           "facility_location"]
 
 
 def shard_range(num_examples: int, rank: int, size: int) -> tuple[int, int]:
@@ -116,10 +121,11 @@ class ShardedIndex(EmbeddingIndex):
 
     Parameters are those of :class:`EmbeddingIndex` (``kind="hnsw"`` excepted), plus
     ``comm`` (any :class:`~batchsel.communicator.Communicator`) and ``block_rows``
-    (queries per rank and exchange). ``embeddings`` is the full array or ``.npy`` path, the
-    same on every rank; a rank reads its own rows, rank 0 also the IVF training sample,
-    every rank the few rows of the ``nprobe`` tuning sample (and, for the ``"cosine"``
-    kernel of non-cosine metrics, its neighbours' rows).
+    (queries per exchange round, all ranks together: ``block_rows / W`` per rank).
+    ``embeddings`` is the full array or ``.npy`` path, the same on every rank; a rank
+    reads its own rows, rank 0 also the IVF training sample, every rank the few rows of
+    the ``nprobe`` tuning sample (and, for the ``"cosine"`` kernel of non-cosine metrics,
+    its neighbours' rows).
 
     Example
     -------
@@ -153,6 +159,9 @@ class ShardedIndex(EmbeddingIndex):
         if not isinstance(comm, Communicator):
             raise TypeError(f"comm must be a Communicator (rank, size, broadcast, allgather, ...), got {comm!r}")
         self.comm = comm
+        # a .npy file is reopened for scattered reads (the IVF training sample, neighbours'
+        # rows): a short-lived map, so that the pages they touch leave this rank's RSS
+        self._path = os.fspath(embeddings) if isinstance(embeddings, (str, os.PathLike)) else None
         self._source = _open_source(embeddings)
         n, d = self._source.shape
         if n < comm.size:
@@ -166,6 +175,7 @@ class ShardedIndex(EmbeddingIndex):
         self.progress = progress
         self.seed = check_seed(seed)
         self.block_rows = check_int(block_rows, "block_rows", minimum=1)
+        self._round_rows = max(1, self.block_rows // comm.size)  # queries per rank and exchange round
         self.kind = kind if kind != "auto" else ("flat" if n <= AUTO_EXACT_MAX else "ivf")
         self.embeddings = self._checked_shard()
         self.index = self._build()
@@ -203,7 +213,7 @@ class ShardedIndex(EmbeddingIndex):
             if self.comm.rank == 0:
                 # rank 0 reads the training sample (of all rows) and trains the quantizer
                 # exactly as EmbeddingIndex does; every rank then adds its rows to a copy
-                blob = faiss.serialize_index(self._trained_ivf(self._source, faiss_metric))
+                blob = faiss.serialize_index(self._trained_ivf(self._scattered_source(), faiss_metric))
             index = faiss.deserialize_index(self.comm.broadcast(blob, root=0))
             self.train_size_ = min(self.num_examples, index.nlist * IVF_TRAIN_PER_LIST)
         logger.info("rank %d: adding rows %d..%d of %d x %d to a %s index (%s)", self.comm.rank, lo, hi,
@@ -219,14 +229,25 @@ class ShardedIndex(EmbeddingIndex):
                 index.add(block)
             bar.update(stop - start)
         bar.close()
+        self._drop_pages()  # the index holds its own copy
         if self.kind == "ivf":
             self.index = index  # _tune_nprobe searches through self.index on every rank
             self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)
             index.nprobe = self.nprobe_
         return index
 
+    def _drop_pages(self) -> None:
+        """Give back the pages of the memory-mapped file read so far: clean file pages,
+        which count in this rank's RSS while mapped; a later read faults them back in."""
+        mm = getattr(self._source, "_mmap", None)
+        if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            mm.madvise(mmap.MADV_DONTNEED)
+
+    def _scattered_source(self) -> np.ndarray:
+        return np.load(self._path, mmap_mode="r") if self._path is not None else self._source
+
     def _rows_of(self, indices: np.ndarray) -> np.ndarray:
-        return np.asarray(self._source[indices], dtype=np.float32)
+        return np.asarray(self._scattered_source()[indices], dtype=np.float32)
 
     # -- search -----------------------------------------------------------------------
     def _shard_search(self, queries: np.ndarray, k: int, coarse: tuple | None) -> tuple[np.ndarray, np.ndarray]:
@@ -267,7 +288,7 @@ class ShardedIndex(EmbeddingIndex):
         return int(self.comm.allreduce(np.array([count], dtype=np.int64), op="max")[0])
 
     def _search_blocks(self, q: np.ndarray, k: int, desc: str) -> tuple[np.ndarray, np.ndarray]:
-        m, b = q.shape[0], self.block_rows
+        m, b = q.shape[0], self._round_rows
         distances = np.empty((m, k), dtype=np.float32)
         indices = np.empty((m, k), dtype=np.int64)
         bar = tqdm(total=m, desc=desc, unit="q", disable=not self.progress or m <= b, leave=False)
@@ -281,6 +302,12 @@ class ShardedIndex(EmbeddingIndex):
     def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Collective: the ``k`` nearest points (of all shards) of this rank's ``queries``
         (any number per rank, zero included), as :meth:`EmbeddingIndex.search`."""
+        q = tensor_to_numpy(queries)
+        if isinstance(q, np.ndarray) and q.ndim == 2 and q.shape[0] == 0:  # a rank without queries takes part
+            if q.shape[1] != self.dim:
+                raise ValueError(f"queries have dimension {q.shape[1]} but the index has dimension {self.dim}")
+            k = check_int(k, "k", minimum=1, maximum=self.num_examples)
+            return self._search_blocks(np.empty((0, self.dim), dtype=np.float32), k, desc="search")
         return super().search(queries, k)
 
     def _ivf_self_search(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -289,30 +316,18 @@ class ShardedIndex(EmbeddingIndex):
         lo, hi = self.row_range
         distances = np.empty((hi - lo, k), dtype=np.float32)
         indices = np.empty((hi - lo, k), dtype=np.int64)
-        blocks = list(self._ivf_list_block_bounds())
         bar = tqdm(total=hi - lo, desc="knn graph", unit="q", leave=False,
                    disable=not self.progress or hi - lo <= self.block_rows)
-        gen = self._ivf_list_blocks()
-        for r in range(self._rounds(len(blocks))):
-            if r < len(blocks):
-                rows, queries = next(gen)
-            else:
-                rows, queries = np.empty(0, np.int64), np.empty((0, self.dim), np.float32)
+        blocks = self._ivf_list_blocks(self._round_rows)
+        nothing = (np.empty(0, np.int64), np.empty((0, self.dim), np.float32))
+        while True:
+            rows, queries = next(blocks, nothing)
+            if not self.comm.allreduce(np.array([len(rows)], dtype=np.int64), op="max")[0]:
+                break  # every rank is done
             distances[rows - lo], indices[rows - lo] = self._exchange_search(queries, k)
             bar.update(len(rows))
         bar.close()
         return distances, indices
-
-    def _ivf_list_block_bounds(self):
-        """The blocks _ivf_list_blocks yields, counted without copying vectors."""
-        sizes = np.array([self.index.invlists.list_size(i) for i in range(self.index.nlist)])
-        pending = 0
-        for lst, size in enumerate(sizes):
-            pending += size
-            if pending >= BLOCK_ROWS or lst == len(sizes) - 1:
-                if pending:
-                    yield pending
-                pending = 0
 
     def neighbors(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Collective: the ``k`` nearest other points of every row of this shard, ``(D, I)``,
@@ -343,7 +358,9 @@ class ShardedIndex(EmbeddingIndex):
             raise ValueError(f"self_weight must be in (0, 1] or None, got {self_weight!r}")
         lo, hi = self.row_range
         n = self.num_examples
+        start = time.perf_counter()
         D, I = self.neighbors(k)
+        logger.info("rank %d: %d-NN of rows %d..%d in %.1f s", self.comm.rank, k, lo, hi, time.perf_counter() - start)
         valid = I >= 0
         w = self._edge_weights(D, I, valid, kernel, sigma)
         indptr = np.zeros(hi - lo + 1, dtype=np.int64)
@@ -354,7 +371,9 @@ class ShardedIndex(EmbeddingIndex):
         rows = to_int64(sp.csr_matrix((w[valid], I[valid], indptr), shape=(hi - lo, n)))
         del D, I, w, valid
         if symmetrize:
+            start = time.perf_counter()
             rows = self._symmetrized(rows)
+            logger.info("rank %d: symmetrized in %.1f s", self.comm.rank, time.perf_counter() - start)
         rows.sort_indices()
         rows = to_int64(rows)
         if self_weight is not None:  # no self loops so far: add the diagonal
@@ -365,27 +384,37 @@ class ShardedIndex(EmbeddingIndex):
         return rows
 
     def _symmetrized(self, rows: sp.csr_matrix) -> sp.csr_matrix:
-        """max(W, W^T) restricted to this rank's rows: each entry (i, j, w) is sent, as
-        (j, i, w), to the rank owning row j (W - 1 rounds of all-gathers)."""
+        """max(W, W^T) restricted to this rank's rows: the transpose of this rank's rows
+        (an ``N x (hi - lo)`` CSR) is cut by row owner and each piece sent to its owner
+        (W - 1 rounds of all-gathers), which puts the pieces side by side."""
         lo, hi = self.row_range
-        size, rank = self.comm.size, self.comm.rank
-        coo = rows.tocoo()
-        src_rows = coo.row.astype(np.int64) + lo
-        cols = coo.col.astype(np.int64)
-        data = coo.data
-        del coo
-        owner = np.searchsorted(self._bounds, cols, side="right") - 1
-        t_rows, t_cols, t_data = [cols[owner == rank]], [src_rows[owner == rank]], [data[owner == rank]]
-        for step in range(1, size):
+        size, rank, b = self.comm.size, self.comm.rank, self._bounds
+        transposed = to_int64(rows.T.tocsr())  # row j: the rows of this shard listing j
+        pieces = [None] * size
+        for step in range(size):
             dest, src = (rank + step) % size, (rank - step) % size
-            sel = owner == dest
-            pairs = self.comm.allgather(np.stack([cols[sel], src_rows[sel]]))[src]
-            t_rows.append(pairs[0])
-            t_cols.append(pairs[1])
-            t_data.append(self.comm.allgather(np.ascontiguousarray(data[sel]))[src])
-        del src_rows, cols, data, owner
-        transpose = sp.csr_matrix((np.concatenate(t_data), (np.concatenate(t_rows) - lo, np.concatenate(t_cols))),
-                                  shape=rows.shape)
+            cut = transposed[b[dest]:b[dest + 1]]
+            if step == 0:
+                pieces[rank] = (cut.indptr, cut.indices, cut.data)
+                continue
+            got = [self.comm.allgather(a)[src] for a in (cut.indptr, cut.indices, np.ascontiguousarray(cut.data))]
+            pieces[src] = tuple(got)
+        del transposed
+        # hstack of the pieces (columns of piece s are the rows of rank s): row by row,
+        # piece after piece, which keeps every row's columns sorted
+        counts = np.stack([np.diff(p[0]) for p in pieces])  # size x (hi - lo)
+        indptr = np.zeros(hi - lo + 1, dtype=np.int64)
+        np.cumsum(counts.sum(axis=0), out=indptr[1:])
+        indices = np.empty(indptr[-1], dtype=np.int64)
+        data = np.empty(indptr[-1], dtype=np.float32)
+        starts = indptr[:-1].copy()
+        for s, (p_indptr, p_indices, p_data) in enumerate(pieces):
+            dest_pos = np.repeat(starts - p_indptr[:-1], counts[s]) + np.arange(p_indptr[-1])
+            indices[dest_pos] = p_indices + b[s]
+            data[dest_pos] = p_data
+            starts += counts[s]
+            pieces[s] = None
+        transpose = sp.csr_matrix((data, indices, indptr), shape=rows.shape)
         return rows.maximum(transpose).tocsr()
 
     def __repr__(self) -> str:
@@ -443,3 +472,68 @@ def load_graph_shards(paths: Sequence[str | os.PathLike], symmetric: bool = True
     if graph.shape[0] != graph.shape[1]:
         raise ValueError(f"graph shards hold {graph.shape[0]} rows of a graph with {graph.shape[1]} columns")
     return mark_symmetric(graph) if symmetric else graph
+
+
+def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start: int) -> "Selection":
+    """Collective: exact lazy greedy facility location ``f(S) = sum_v max_{s in S} W[s, v]``
+    over a graph held in row shards (this rank's rows ``row_start ..`` of ``W``, e.g.
+    :meth:`ShardedIndex.knn_graph` with ``self_weight=1.0``): the same picks as
+    ``maximize(FacilityLocation(W), k)`` in one process, on every rank.
+
+    Every rank keeps the coverage of all N items (N float32) and a lazy heap of its own
+    rows' gains (a gain is computed from the item's row, which its owner holds); each step
+    the ranks all-gather their best fresh gain, the largest wins (ties to the smaller
+    index), and its owner broadcasts the winner's row. Two small collectives per pick.
+
+    >>> from batchsel.integrations import SingleProcessComm
+    >>> w = sp.csr_matrix(np.array([[1, .9, 0], [.9, 1, .2], [0, .2, 1]], dtype=np.float32))
+    >>> facility_location(w, 2, SingleProcessComm(), 0).indices.tolist()
+    [1, 2]
+    """
+    import heapq
+
+    from .functions._kernels import facility_gains
+    from .optimizers import Selection
+
+    rows = to_int64(sp.csr_matrix(rows, dtype=np.float32))
+    n = rows.shape[1]
+    k = check_int(k, "k", minimum=1, maximum=n)
+    if rows.nnz and rows.data.min() < 0:
+        raise ValueError(f"facility location needs non-negative weights, got {rows.data.min()}")
+    rows.sort_indices()
+    cur = np.zeros(n, dtype=np.float32)
+    local = np.arange(rows.shape[0], dtype=np.int64)
+    gains = facility_gains(rows, cur, local)
+    heap = [(-g, row_start + j, 0) for j, g in enumerate(gains.tolist())]  # (-bound, item, step evaluated)
+    heapq.heapify(heap)
+    ends = np.cumsum(comm.allgather(rows.shape[0]))  # rank r holds rows ends[r-1] .. ends[r]-1
+    if ends[-1] != n:
+        raise ValueError(f"the ranks hold {ends[-1]} rows of a graph with {n} columns")
+    picks, picked_gains, evaluations = [], [], len(local)
+    for step in range(k):
+        while heap and heap[0][2] != step:  # refresh the top until it is current
+            _, j, _ = heapq.heappop(heap)
+            g = float(facility_gains(rows, cur, np.array([j - row_start]))[0])
+            evaluations += 1
+            heapq.heappush(heap, (-g, j, step))
+        best = (-heap[0][0], heap[0][1]) if heap else (-np.inf, n)
+        offers = comm.allgather(np.array(best, dtype=np.float64))
+        g, j = max(((o[0], -o[1]) for o in offers))  # largest gain, then smallest index
+        j = int(-j)
+        if j >= n:
+            break  # no candidate left anywhere
+        mine = row_start <= j < row_start + rows.shape[0]
+        if mine:
+            heapq.heappop(heap)
+            lo_p, hi_p = rows.indptr[j - row_start], rows.indptr[j - row_start + 1]
+            payload = (rows.indices[lo_p:hi_p], rows.data[lo_p:hi_p])
+        else:
+            payload = None
+        owner = int(np.searchsorted(ends, j, side="right"))
+        cols, vals = comm.broadcast(payload, root=owner)
+        cur[cols] = np.maximum(cur[cols], vals)
+        picks.append(j)
+        picked_gains.append(g)
+    value = float(cur.astype(np.float64).sum())
+    return Selection(np.array(picks, dtype=np.int64), np.array(picked_gains), value, optimizer="sharded-lazy",
+                     evaluations=int(comm.allreduce(np.array([evaluations]))[0]))

@@ -1,10 +1,6 @@
 """batchsel.sharded: the sharded index and distributed k-NN graph equal the single-process
 EmbeddingIndex (one rank in process; two ranks under mpiexec), and a dead rank ends the job."""
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,13 +11,14 @@ import scipy.sparse as sp
 
 from batchsel.index import EmbeddingIndex
 from batchsel.integrations import SingleProcessComm
-from batchsel.sharded import ShardedIndex, _merge, gather_graph, load_graph_shards, save_graph_shard, shard_range
+from batchsel.sharded import (ShardedIndex, _merge, facility_location, gather_graph, load_graph_shards,
+                              save_graph_shard, shard_range)
 
-HERE = Path(__file__).resolve().parent
-JOB = HERE / "mp_scripts" / "sharded_job.py"
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-if not MPIEXEC.exists():
-    MPIEXEC = Path(shutil.which("mpiexec") or "/nonexistent/mpiexec")
+from test_integrations_mp import MPIEXEC, clean_env  # puts tests/mp_scripts on sys.path
+
+from common import run_command  # noqa: E402
+
+JOB = Path(__file__).resolve().parent / "mp_scripts" / "sharded_job.py"
 needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec")
 
 
@@ -51,6 +48,19 @@ def test_one_rank_equals_embedding_index(data, kind, metric, kernel):
     D, I = index.search(data[:50], k=4)
     D0, I0 = ref.search(data[:50], k=4)
     assert np.array_equal(I, I0) and np.allclose(D, D0)
+
+
+def test_facility_location_equals_lazy_greedy(data):
+    from batchsel.functions import FacilityLocation
+    from batchsel.optimizers import maximize
+
+    comm = SingleProcessComm()
+    rows = ShardedIndex(data, comm, metric="euclidean", kind="ivf", progress=False).knn_graph(k=10, self_weight=1.0)
+    ref = maximize(FacilityLocation(gather_graph(rows, comm)), 60)
+    sel = facility_location(rows, 60, comm, 0)
+    assert np.array_equal(sel.indices, ref.indices) and sel.value == pytest.approx(ref.value, rel=1e-12)
+    with pytest.raises(ValueError, match="ranks hold 2999 rows"):
+        facility_location(rows[1:], 5, comm, 1)
 
 
 def test_merge_keeps_nearest_ties_to_smaller_index_missing_last():
@@ -101,47 +111,56 @@ def test_errors_name_the_problem(data):
         index.knn_graph(k=3, self_weight=2.0)
 
 
-def clean_env() -> dict:
-    drop = ("OMPI_", "PMIX_", "PMI_", "MV2_", "PRTE_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def launch(tmp_path: Path, *opts: str, timeout: float = 120) -> tuple[int, str, float]:
+def launch(tmp_path: Path, *opts: str, succeed: bool = True) -> tuple[str, float]:
     np.save(tmp_path / "data.npy", clustered())
-    cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, str(JOB),
-           str(tmp_path / "out"), str(tmp_path / "data.npy"), *opts]
+    cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, JOB, tmp_path / "out",
+           tmp_path / "data.npy", *opts]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} hung for {timeout} s:\n{output[-3000:]}")
-    return proc.returncode, output, time.monotonic() - start
+    output = run_command(cmd, clean_env(), 120, succeed=succeed)
+    return output, time.monotonic() - start
 
 
 @pytest.mark.slow
 @needs_mpi
 def test_two_mpi_ranks_equal_one_process(tmp_path):
-    rc, output, _ = launch(tmp_path)
-    assert rc == 0, output[-5000:]
+    launch(tmp_path)
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["size"] == 2
     for key in ("flat-euclidean", "ivf-euclidean", "ivf-cosine"):
         r = result[key]
         assert r["graph_diff"] == 0 and r["files_diff"] == 0 and r["graph_nnz"] > 0, (key, r)
         assert r["search_same"], key
+        assert r["fl_same"], key  # sharded facility location = one process's lazy greedy
         assert r["nprobe"][0] == r["nprobe"][1], key
 
 
 @pytest.mark.slow
 @needs_mpi
 def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
-    rc, output, seconds = launch(tmp_path, "--die-rank", "1", timeout=90)
-    assert rc != 0 and seconds < 60, (rc, seconds, output[-3000:])
+    output, seconds = launch(tmp_path, "--die-rank", "1", succeed=False)
+    assert seconds < 60, (seconds, output[-3000:])
     assert "survived" not in output
     assert ",1]" in output and "Exit code:    3" in output, output[-3000:]  # Open MPI names rank 1
+
+
+@pytest.mark.slow
+@needs_mpi
+def test_cli_under_mpiexec_equals_one_process(tmp_path):
+    """``mpiexec -n 2 batchsel plan --method graph`` builds the graph sharded; rank 0 writes
+    the same graph and plan (fingerprint) as one process. ``batchsel select --neighbors``
+    (sparse facility location, lazy greedy) runs sharded and prints the same selection."""
+    np.save(tmp_path / "emb.npy", clustered(n=1500))
+    exe = Path(sys.executable).parent / "batchsel"
+    args = ["plan", str(tmp_path / "emb.npy"), "--method", "graph", "--batch-size", "50", "--workers", "2",
+            "--quiet", "--json"]
+    one = run_command([exe, *args, "--out", tmp_path / "p1.npz", "--save-graph", tmp_path / "g1.npz"], clean_env(), 120)
+    two = run_command([MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", exe, *args,
+                       "--out", tmp_path / "p2.npz", "--save-graph", tmp_path / "g2.npz"], clean_env(), 120)
+    f1 = [json.loads(line)["epochs"][0]["fingerprint"] for line in one.splitlines() if line.startswith("{")]
+    f2 = [json.loads(line)["epochs"][0]["fingerprint"] for line in two.splitlines() if line.startswith("{")]
+    assert len(f1) == 1 and f2 == f1  # rank 0 alone reports
+    assert (sp.load_npz(tmp_path / "g1.npz") != sp.load_npz(tmp_path / "g2.npz")).nnz == 0
+    select = ["select", tmp_path / "emb.npy", "--k", "20", "--neighbors", "8", "--json", "--quiet"]
+    one = run_command([exe, *select], clean_env(), 120)
+    two = run_command([MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", exe, *select], clean_env(), 120)
+    assert [json.loads(line) for line in two.splitlines() if line.startswith("{")] == [json.loads(one)]

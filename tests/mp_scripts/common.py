@@ -87,9 +87,10 @@ def spawn_torch(fn, world_size: int, *args) -> None:
                        join=True, start_method="fork")
 
 
-def run_command(cmd: list, env: dict, timeout: float) -> str:
+def run_command(cmd: list, env: dict, timeout: float, succeed: bool = True) -> str:
     """Run a launcher (and its ranks) in a session of its own and return its output;
-    on a hang the whole process group is killed and the test fails with the output's tail."""
+    on a hang the whole process group is killed and the test fails with the output's tail.
+    ``succeed=False``: the job must fail (non-zero exit) instead."""
     import signal
     import subprocess
 
@@ -101,5 +102,5 @@ def run_command(cmd: list, env: dict, timeout: float) -> str:
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank
         output, _ = proc.communicate()
         raise AssertionError(f"{' '.join(map(str, cmd))} hung for {timeout} s:\n{output[-3000:]}") from None
-    assert proc.returncode == 0, output[-5000:]
+    assert (proc.returncode == 0) == succeed, (proc.returncode, output[-5000:])
     return output
