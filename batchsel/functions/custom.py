@@ -39,7 +39,7 @@ class Custom(SetFunction):
     >>> f = Custom(x, lambda m: np.sqrt(m.sum(axis=0)).sum())   # a feature-based function
     >>> from batchsel import maximize
     >>> maximize(f, 2, optimizer="naive").indices.tolist()
-    [0, 2]
+    [1, 2]
     """
 
     def __init__(self, rows: Any, function: Callable[..., float], **function_kwargs: Any) -> None:
