@@ -340,7 +340,7 @@ class IrreducibleLoss:
         from .index import EmbeddingIndex
 
         k = min(self.neighbors, len(x_fit))
-        dist2, nn = EmbeddingIndex(x_fit, metric="l2", progress=False, seed=self.seed).search(x_score, k)
+        dist2, nn = EmbeddingIndex(x_fit, metric="euclidean", progress=False, seed=self.seed).search(x_score, k)
         weights = 1.0 / np.maximum(np.sqrt(np.maximum(dist2, 0.0)), 1e-6)  # sklearn's weights="distance"
         votes = np.zeros((len(x_score), self.n_classes_))
         np.add.at(votes, (np.repeat(np.arange(len(x_score)), k), y_fit[nn].reshape(-1)), weights.reshape(-1))
