@@ -325,18 +325,9 @@ def _objective(name: str, x: np.ndarray, metric: str, neighbors: int | None, pro
 
     if name == "feature-based":
         return functions.FeatureBased(x)
-    # The similarity of FacilityLocation.from_embeddings is the one place that builds
-    # apricot's similarity from embeddings: dense max d^2 - d^2 (stored as -d^2 with a
-    # floor), squared cosine, or a sparse k-NN affinity with 1 on the diagonal.
-    fl = functions.FacilityLocation.from_embeddings(x, metric=metric, neighbors=neighbors, progress=progress)
-    if name == "facility-location":
-        return fl
-    similarity = fl.similarity
-    if not fl.sparse and fl.floor != 0.0:
-        similarity -= np.float32(fl.floor)  # non-negative, as the graph functions need
-    cls = {"graph-cut": functions.GraphCut, "sum-redundancy": functions.SumRedundancy,
-           "saturated-coverage": functions.SaturatedCoverage}[name]
-    return cls(similarity)
+    cls = {"facility-location": functions.FacilityLocation, "graph-cut": functions.GraphCut,
+           "sum-redundancy": functions.SumRedundancy, "saturated-coverage": functions.SaturatedCoverage}[name]
+    return cls.from_embeddings(x, metric=metric, neighbors=neighbors, progress=progress)
 
 
 def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[int, Any]:
