@@ -102,6 +102,10 @@ def main(out: str) -> None:
               "params": [p.detach().flatten().tolist() for p in first.model.parameters()]}
     with open(f"{out}.rank{rank}.json", "w") as f:
         json.dump(result, f)
+    # as the other jobs do: a process group left to interpreter exit can abort in gloo's
+    # threads ("terminate called without an active exception", seen once under load)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
