@@ -5,17 +5,16 @@ dataset wrapper.
 whose batches come from a batchsel :class:`~batchsel.selectors.Selector`. It adds what
 DistributedSampler lacks: exact mid-epoch resume, feedback from the training loop
 (per-example losses / logits / embeddings, shared across ranks), and a check that every
-rank works from the same plan. torch itself is imported only where a tensor is touched,
-so ``import batchsel`` stays light.
+rank works from the same plan. Its selection ahead of the training step (``prefetch``)
+is :class:`~batchsel.integrations.prefetch.BackgroundSelection`. torch itself is imported
+only where a tensor is touched, so ``import batchsel`` stays light.
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
 import logging
-import threading
-from collections import deque
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from batchsel.selectors.base import RandomSelector, Selector, digest, shard_leng
 from batchsel.selectors.coreset import CoresetSelector
 
 from .comm import Communicator, get_communicator
+from .prefetch import BackgroundSelection, Observation
 
 logger = logging.getLogger(__name__)
 
@@ -69,118 +69,6 @@ def _torch_dist_world() -> tuple[int, int] | None:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return None
-
-
-# what the background thread hands back when the epoch has no batch left
-_END = object()
-Observation = dict[str, "np.ndarray | None"]
-
-
-class _Prefetcher:
-    """A daemon thread that selects a sampler's next batches while the training step runs.
-
-    Requests are served one at a time, in the order made: each hands the selector the
-    observations that came with it, then takes the next item of ``source``. The selector
-    is touched only by the request running (at most one), and the training thread waits
-    for the results before it hands out, saves or loads anything, so the batches depend
-    on the order of the calls, never on thread timing. A request the thread has not
-    started when its result is needed (no core was free for it: a loaded machine) runs
-    on the training thread instead of waiting for the thread to be scheduled.
-    """
-
-    def __init__(self, source: Iterator, apply: Callable[[list[Observation]], None]) -> None:
-        self._source, self._apply = source, apply
-        self._cond = threading.Condition()
-        self._todo: deque[list[Observation]] = deque()  # requests not started, oldest first
-        self._done: deque[tuple[bool, Any]] = deque()   # finished, not collected
-        self._busy = False  # a request is running (on either thread)
-        self._closed = False
-        self._ready: deque[tuple[bool, Any]] = deque()  # collected early (drain), not handed out
-        self.in_flight = 0  # requests made and not collected
-        # the thread holds this object, never the iteration: dropping the iteration closes it
-        self._thread = threading.Thread(target=self._serve, name="batchsel-prefetch", daemon=True)
-        self._thread.start()
-
-    @property
-    def thread(self) -> threading.Thread:
-        return self._thread
-
-    def _run(self, observations: list[Observation]) -> tuple[bool, Any]:
-        try:
-            self._apply(observations)
-            return True, next(self._source, _END)
-        except BaseException as exc:  # noqa: BLE001 - raised in the training thread
-            return False, exc
-
-    def _serve(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and (self._busy or not self._todo):
-                    self._cond.wait()
-                if self._closed:
-                    return
-                observations = self._todo.popleft()
-                self._busy = True
-            result = self._run(observations)
-            with self._cond:
-                self._done.append(result)
-                self._busy = False
-                self._cond.notify_all()
-
-    def request(self, observations: list[Observation]) -> None:
-        """Start selecting the next item, after applying ``observations``."""
-        with self._cond:
-            self._todo.append(observations)
-            self.in_flight += 1
-            self._cond.notify_all()
-
-    def _collect(self) -> tuple[bool, Any]:
-        # the oldest request's result: finished, running (wait), or not started (run it here)
-        with self._cond:
-            while not self._done and (self._busy or not self._todo):
-                self._cond.wait()
-            if self._done:
-                self.in_flight -= 1
-                return self._done.popleft()
-            observations = self._todo.popleft()  # every earlier request is collected: it is the oldest
-            self._busy = True
-        result = self._run(observations)
-        with self._cond:
-            self._busy = False
-            self.in_flight -= 1
-            self._cond.notify_all()
-        return result
-
-    def drain(self) -> list[tuple[bool, Any]]:
-        """Wait until no request is in flight; the results stay queued for :meth:`result`.
-        Returns every result not handed out yet, oldest first."""
-        while self.in_flight:
-            self._ready.append(self._collect())
-        return list(self._ready)
-
-    def result(self) -> Any:
-        """The oldest request's item (waiting for it); its exception is raised here."""
-        if not self._ready and not self.in_flight:
-            return _END  # closed, or nothing asked for
-        ok, value = self._ready.popleft() if self._ready else self._collect()
-        if not ok:
-            raise value
-        return value
-
-    def close(self) -> None:
-        """Finish the requests made (the selector must be idle, and in the state the order
-        of calls gives, once this returns) and end the thread. Idempotent."""
-        if self._closed:
-            return
-        if threading.current_thread() is not self._thread:
-            self.drain()
-            self._ready.clear()
-        # else finalized by the garbage collector on the thread itself: it cannot wait for itself
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
 
 
 class _EpochSetter:
@@ -344,11 +232,10 @@ class SelectionBatchSampler:
         self._iter_pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         # feedback is gathered across ranks only for selectors that use it (not RandomSelector)
         self._uses_feedback = bool(selector.uses_feedback)
-        self._buffer: list[dict[str, np.ndarray | None]] = []  # feedback not yet all-gathered
-        # gathered feedback held back from the selector while a prefetch iteration runs:
-        # the next selection applies it first (the order of calls decides, not timing)
-        self._deferred: list[dict[str, np.ndarray | None]] = []
-        self._worker: _Prefetcher | None = None  # the running prefetch iteration's thread
+        self._buffer: list[Observation] = []  # feedback not yet all-gathered
+        # gathered feedback goes to the selector through this; while an iteration with
+        # prefetch runs, each selection ahead applies what came before it (call order decides)
+        self._background = BackgroundSelection(self._feed_selector)
         self._warned_local = False
 
     # -- rank and world size ------------------------------------------------------------
@@ -440,7 +327,7 @@ class SelectionBatchSampler:
         if (not self._resolved or (self._lazy and self._world_size == 1)
                 or (self._comm is None and _torch_dist_world() is not None)):
             self._resolve()
-        self._stop_worker()  # an earlier iteration left unfinished: its selection ends first
+        self._background.stop()  # an earlier iteration left unfinished: its selection ends first
         epoch = self.epoch
         start, pending, skip = 0, [], 0
         if self._resume is not None and self._resume["epoch"] == epoch:
@@ -455,10 +342,7 @@ class SelectionBatchSampler:
         # the replayed batches were drawn before the checkpoint; the selector resumes after them
         source = itertools.chain(((np.asarray(b), None) for b in pending), self._batches(epoch, start))
         source = itertools.islice(source, max(len(self) - self._iter_base, 0))
-        if self.prefetch:
-            source = self._ahead(source)
-        else:
-            self._flush_deferred()  # feedback a prefetch run saved unapplied
+        source = self._background.run(source, self.prefetch)
         try:
             for batch, weights in source:
                 self._yielded += 1
@@ -468,40 +352,8 @@ class SelectionBatchSampler:
                     yield batch.tolist()
                 else:
                     yield list(zip(batch.tolist(), weights.tolist()))
-        finally:
-            if self.prefetch:  # a loop that breaks early: stop the thread now, not at garbage collection
-                source.close()
-
-    def _ahead(self, source: Iterator) -> Iterator:
-        """``source``'s items, each selected in the background ``prefetch`` batches ahead:
-        handing out one starts the selection of the one ``prefetch`` places later, with the
-        feedback observed until then."""
-        worker = self._worker = _Prefetcher(source, self._apply_now)
-        try:
-            for _ in range(self.prefetch):  # the first one is waited for at once
-                worker.request(self._take_deferred())
-            while True:
-                item = worker.result()
-                if item is _END:
-                    return
-                worker.request(self._take_deferred())
-                yield item
-        finally:
-            worker.close()
-            if self._worker is worker:
-                self._worker = None
-                if threading.current_thread() is not worker.thread:
-                    self._flush_deferred()  # nothing in flight: the last steps' feedback goes in now
-                # else garbage-collected in the middle of a selection on the thread: the
-                # feedback waits for the next observe or iteration, not inside that selection
-
-    def _stop_worker(self) -> None:
-        """End the prefetch thread of an unfinished iteration (after its selection in flight)
-        and hand the selector the feedback held back for it."""
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.close()
-            self._flush_deferred()
+        finally:  # a loop that breaks early: the prefetch thread stops now, not at garbage collection
+            source.close()
 
     def batch_indices(self, batch: int) -> np.ndarray:
         """The example indices of batch number ``batch`` (counted from the epoch's start) of
@@ -557,11 +409,10 @@ class SelectionBatchSampler:
         as pending (replayed first on resume), the feedback not yet handed to the selector
         under ``deferred``, and the selector's state is the one after those selections.
         """
-        ahead = self._drain_ahead()
+        ahead, deferred = self._background.state()
         if self._resume is not None:  # loaded and not iterated yet: unchanged
             state = {k: v for k, v in self._resume.items() if k != "placeholders"}
-            state.update(selector=self.selector.state_dict(), observations=list(self._buffer),
-                         deferred=list(self._deferred))
+            state.update(selector=self.selector.state_dict(), observations=list(self._buffer), deferred=deferred)
         else:
             active = self._iter_epoch == self.epoch
             yielded = self._yielded if active else 0
@@ -574,12 +425,12 @@ class SelectionBatchSampler:
                     raise ValueError(f"batches_done={done} is before this iteration's start ({self._iter_base})")
                 # batches drawn so far: the replayed ones (some maybe not handed out yet) and the
                 # new ones, those selected ahead in the background included
-                drawn = self._history + ahead
+                drawn = self._history + [batch for batch, _ in ahead]
                 drawn = drawn if len(drawn) >= len(self._iter_pending) else self._iter_pending
                 pending = [np.array(b, dtype=np.int64) for b in drawn[done - self._iter_base:]]
             state = {"epoch": self.epoch, "position": done + len(pending), "pending": pending,
                      "selector": self.selector.state_dict(), "observations": list(self._buffer),
-                     "deferred": list(self._deferred)}
+                     "deferred": deferred}
         state.update(version=STATE_VERSION, rank=self.rank, world_size=self.world_size, seed=self.selector.seed,
                      method=type(self.selector).__name__, batches_done=state["position"] - len(state["pending"]),
                      num_examples=self.selector.num_examples, batch_size=self.selector.batch_size,
@@ -589,19 +440,6 @@ class SelectionBatchSampler:
                 raise ValueError("all_ranks=True needs a communicator (this sampler has none)")
             state = {"version": STATE_VERSION, "world_size": self.world_size, "ranks": self.comm.allgather(state)}
         return _portable(state)
-
-    def _drain_ahead(self) -> list[np.ndarray]:
-        """Wait for the background selections in flight (the selector is idle afterwards);
-        the batches they selected and not handed out yet, oldest first."""
-        if self._worker is None:
-            return []
-        batches = []
-        for ok, item in self._worker.drain():
-            if not ok:
-                raise RuntimeError("selecting a batch ahead failed; the state would not be consistent") from item
-            if item is not _END:
-                batches.append(np.asarray(item[0], dtype=np.int64))
-        return batches
 
     def load_state_dict(self, state: dict[str, Any], placeholders: bool = False) -> None:
         """Restore :meth:`state_dict`'s output: the next iteration over the saved epoch
@@ -636,14 +474,12 @@ class SelectionBatchSampler:
         position = check_int(state["position"], "position", minimum=0)
         if position > len(self):
             raise ValueError(f"the state's position {position} is past the epoch's {len(self)} batches")
-        self._worker, worker = None, self._worker
-        if worker is not None:  # an iteration with prefetch still running: its thread stops first
-            worker.close()
+        self._background.stop(flush=False)  # an iteration with prefetch still running: its thread stops first
         self.selector.load_state_dict(state["selector"])
         self._buffer = [dict(o) for o in state["observations"]]
         # feedback a prefetch run had gathered and not yet handed to the selector (states
         # written before prefetch existed have none)
-        self._deferred = [dict(o) for o in state.get("deferred", [])]
+        self._background.deferred = [dict(o) for o in state.get("deferred", [])]
         self._resume = {"epoch": int(state["epoch"]), "position": position, "placeholders": bool(placeholders),
                         "pending": [np.asarray(b, dtype=np.int64) for b in state["pending"]]}
         self.epoch = int(state["epoch"])
@@ -664,7 +500,7 @@ class SelectionBatchSampler:
         idx = _to_numpy(indices)
         if idx.dtype == object or not (np.issubdtype(idx.dtype, np.integer) or idx.size == 0):
             raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-        obs: dict[str, np.ndarray | None] = {"indices": idx.astype(np.int64).reshape(-1)}
+        obs: Observation = {"indices": idx.astype(np.int64).reshape(-1)}
         for name, value in zip(_FEEDBACK, (losses, logits, embeddings)):
             if value is not None:
                 value = _to_numpy(value)
@@ -675,7 +511,7 @@ class SelectionBatchSampler:
             if self.world_size > 1 and not self._warned_local:
                 logger.warning("no communicator: rank %d's feedback is not shared with the other ranks", self.rank)
                 self._warned_local = True
-            self._apply([obs])
+            self._background.observe([obs])
             return
         self._buffer.append(obs)
         if len(self._buffer) >= self.sync_every:
@@ -685,30 +521,16 @@ class SelectionBatchSampler:
         """All-gather the buffered feedback now (collective) and hand it to the selector:
         round by round (call order), rank by rank within a round."""
         if self.comm is None or self.world_size == 1:
-            self._apply(self._buffer)
+            self._background.observe(self._buffer)
             self._buffer = []
             return
         gathered = self.comm.allgather(self._buffer)
         self._buffer = []
         rounds = max(len(g) for g in gathered)
-        self._apply([g[c] for c in range(rounds) for g in gathered if c < len(g)])
+        self._background.observe([g[c] for c in range(rounds) for g in gathered if c < len(g)])
 
-    def _apply(self, observations: list[dict[str, np.ndarray | None]]) -> None:
-        if self._worker is not None:  # a selection may be running: the next one applies these first
-            self._deferred.extend(observations)
-            return
-        self._flush_deferred()
-        self._apply_now(observations)
-
-    def _take_deferred(self) -> list[dict[str, np.ndarray | None]]:
-        taken, self._deferred = self._deferred, []
-        return taken
-
-    def _flush_deferred(self) -> None:
-        if self._deferred:
-            self._apply_now(self._take_deferred())
-
-    def _apply_now(self, observations: list[dict[str, np.ndarray | None]]) -> None:
+    def _feed_selector(self, observations: list[Observation]) -> None:
+        # on the training thread, or on the prefetch thread right before a selection
         for obs in observations:
             self.selector.observe(obs["indices"], losses=obs["losses"], logits=obs["logits"],
                                   embeddings=obs["embeddings"])
@@ -742,10 +564,21 @@ class SelectionBatchSampler:
                                f"fingerprints by rank {prints}")
         return mine
 
+    # The pickled form is the one from before BackgroundSelection: the feedback held back
+    # as ``_deferred`` and no thread (``_worker``), so pickles load in either version. A
+    # thread does not copy or pickle; a copy's iteration starts its own.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_worker"] = None  # a thread does not copy or pickle; a copy's iteration starts its own
+        state["_deferred"] = state.pop("_background").deferred
+        state["_worker"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        deferred = state.pop("_deferred", [])
+        state.pop("_worker", None)
+        self.__dict__.update(state)
+        self._background = BackgroundSelection(self._feed_selector, deferred)
 
     def __repr__(self) -> str:
         return (f"SelectionBatchSampler({self.selector!r}, rank={self.rank}, world_size={self.world_size}, "

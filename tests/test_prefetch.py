@@ -109,10 +109,10 @@ def test_feedback_lag_is_exact_and_timing_free(kind):
 def test_a_thread_that_never_gets_a_core_changes_nothing(monkeypatch):
     # a loaded machine at the extreme: the thread never starts a request, the training
     # thread runs each one when it needs the result; the batches are the same
-    import batchsel.integrations.sampler as sampler_module
+    import batchsel.integrations.prefetch as prefetch_module
 
     normal = run_epochs(SelectionBatchSampler(LossRankSelector(N, B, seed=2), rank=0, world_size=1, prefetch=1))
-    monkeypatch.setattr(sampler_module._Prefetcher, "_serve", lambda self: None)
+    monkeypatch.setattr(prefetch_module._SelectionThread, "_serve", lambda self: None)
     starved = run_epochs(SelectionBatchSampler(LossRankSelector(N, B, seed=2), rank=0, world_size=1, prefetch=1))
     assert starved == normal
 
@@ -200,6 +200,50 @@ def test_resume_across_prefetch_settings_replays_pending_batches():
     rest = list(resumed)
     assert len(handed) + len(rest) == len(run)
     assert rest[0] == state["pending"][0].tolist()
+
+
+def test_a_state_from_before_prefetch_loads():
+    # states written before prefetch (no "deferred") and before the run's sizes were recorded
+    def fresh(prefetch=0):
+        return SelectionBatchSampler(LossRankSelector(N, B, seed=8), rank=0, world_size=1, prefetch=prefetch)
+
+    run = fresh()
+    run.set_epoch(1)
+    it = iter(run)
+    finish(run, (next(it) for _ in range(4)))
+    state = run.state_dict()
+    old = {k: v for k, v in state.items() if k not in ("deferred", "num_examples", "batch_size", "num_batches")}
+    for prefetch in (0, 1):
+        resumed, reference = fresh(prefetch), fresh(prefetch)
+        resumed.load_state_dict(roundtrip(old))
+        reference.load_state_dict(roundtrip(state))
+        resumed.set_epoch(1)
+        reference.set_epoch(1)
+        assert finish(resumed, iter(resumed)) == finish(reference, iter(reference))
+    assert finish(resumed, []) == [] and len(resumed.state_dict()["deferred"]) == 0
+
+
+def test_a_pickled_copy_has_no_thread_and_its_own_held_back_feedback():
+    import pickle
+
+    s = SelectionBatchSampler(LossRankSelector(N, B, seed=9), rank=0, world_size=1, prefetch=1)
+    it = iter(s)
+    batch = next(it)
+    feed(s, batch, 0)  # held back: the selection ahead may be running
+    s.state_dict()  # waits for it: the selector is idle while it is copied
+    threads = len(prefetch_threads())
+    # the pickled form is the one of earlier versions: held-back feedback, no thread
+    assert s.__getstate__()["_worker"] is None and len(s.__getstate__()["_deferred"]) == 1
+    copy = pickle.loads(pickle.dumps(s))
+    assert len(prefetch_threads()) == threads
+    assert [o["indices"].tolist() for o in copy.state_dict()["deferred"]] == [batch]
+    before = s.selector.losses_.copy()
+    copy.set_epoch(1)
+    next(iter(copy))  # starting an iteration hands the held-back feedback to the copy's selector
+    assert np.array_equal(copy.selector.losses_[batch], fake_loss(np.array(batch), 0))
+    assert np.array_equal(s.selector.losses_, before)
+    assert len(finish(s, it, epoch=0)) == len(s) - 1  # the original goes on with its own thread
+    assert np.array_equal(s.selector.losses_[batch], fake_loss(np.array(batch), 0))
 
 
 class ThreadCheckingComm(Communicator):

@@ -1,0 +1,230 @@
+"""Selection ahead of the training step, for ``SelectionBatchSampler(prefetch=N)``.
+
+:class:`BackgroundSelection` is all the sampler sees: ``run`` an iteration's batch source
+(``N`` items ahead, in a daemon thread), ``observe`` feedback, ``state`` (the items
+selected ahead and the feedback held back) and ``stop``. :class:`_SelectionThread` is the
+thread and its queue of requests.
+
+The batches depend on the order of the calls, never on thread timing: one selection at a
+time touches the selector, feedback that comes while one may be running is held back and
+handed to the selector, in call order, by the next selection, and the training thread
+waits for the selections in flight before it hands out, saves or loads anything.
+
+>>> seen = []
+>>> background = BackgroundSelection(seen.extend)   # seen.extend: what the selector observes
+>>> batches = background.run(iter([[0, 1], [2, 3], [4, 5]]), depth=1)
+>>> next(batches)              # waited for; the selection of [2, 3] starts
+[0, 1]
+>>> background.observe(["feedback on [0, 1]"])
+>>> seen                       # held back: that selection may be running
+[]
+>>> next(batches)              # starts the selection of [4, 5], which applies it first
+[2, 3]
+>>> list(batches), seen
+([[4, 5]], ['feedback on [0, 1]'])
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Callable, Iterator, TypeVar
+
+import numpy as np
+
+#: one :meth:`SelectionBatchSampler.observe` call: indices and losses / logits / embeddings
+Observation = dict[str, "np.ndarray | None"]
+Item = TypeVar("Item")
+
+# what the thread hands back when the source has no item left
+_END = object()
+
+
+class _SelectionThread:
+    """A daemon thread that takes the next items of ``source`` while the training step runs.
+
+    Requests are served one at a time, in the order made: each hands the selector the
+    observations that came with it (``apply``), then takes the next item of ``source``.
+    The selector is touched only by the request running (at most one), and the training
+    thread waits for the results before it hands out, saves or loads anything. A request
+    the thread has not started when its result is needed (no core was free for it: a
+    loaded machine) runs on the training thread instead of waiting for the thread to be
+    scheduled.
+    """
+
+    def __init__(self, source: Iterator[Any], apply: Callable[[list[Observation]], None]) -> None:
+        self._source, self._apply = source, apply
+        self._cond = threading.Condition()
+        self._todo: deque[list[Observation]] = deque()  # requests not started, oldest first
+        self._done: deque[tuple[bool, Any]] = deque()   # finished, not collected
+        self._busy = False  # a request is running (on either thread)
+        self._closed = False
+        self._ready: deque[tuple[bool, Any]] = deque()  # collected early (drain), not handed out
+        self.in_flight = 0  # requests made and not collected
+        # the thread holds this object, never the iteration: dropping the iteration closes it
+        self.thread = threading.Thread(target=self._serve, name="batchsel-prefetch", daemon=True)
+        self.thread.start()
+
+    def _run(self, observations: list[Observation]) -> tuple[bool, Any]:
+        try:
+            self._apply(observations)
+            return True, next(self._source, _END)
+        except BaseException as exc:  # noqa: BLE001 - raised in the training thread
+            return False, exc
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (self._busy or not self._todo):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                observations = self._todo.popleft()
+                self._busy = True
+            result = self._run(observations)
+            with self._cond:
+                self._done.append(result)
+                self._busy = False
+                self._cond.notify_all()
+
+    def request(self, observations: list[Observation]) -> None:
+        """Start selecting the next item, after applying ``observations``."""
+        with self._cond:
+            self._todo.append(observations)
+            self.in_flight += 1
+            self._cond.notify_all()
+
+    def _collect(self) -> tuple[bool, Any]:
+        # the oldest request's result: finished, running (wait), or not started (run it here)
+        with self._cond:
+            while not self._done and (self._busy or not self._todo):
+                self._cond.wait()
+            if self._done:
+                self.in_flight -= 1
+                return self._done.popleft()
+            observations = self._todo.popleft()  # every earlier request is collected: it is the oldest
+            self._busy = True
+        result = self._run(observations)
+        with self._cond:
+            self._busy = False
+            self.in_flight -= 1
+            self._cond.notify_all()
+        return result
+
+    def drain(self) -> list[tuple[bool, Any]]:
+        """Wait until no request is in flight; the results stay queued for :meth:`result`.
+        Returns every result not handed out yet, oldest first."""
+        while self.in_flight:
+            self._ready.append(self._collect())
+        return list(self._ready)
+
+    def result(self) -> Any:
+        """The oldest request's item (waiting for it); its exception is raised here."""
+        if not self._ready and not self.in_flight:
+            return _END  # closed, or nothing asked for
+        ok, value = self._ready.popleft() if self._ready else self._collect()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Finish the requests made (the selector must be idle, and in the state the order
+        of calls gives, once this returns) and end the thread. Idempotent."""
+        if self._closed:
+            return
+        on_thread = threading.current_thread() is self.thread
+        if not on_thread:
+            self.drain()
+            self._ready.clear()
+        # else finalized by the garbage collector on the thread itself: it cannot wait for itself
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if not on_thread:
+            self.thread.join()
+
+
+class BackgroundSelection:
+    """A sampler's path for feedback to its selector, and its iterations' selection ahead.
+
+    ``apply`` hands observations to the selector. Outside an iteration with ``depth > 0``
+    :meth:`observe` applies at once; during one, feedback is held back (:attr:`deferred`)
+    and each selection the iteration starts first applies what was held back until then.
+    """
+
+    def __init__(self, apply: Callable[[list[Observation]], None],
+                 deferred: list[Observation] | None = None) -> None:
+        self._apply = apply
+        #: feedback not handed to the selector yet, oldest first
+        self.deferred: list[Observation] = [] if deferred is None else deferred
+        self._thread: _SelectionThread | None = None  # the running iteration's
+
+    def run(self, source: Iterator[Item], depth: int) -> Iterator[Item]:
+        """``source``'s items. With ``depth > 0`` each is selected in a daemon thread
+        ``depth`` items ahead: handing one out starts the selection of the one ``depth``
+        places later, with the feedback observed until then. The thread ends when the items
+        do, when this iterator is closed or garbage collected, or at :meth:`stop`; an
+        exception in it is raised here, at the item it was selecting."""
+        if not depth:
+            self._flush()  # feedback held back by a prefetch run (or its saved state)
+            yield from source
+            return
+        worker = self._thread = _SelectionThread(source, self._apply)
+        try:
+            for _ in range(depth):  # the first one is waited for at once
+                worker.request(self._take())
+            while True:
+                item = worker.result()
+                if item is _END:
+                    return
+                worker.request(self._take())
+                yield item
+        finally:
+            worker.close()
+            if self._thread is worker:
+                self._thread = None
+                if threading.current_thread() is not worker.thread:
+                    self._flush()  # nothing in flight: the last steps' feedback goes in now
+                # else garbage-collected in the middle of a selection on the thread: the
+                # feedback waits for the next observe or iteration, not inside that selection
+
+    def observe(self, observations: list[Observation]) -> None:
+        """Hand ``observations`` to the selector now, after what was held back; while an
+        iteration with ``depth > 0`` runs, when its next selection starts."""
+        if self._thread is not None:  # a selection may be running
+            self.deferred.extend(observations)
+            return
+        self._flush()
+        self._apply(observations)
+
+    def state(self) -> tuple[list[Any], list[Observation]]:
+        """Wait for the selections in flight (the selector is idle afterwards). Returns the
+        items they selected and :meth:`run` has not handed out yet, oldest first, and the
+        feedback held back."""
+        ahead = []
+        if self._thread is not None:
+            for ok, item in self._thread.drain():
+                if not ok:
+                    raise RuntimeError("selecting a batch ahead failed; the state would not be consistent") from item
+                if item is not _END:
+                    ahead.append(item)
+        return ahead, list(self.deferred)
+
+    def stop(self, flush: bool = True) -> None:
+        """End the running iteration's thread after its selections in flight (that
+        iteration then ends); with ``flush``, hand the selector the feedback held back."""
+        worker, self._thread = self._thread, None
+        if worker is not None:
+            worker.close()
+            if flush:
+                self._flush()
+
+    def _take(self) -> list[Observation]:
+        taken, self.deferred = self.deferred, []
+        return taken
+
+    def _flush(self) -> None:
+        if self.deferred:
+            self._apply(self._take())
+
+
+__all__ = ["BackgroundSelection", "Observation"]
