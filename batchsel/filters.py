@@ -84,7 +84,7 @@ SCORES = ("loss", "gradnorm", "rho")
 STATE_VERSION = 1
 # settings a checkpoint must agree on (the counters are restored, these are checked)
 _SETTINGS = ("batch_size", "ratio", "score", "irreducible_weight", "diversity", "uniform_fraction", "warmup_steps",
-             "min_il_skill", "reference_accuracy", "seed")
+             "min_il_skill", "min_il_decisive", "reference_accuracy", "seed")
 _COUNTERS = ("steps_", "candidates_", "kept_", "kept_uniform_", "forward_seconds_", "select_seconds_",
              "elapsed_seconds_")
 
@@ -200,13 +200,21 @@ class CandidateFilter:
         that must not be trained on, such as a holdout), or a fitted
         :class:`~batchsel.irreducible.IrreducibleLoss`.
     irreducible_weight:
-        w >= 0 in ``"rho"``'s score ``loss - w * irreducible_loss``: 1 is RHO-LOSS as
-        published, 0 the plain loss; default 0.5 (chosen on a validation split, see below).
-        A weak IL model (``IrreducibleLoss.accuracy_`` well below the trained
-        model's accuracy) gives hard but learnable examples high irreducible losses, which
-        RHO-LOSS then skips; shrinking with w = 0.5 kept it level with random batches on
-        clean mnist1d, where w = 1 lost 1.5 (ratio 4) to 4 (ratio 10) points, and kept
-        most of the gain under label noise (see the module notes).
+        w >= 0 in ``"rho"``'s score ``loss - w * irreducible_loss`` (1 is RHO-LOSS as
+        published, 0 the plain loss), or ``"auto"`` (default): w from the evidence of
+        label noise that the fitted :class:`~batchsel.irreducible.IrreducibleLoss` sees,
+        its ``confident_disagreement_`` c (examples it confidently puts in another class):
+        ``w = 0.5 + 0.5 * clip((c - 0.05) / 0.05, 0, 1)``, i.e. 0.5 up to c = 5 %, 1 from
+        c = 10 % on; 0.5 for irreducible losses given as an array. Why both ends: under
+        label noise w < 1 lets a mislabeled example still score ``(1 - w) x`` its high
+        loss, so it gets picked (digits, 25 % wrong labels, validation split: w = 1
+        +6.2 +- 0.7 points over random batches against +2.5 +- 0.8 for w = 0.5, both at
+        0.5x the steps); without noise the irreducible term scores only the IL model's own
+        errors, and 0.5 did better (clean -0.1 +- 0.1 against +0.6 +- 0.2, long-tailed
+        -1.1 +- 0.4 against -0.7 +- 0.5, redundant -0.8 +- 0.6 against +0.2 +- 0.3). c
+        separates the two (k-NN IL model: 0.18-0.20 under 25 % noise, <= 0.028 in every
+        other regime of digits and mnist1d) where the IL model's error rate cannot (0.52
+        on clean mnist1d). The resolved weight is ``irreducible_weight_``.
     diversity:
         lambda >= 0 of the facility-location term (0: plain top-B by score); needs the
         candidates' ``embeddings`` in :meth:`select`.
@@ -214,7 +222,8 @@ class CandidateFilter:
         Share in [0, 1] of every kept batch drawn uniformly from the candidates (default
         0.25: a bad score cannot take training far from random batches).
 
-    Defaults (``irreducible_weight=0.5``, ``uniform_fraction=0.25``, ratio 4) were chosen on
+    Defaults (``irreducible_weight`` 0.5 without evidence of noise, ``uniform_fraction=0.25``,
+    ratio 4) were chosen on
     the validation split of ``benchmarks/bench_quality.py`` (3 seeds; digits and mnist1d
     MLPs; clean, 25 % label noise, long-tailed) as the least harmful of the settings tried:
     w = 1 and no uniform share lost 6-10 points of balanced accuracy on long-tailed data and
@@ -225,45 +234,41 @@ class CandidateFilter:
     batches' validation accuracy still rises at the end; the filtered runs rise slower from
     step 400 on): measure on your own validation split before keeping it.
 
-    Re-measured with 5 seeds on the validation split (points vs random batches, mean +-
-    s.e. of the paired difference): w = 1 beats w = 0.5 under label noise when the IL
-    model is good (digits, k-NN: +6.2 +- 0.7 against +2.5 +- 0.8, both at 0.5x the steps;
-    mnist1d CNN with a cross-fitted CNN as IL model: +1.2 +- 1.0 against -3.5 +- 0.8: with
-    w < 1 a mislabeled example still scores ``(1 - w) x`` its high loss and is picked) but
-    loses on clean-ish data (digits long-tailed -1.1 +- 0.4 against -0.7 +- 0.5, redundant
-    -0.8 +- 0.6 against +0.2 +- 0.3, clean -0.1 +- 0.1 against +0.6 +- 0.2): 0.5 stays the
-    default; pass ``irreducible_weight=1`` when you know the labels are noisy and
-    ``IrreducibleLoss.accuracy_`` is well above chance. ``uniform_fraction=0.5`` and ``ratio=2`` did
-    not fix the clean mnist1d MLP (-2.3 +- 0.6 and -1.5 +- 0.3 against -2.5 +- 0.4); a
-    stronger IL model did
-    (-0.4 +- 0.6 with a cross-fitted CNN). The models of the benchmark have no dropout or
-    batch norm, so the scoring forward's train / eval mode changes nothing there; with
-    such layers run it in ``model.eval()`` mode (the losses of the model you evaluate).
+    ``uniform_fraction=0.5`` and ``ratio=2`` did not fix the clean mnist1d MLP (-2.3 +- 0.6
+    and -1.5 +- 0.3 against -2.5 +- 0.4, validation); a stronger IL model did (-0.4 +- 0.6
+    with a cross-fitted CNN), and so does the guard (``min_il_skill``), which finds the
+    k-NN IL model too weak there. The models of the benchmark have no dropout or batch
+    norm, so the scoring forward's train / eval mode changes nothing there; with such
+    layers run it in ``model.eval()`` mode (the losses of the model you evaluate).
     warmup_steps:
         Over the first ``warmup_steps`` steps the uniform share falls linearly from 1 to
         ``uniform_fraction``.
-    min_il_skill:
-        The guard against a bad irreducible-loss model (``"rho"`` with a fitted
-        :class:`~batchsel.irreducible.IrreducibleLoss`, whose ``accuracy_`` and ``chance_``
-        it reads): when the IL model's skill ``(accuracy_ - chance_) / (1 - chance_)`` is
-        below this, its irreducible losses mostly score its own mistakes, not wrong
-        labels, so the filter logs a warning and keeps uniform draws only
+    min_il_skill, min_il_decisive:
+        The guard against a weak irreducible-loss model (``"rho"`` with a fitted
+        :class:`~batchsel.irreducible.IrreducibleLoss`, whose ``accuracy_``, ``chance_`` and
+        ``decisive_`` it reads). Its irreducible losses mostly score its own mistakes, not
+        wrong labels, when its skill ``(accuracy_ - chance_) / (1 - chance_)`` is below
+        ``min_il_skill`` (near chance) or when it is decisive (top class probability
+        nearer 1 than 1/C, see ``IrreducibleLoss.decisive_``) on fewer than
+        ``min_il_decisive`` of the examples (it knows little about most of them); then the filter logs a warning and keeps uniform draws only
         (``guard_ = "uniform"``). Better still, check ``guard_`` before building the
         sampler and train on plain random batches of B without the filter (as
         ``examples/train_filter.py`` and the benchmark do): keeping B uniform draws of
         ``ratio x B`` candidates samples the examples with replacement across steps and
         took 1.2 +- 0.1x random's steps to its accuracy on mnist1d (test, 3 regimes). 0
-        switches the guard off. Plain arrays of irreducible losses carry no accuracy and
-        are trusted. The default 0.3 was chosen on the validation split: the k-NN IL
-        model on mnist1d has skill 0.26-0.28 under 25 % label noise and 0.16-0.21 on the
-        long-tailed set, and RHO-LOSS on it ended 3.7 +- 0.7 (MLP) and 9.8 +- 1.3 (CNN)
-        points below random batches under noise, 2.3 +- 0.7 (MLP) on the long-tailed set
-        (the torch MLP IL model, skill 0.25: 3.4 +- 0.7 below). A cross-fitted CNN on mnist1d under noise (skill 0.36) was level
-        with random (MLP +0.5 +- 0.5; CNN +1.2 +- 1.0 at weight 1, -3.5 +- 0.8 at 0.5);
-        k-NN on digits has skill 0.67-0.95 in every regime. The skill
-        is measured against the labels given, so under heavy label noise even a perfect IL
-        model scores low: ``(1 - rate - chance) / (1 - chance)``, 0.72 at 25 % noise on 10
-        classes, 0.28 at 65 %.
+        switches a criterion off. Plain arrays of irreducible losses carry no accuracy
+        and are trusted. Chosen on the validation split (5 seeds, points against random
+        batches): the k-NN IL model on mnist1d has skill 0.43 / 0.26-0.28 / 0.16-0.21
+        and is decisive on 0.09 / 0.03-0.04 / 0.08-0.10 of the examples (clean / 25 % label noise /
+        long-tailed), and RHO-LOSS on it ended 2.5 +- 0.4 / 3.7 +- 0.7 / 2.3 +- 0.7
+        points below random batches with the MLP, 9.8 +- 1.3 (noise) with the CNN; the
+        torch MLP IL model (skill 0.25) 3.4 +- 0.7 below under noise. k-NN on digits
+        has skill 0.67-0.95 and is decisive on 0.70-0.95 in every regime. The default
+        ``min_il_skill=0.3`` alone let clean mnist1d through; ``min_il_decisive=0.5``
+        catches it. The skill is measured against the labels given, so under heavy label
+        noise even a perfect IL model scores low (``(1 - rate - chance) / (1 - chance)``:
+        0.72 at 25 % noise on 10 classes, 0.5 at 25 % on 2); being decisive does not
+        depend on the labels, which is why that criterion carries the stricter threshold.
     reference_accuracy:
         Optional: the held-out accuracy the trained model reaches, measured against labels
         like the IL model's (e.g. a random-batch run scored on a held-out part of the
@@ -316,11 +321,12 @@ class CandidateFilter:
         score: str = "loss",
         *,
         irreducible_losses: Any = None,
-        irreducible_weight: float = 0.5,
+        irreducible_weight: float | str = "auto",
         diversity: float = 0.0,
         uniform_fraction: float = 0.25,
         warmup_steps: int = 0,
         min_il_skill: float = 0.3,
+        min_il_decisive: float = 0.5,
         reference_accuracy: float | None = None,
         seed: int = 0,
     ) -> None:
@@ -334,10 +340,12 @@ class CandidateFilter:
         self.warmup_steps = check_int(warmup_steps, "warmup_steps", minimum=0)
         self.seed = check_seed(seed)
         self.irreducible_losses = None if irreducible_losses is None else _check_irreducible(irreducible_losses)
-        self.irreducible_weight = check_number(irreducible_weight, "irreducible_weight", low=0.0)
+        self.irreducible_weight = irreducible_weight if isinstance(irreducible_weight, str) and \
+            irreducible_weight == "auto" else check_number(irreducible_weight, "irreducible_weight", low=0.0)
         if score == "rho" and self.irreducible_losses is None:
             raise ValueError("score='rho' needs irreducible_losses (an array, or a fitted IrreducibleLoss)")
         self.min_il_skill = check_number(min_il_skill, "min_il_skill", low=0.0, high=1.0)
+        self.min_il_decisive = check_number(min_il_decisive, "min_il_decisive", low=0.0, high=1.0)
         self.reference_accuracy = None if reference_accuracy is None else \
             check_number(reference_accuracy, "reference_accuracy", low=0.0, high=1.0)
         self._guard(irreducible_losses)
@@ -348,8 +356,13 @@ class CandidateFilter:
     def _guard(self, il: Any) -> None:
         """Sets ``guard_``, ``irreducible_weight_`` and ``il_skill_``: the IL model's skill
         ``(accuracy - chance) / (1 - chance)`` (chance: the share of the most frequent label)
-        decides whether its irreducible losses can be trusted."""
+        decides whether its irreducible losses can be trusted; its confident disagreement
+        with the labels sets the ``"auto"`` weight."""
         self.guard_, self.irreducible_weight_ = None, self.irreducible_weight
+        if self.irreducible_weight == "auto":
+            evidence = getattr(il, "confident_disagreement_", None)
+            self.irreducible_weight_ = 0.5 if evidence is None else \
+                0.5 + 0.5 * min(1.0, max(0.0, (evidence - 0.05) / 0.05))
         self.il_accuracy_ = getattr(il, "accuracy_", None)
         chance = getattr(il, "chance_", None)
         self.il_skill_ = None
@@ -357,21 +370,29 @@ class CandidateFilter:
             return  # plain arrays carry no accuracy: the user vouches for them
         skill = lambda acc: (acc - chance) / (1.0 - chance)  # noqa: E731
         self.il_skill_ = skill(self.il_accuracy_)
+        decisive = getattr(il, "decisive_", None)
         if self.min_il_skill > 0 and self.il_skill_ < self.min_il_skill:
             # a near-chance IL model scores its own errors, not label noise: random batches
             self.guard_ = "uniform"
             logger.warning("irreducible-loss model accuracy %.3f is near chance (%.3f; skill %.2f < min_il_skill "
                            "%.2f): the filter falls back to uniform batches", self.il_accuracy_, chance,
                            self.il_skill_, self.min_il_skill)
+        elif decisive is not None and decisive < self.min_il_decisive:
+            # an IL model unsure of most examples cannot tell a wrong label from a hard example
+            self.guard_ = "uniform"
+            logger.warning("irreducible-loss model is decisive (IrreducibleLoss.decisive_) on only %.3f of the "
+                           "examples (< min_il_decisive %.2f): the filter falls back to uniform batches",
+                           decisive, self.min_il_decisive)
         elif self.reference_accuracy is not None and self.il_accuracy_ < self.reference_accuracy:
             # the trained model knows more than the IL model: shrink the IL term in proportion
             ref = skill(self.reference_accuracy)
             share = self.il_skill_ / ref if ref > 0 else 0.0
-            self.irreducible_weight_ = self.irreducible_weight * max(0.0, min(1.0, share))
+            weight = self.irreducible_weight_
+            self.irreducible_weight_ = weight * max(0.0, min(1.0, share))
             self.guard_ = "downweight"
             logger.warning("irreducible-loss model accuracy %.3f is below the reference accuracy %.3f: "
                            "irreducible_weight %.3g -> %.3g", self.il_accuracy_, self.reference_accuracy,
-                           self.irreducible_weight, self.irreducible_weight_)
+                           weight, self.irreducible_weight_)
 
     # -- sizes --------------------------------------------------------------------------
     @property
@@ -548,7 +569,7 @@ class CandidateFilter:
     def __repr__(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("diversity", "uniform_fraction", "warmup_steps")
                         if getattr(self, k))
-        if self.score == "rho" and self.irreducible_weight != 1.0:
+        if self.score == "rho" and self.irreducible_weight != "auto":
             extra = f", irreducible_weight={self.irreducible_weight!r}" + extra
         return (f"CandidateFilter(batch_size={self.batch_size}, ratio={self.ratio:g}, score={self.score!r}"
                 f"{extra}, seed={self.seed})")

@@ -11,8 +11,9 @@ Each step the sampler yields ``ratio x B`` candidates per rank (a RandomSelector
 on the B that batchsel's CandidateFilter keeps; ``--score none`` trains on random batches
 of B. ``rho`` (RHO-LOSS) subtracts the irreducible losses of a model cross-fitted on the
 input features (``--il-model``: k-NN, or ``net``, a small torch MLP with early stopping),
-times ``--irreducible-weight``; when that model is near chance the filter falls back to
-random batches (``--min-il-skill``). Data: scikit-learn's digits or
+times ``--irreducible-weight`` (``auto``: 1 when the IL model confidently contradicts
+enough labels, else 0.5); when that model is near chance or unsure of most examples the
+filter falls back to random batches (``--min-il-skill``, ``--min-il-decisive``). Data: scikit-learn's digits or
 mnist1d, optionally with a share of labels replaced by a wrong class (``--label-noise``);
 an MLP; Adam.
 """
@@ -67,6 +68,7 @@ def train(args: argparse.Namespace) -> dict:
         il = IrreducibleLoss(args.il_model, seed=args.seed).fit(x, y) if args.score == "rho" else None
         filt = CandidateFilter(args.batch_size, args.ratio, args.score, irreducible_losses=il,
                                irreducible_weight=args.irreducible_weight, min_il_skill=args.min_il_skill,
+                               min_il_decisive=args.min_il_decisive,
                                diversity=args.diversity, uniform_fraction=args.uniform_fraction,
                                warmup_steps=args.warmup_steps, seed=args.seed)
     if filt is not None and filt.guard_ == "uniform":
@@ -117,18 +119,25 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((model(x).argmax(1) == y).float().mean())
 
 
+def _weight(text: str) -> float | str:
+    return text if text == "auto" else float(text)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", choices=("digits", "mnist1d"), default="digits")
     parser.add_argument("--label-noise", type=float, default=0.0, help="share of training labels made wrong")
     parser.add_argument("--score", choices=("none", "loss", "gradnorm", "rho"), default="rho")
     parser.add_argument("--ratio", type=float, default=4.0, help="candidates per kept example")
-    parser.add_argument("--irreducible-weight", type=float, default=0.5,
-                        help="rho: score = loss - weight * irreducible loss (1 = RHO-LOSS as published)")
+    parser.add_argument("--irreducible-weight", type=_weight, default="auto",
+                        help="rho: score = loss - weight * irreducible loss (1 = RHO-LOSS as published; "
+                             "auto: from the IL model's confident disagreement with the labels)")
     parser.add_argument("--il-model", choices=("knn", "net", "logistic", "mlp"), default="knn",
                         help="rho: the irreducible-loss model, cross-fitted on the input features")
     parser.add_argument("--min-il-skill", type=float, default=0.3,
                         help="rho: random batches when the IL model's skill over chance is below this (0: off)")
+    parser.add_argument("--min-il-decisive", type=float, default=0.5,
+                        help="rho: random batches when the IL model is decisive on fewer examples than this (0: off)")
     parser.add_argument("--diversity", type=float, default=0.0, help="lambda of the facility-location term")
     parser.add_argument("--uniform-fraction", type=float, default=0.25, help="share of each batch drawn uniformly")
     parser.add_argument("--warmup-steps", type=int, default=0)

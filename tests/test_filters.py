@@ -508,12 +508,51 @@ def test_guard_falls_back_to_uniform_batches_on_a_near_chance_model(caplog):
     idx = np.arange(100, 116)
     logits = rng.normal(size=(16, 3))
     assert f(idx, logits, shuffled[:16]).tolist() == plain(idx, logits, shuffled[:16]).tolist()
-    # a good model passes, and min_il_skill=0 switches the guard off
+    # a good model passes, and min_il_skill=0 with min_il_decisive=0 switch the guard off
     good = IrreducibleLoss(seed=0).fit(x, y)
     assert CandidateFilter(4, 4, "rho", irreducible_losses=good).guard_ is None
-    assert CandidateFilter(4, 4, "rho", irreducible_losses=bad, min_il_skill=0.0).guard_ is None
+    assert bad.decisive_ < 0.5 < good.decisive_
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=bad, min_il_skill=0.0).guard_ == "uniform"
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=bad, min_il_skill=0.0, min_il_decisive=0.0).guard_ is None
     # plain arrays carry no accuracy: no guard
     assert CandidateFilter(4, 4, "rho", irreducible_losses=bad.losses_).guard_ is None
+
+
+def test_guard_refuses_an_il_model_that_is_rarely_decisive(caplog):
+    # labels follow x, but only weakly: above chance (skill passes) yet unsure of most examples
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 10, 900)
+    x = (np.eye(10)[y] * 1.5 + rng.normal(size=(900, 10))).astype(np.float32)
+    weak = IrreducibleLoss(seed=0).fit(x, y)
+    assert weak.decisive_ < 0.5 and (weak.accuracy_ - weak.chance_) / (1 - weak.chance_) >= 0.3
+    with caplog.at_level("WARNING", logger="batchsel.filters"):
+        f = CandidateFilter(4, 4, "rho", irreducible_losses=weak)
+    assert f.guard_ == "uniform" and "decisive" in caplog.text and f.uniform_share() == 1.0
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=weak, min_il_decisive=0.0).guard_ is None
+    with pytest.raises(ValueError, match="min_il_decisive.*1.5"):
+        CandidateFilter(4, 4, "rho", irreducible_losses=weak, min_il_decisive=1.5)
+
+
+def test_auto_weight_follows_the_il_models_confident_disagreement():
+    x, y, _, _ = blobs(600)
+    clean = IrreducibleLoss(seed=0).fit(x, y)
+    noisy_labels = y.copy()
+    noisy_labels[:150] = (y[:150] + 1) % 3  # 25 % wrong labels, which the IL model confidently contradicts
+    noisy = IrreducibleLoss(seed=0).fit(x, noisy_labels)
+    assert clean.confident_disagreement_ < 0.05 and noisy.confident_disagreement_ > 0.15
+    assert noisy.confident_disagreement_ == pytest.approx(
+        np.mean((noisy.predictions_ != noisy_labels) & (noisy.predictions_ != -1)), abs=0.05)
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=clean).irreducible_weight_ == 0.5
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy).irreducible_weight_ == 1.0
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy.losses_).irreducible_weight_ == 0.5  # no evidence
+
+    class Partial:  # evidence between the two ends: linear
+        losses_, accuracy_, chance_, decisive_, confident_disagreement_ = noisy.losses_, 0.9, 0.34, 0.9, 0.075
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=Partial()).irreducible_weight_ == pytest.approx(0.75)
+    # an explicit weight is kept
+    assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy, irreducible_weight=0.3).irreducible_weight_ == 0.3
+    with pytest.raises(ValueError, match="irreducible_weight.*'heavy'"):
+        CandidateFilter(4, 4, "rho", irreducible_losses=noisy, irreducible_weight="heavy")
 
 
 def test_guard_shrinks_the_irreducible_term_below_the_reference_accuracy(caplog):
@@ -529,7 +568,8 @@ def test_guard_shrinks_the_irreducible_term_below_the_reference_accuracy(caplog)
     assert np.allclose(f.scores([0, 1, 2], z, noisy[:3]), np.log(3) - f.irreducible_weight_ * il.losses_[:3])
     # a reference the IL model reaches changes nothing
     same = CandidateFilter(4, 4, "rho", irreducible_losses=il, reference_accuracy=il.accuracy_)
-    assert same.guard_ is None and same.irreducible_weight_ == same.irreducible_weight
+    assert same.guard_ is None
+    assert same.irreducible_weight_ == CandidateFilter(4, 4, "rho", irreducible_losses=il).irreducible_weight_
     with pytest.raises(ValueError, match="reference_accuracy.*1.5"):
         CandidateFilter(4, 4, "rho", irreducible_losses=il, reference_accuracy=1.5)
     with pytest.raises(ValueError, match="min_il_skill.*-0.1"):
