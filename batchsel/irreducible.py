@@ -66,6 +66,17 @@ logger = logging.getLogger(__name__)
 MODELS = ("knn", "logistic", "mlp", "net")
 
 
+def decisive_threshold(num_classes: int) -> float:
+    """The top-class probability from which a model is *decisive* about an example:
+    ``(1 + 1/C) / 2``, nearer certainty than the uniform ``1/C`` (0.55 for 10 classes,
+    0.75 for 2).
+
+    >>> decisive_threshold(10), decisive_threshold(2)
+    (0.55, 0.75)
+    """
+    return 0.5 * (1.0 + 1.0 / max(check_int(num_classes, "num_classes", minimum=1), 2))
+
+
 class IrreducibleLoss:
     """Fits the irreducible-loss model and holds every example's irreducible loss.
 
@@ -118,6 +129,9 @@ class IrreducibleLoss:
         on the holdout).
     predictions_:
         That model's class for every example (-1 on the holdout).
+    confidence_:
+        That model's probability of its class (``predictions_``) for every example (NaN
+        on the holdout); it is decisive where this is >= :func:`decisive_threshold`.
     accuracy_:
         Accuracy of ``predictions_`` against the labels given to :meth:`fit` (noisy
         labels included), over the scored examples: the held-out accuracy of the IL model.
@@ -129,8 +143,8 @@ class IrreducibleLoss:
         ``accuracy_`` with it (its guard).
     decisive_:
         The share of the scored examples on which the model is decisive: its top class
-        has probability >= (1 + 1/C) / 2, nearer certainty than the uniform 1/C (0.55
-        for C = 10 classes, 0.75 for 2). Unlike ``accuracy_`` this does not fall with
+        has probability >= :func:`decisive_threshold` ``= (1 + 1/C) / 2``, nearer
+        certainty than the uniform 1/C (0.55 for C = 10 classes, 0.75 for 2). Unlike ``accuracy_`` this does not fall with
         label noise (a good model is decisive about mislabeled examples too), and a weak
         model is rarely decisive (k-NN, 5 folds, 5 seeds: digits 0.70-0.95 in every
         regime; mnist1d 0.03-0.10, and 0.55-0.62 on the redundant set, half of which are
@@ -234,10 +248,10 @@ class IrreducibleLoss:
             splits = [(self.holdout_indices_, self.train_indices_)]
         self.losses_ = np.full(n, np.nan)
         self.predictions_ = np.full(n, -1, dtype=np.int64)
+        self.confidence_ = np.full(n, np.nan)
         self.fold_accuracy_ = np.zeros(len(splits))
         self.epochs_ = np.zeros(len(splits), dtype=np.int64)
-        # decisive: the top class's probability is nearer certainty than the uniform 1/C
-        sure = 0.5 * (1.0 + 1.0 / max(self.n_classes_, 2))
+        sure = decisive_threshold(self.n_classes_)
         decisive = np.zeros(n, dtype=bool)
         confident = np.zeros(n, dtype=bool)  # ... and it is not the label
         for fold, (fit_on, score_on) in enumerate(splits):
@@ -246,7 +260,8 @@ class IrreducibleLoss:
             self.losses_[score_on] = -np.log(np.clip(p, self.min_prob, 1.0))
             self.predictions_[score_on] = proba.argmax(axis=1)
             self.fold_accuracy_[fold] = float(np.mean(self.predictions_[score_on] == y[score_on]))
-            decisive[score_on] = proba.max(axis=1) >= sure
+            self.confidence_[score_on] = proba.max(axis=1)
+            decisive[score_on] = self.confidence_[score_on] >= sure
             confident[score_on] = decisive[score_on] & (self.predictions_[score_on] != y[score_on])
         scored = self.train_indices_
         self.accuracy_ = float(np.mean(self.predictions_[scored] == y[scored]))

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import batchsel
+from batchsel.irreducible import decisive_threshold
 from batchsel import CandidateFilter, IrreducibleLoss, RandomSelector, SelectionBatchSampler
 from batchsel.filters import gradnorm_scores, loss_scores
 
@@ -553,6 +554,35 @@ def test_auto_weight_follows_the_il_models_confident_disagreement():
     assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy, irreducible_weight=0.3).irreducible_weight_ == 0.3
     with pytest.raises(ValueError, match="irreducible_weight.*'heavy'"):
         CandidateFilter(4, 4, "rho", irreducible_losses=noisy, irreducible_weight="heavy")
+
+
+def test_auto_weight_trusts_indecisive_irreducible_losses_only_with_evidence_of_noise():
+    x, y, _, _ = blobs(600)
+    il = IrreducibleLoss(seed=0).fit(x, y)
+    sure = decisive_threshold(il.n_classes_)
+    assert sure == pytest.approx(2 / 3)
+    unsure = np.flatnonzero(il.confidence_ < sure)
+    firm = np.flatnonzero(il.confidence_ >= sure)
+    assert len(unsure) > 0 and len(firm) > 0
+    idx = np.concatenate([unsure[:3], firm[:3]])
+    z = np.zeros((6, 3))
+    loss = np.log(3)
+    auto = CandidateFilter(4, 4, "rho", irreducible_losses=il)  # no evidence of noise: w 0.5, unsure ones dropped
+    assert auto.indecisive_trust_ == 0.0 and auto.irreducible_weight_ == 0.5
+    expected = loss - 0.5 * il.losses_[idx] * np.array([0, 0, 0, 1, 1, 1])
+    assert np.allclose(auto.scores(idx, z, y[idx]), expected)
+    # the published score with a number; IrreducibleLoss.losses_ itself is left as it was
+    fixed = CandidateFilter(4, 4, "rho", irreducible_losses=il, irreducible_weight=0.5)
+    assert fixed.indecisive_trust_ == 1.0
+    assert np.allclose(fixed.scores(idx, z, y[idx]), loss - 0.5 * il.losses_[idx])
+    assert np.array_equal(auto.irreducible_losses, il.losses_)
+
+    class Noisy:  # full evidence of noise: every irreducible loss counts, at weight 1
+        losses_, confidence_, n_classes_ = il.losses_, il.confidence_, il.n_classes_
+        accuracy_, chance_, decisive_, confident_disagreement_ = 0.9, 0.34, 0.9, 0.2
+    noisy = CandidateFilter(4, 4, "rho", irreducible_losses=Noisy())
+    assert noisy.indecisive_trust_ == 1.0
+    assert np.allclose(noisy.scores(idx, z, y[idx]), loss - il.losses_[idx])
 
 
 def test_guard_shrinks_the_irreducible_term_below_the_reference_accuracy(caplog):
