@@ -460,10 +460,22 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
     if args.method == "random":
         selector = selectors.RandomSelector(n, args.batch_size, **common)
     elif args.method == "submodular":
+        shards = None
+        if getattr(args, "comm", None) is not None:  # under mpiexec: GreedMax from the sharded graph
+            shards = _sharded_greedmax(args, n)
+            if args.comm.rank != 0:
+                return None, None  # rank 0 plans and writes
+            x = _embeddings(args.embeddings)  # SMDL itself needs all rows: on rank 0 only
         selector = selectors.SubmodularSelector(
             x, args.batch_size, **common,
             **_given(weights=_weights(args.weights) if args.weights else None, pool_size=args.pool_size,
                      partition=args.partition))
+        if shards is not None:
+            # the shards the selector would compute itself (same graph, same seed): handed
+            # over through its state, which carries GreedMax shards per world size
+            state = selector.state_dict()
+            state["partitions"] = {args.workers: shards}
+            selector.load_state_dict(state)
     elif args.method == "loss":
         selector = selectors.LossRankSelector(n, args.batch_size, **common, **_given(pressure=args.pressure))
         if losses is not None:
@@ -474,9 +486,11 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
 
             index = ShardedIndex(args.embeddings, args.comm, metric=_metric(args.metric or "euclidean"),
                                  progress=not args.quiet)
-            graph = built = gather_graph(index.knn_graph(k=10 if args.neighbors is None else args.neighbors),
-                                         args.comm)
+            rows = index.knn_graph(k=10 if args.neighbors is None else args.neighbors)
             del index
+            # to rank 0 only: the other ranks would hold the whole graph just to drop it
+            graph = built = gather_graph(rows, args.comm, root=0)
+            del rows
             if args.comm.rank != 0:
                 return None, None  # rank 0 partitions the graph
         elif graph is None:
@@ -493,6 +507,32 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
             **_given(fraction=args.fraction, metric=_metric(args.metric) if args.metric else None,
                      neighbors=args.neighbors))
     return selector, built
+
+
+def _sharded_greedmax(args: argparse.Namespace, n: int) -> np.ndarray | None:
+    """Under mpiexec, ``--partition submodular``: the GreedMax shard of every example for
+    ``--workers`` shards (on rank 0; None elsewhere), from the RBF k-NN graph the
+    selector would build itself (euclidean, GreedMax's default k) built over the ranks.
+    GreedMax runs on rank 0 on the gathered graph (batchsel.sharded.submodular_partition)."""
+    import inspect
+
+    from .selectors.base import Selector
+    from .selectors.partition import submodular_partition as one_process
+    from .sharded import ShardedIndex, submodular_partition
+
+    # the one-process run's error for too many workers, before the graph is built
+    Selector(n, 1).check_world(args.workers)
+    k = min(inspect.signature(one_process).parameters["neighbors"].default, n - 1)
+    index = ShardedIndex(args.embeddings, args.comm, metric="euclidean", progress=not args.quiet)
+    rows = index.knn_graph(k=k, kernel="rbf")
+    del index
+    parts = submodular_partition(rows, args.workers, args.comm, seed=args.seed, root=0)
+    if args.comm.rank != 0:
+        return None
+    owner = np.empty(n, dtype=np.int64)
+    for r, part in enumerate(parts):
+        owner[part] = r
+    return owner
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -521,9 +561,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.save_graph is not None and os.path.abspath(args.save_graph) == os.path.abspath(args.out):
         raise UsageError("--save-graph and --out name the same file")
 
-    # under mpiexec -n W (W > 1), method graph builds the k-NN graph sharded over the ranks
-    # (each reads its rows of EMB); rank 0 writes the outputs
-    args.comm = _mpi_ranks() if args.method == "graph" and args.graph is None else None
+    # under mpiexec -n W (W > 1), method graph and the GreedMax partition build the k-NN
+    # graph sharded over the ranks (each reads its rows of EMB); rank 0 writes the outputs
+    args.comm = (_mpi_ranks() if (args.method == "graph" and args.graph is None)
+                 or (args.method == "submodular" and args.partition == "submodular") else None)
     if args.method == "random" or args.comm is not None:
         x, n = None, _num_rows(args.embeddings)
     else:

@@ -14,6 +14,7 @@ Example
 ...     rank, size = 0, 1
 ...     def broadcast(self, obj, root=0): return obj
 ...     def allgather(self, obj): return [obj]
+...     def gather(self, obj, root=0): return [obj]
 ...     def allreduce(self, array, op="sum"): return np.array(array, copy=True)
 ...     def barrier(self): pass
 ...     def abort(self, errorcode=1): raise SystemExit(errorcode)
@@ -41,6 +42,9 @@ class Communicator(Protocol):
     - ``broadcast(obj, root=0)``: root's ``obj`` on every rank;
     - ``allgather(obj)``: the list of every rank's ``obj``, by rank (numpy arrays may
       travel as raw bytes; any picklable object works);
+    - ``gather(obj, root=0)``: on ``root``, the list of every rank's ``obj``, by rank;
+      ``None`` on every other rank, which so never holds the others' objects (e.g. a
+      distributed graph assembled only where it is used);
     - ``allreduce(array, op="sum")``: a new array reduced elementwise over the ranks,
       ``op`` one of ``"sum"``, ``"max"``, ``"min"``, ``"prod"``;
     - ``barrier()``: returns once every rank has called it;
@@ -54,6 +58,8 @@ class Communicator(Protocol):
     >>> comm = SingleProcessComm()
     >>> isinstance(comm, Communicator), comm.allreduce(np.array([1, 2]), op="max").tolist()
     (True, [1, 2])
+    >>> comm.gather("mine", root=0)
+    ['mine']
     """
 
     rank: int
@@ -63,6 +69,9 @@ class Communicator(Protocol):
         raise NotImplementedError
 
     def allgather(self, obj: Any) -> list:
+        raise NotImplementedError
+
+    def gather(self, obj: Any, root: int = 0) -> list | None:
         raise NotImplementedError
 
     def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:

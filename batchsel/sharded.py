@@ -23,9 +23,13 @@ The k-NN graph (:meth:`ShardedIndex.knn_graph`) stays distributed: each rank hol
 rows as an ``(hi - lo) x N`` CSR matrix with global int64 column indices, weighted by the
 kernels of :meth:`EmbeddingIndex.knn_graph` (sigma from the global median), symmetrized
 across ranks (the transpose's entries are sent to the rank owning their row).
-:func:`gather_graph` assembles the ``N x N`` graph (on every rank), equal to the
-single-process ``EmbeddingIndex.knn_graph``; :func:`save_graph_shard` /
+:func:`gather_graph` assembles the ``N x N`` graph (on every rank, or on one root rank
+only), equal to the single-process ``EmbeddingIndex.knn_graph``; :func:`save_graph_shard` /
 :func:`load_graph_shards` keep it in one file per rank.
+
+Plans from the distributed graph: :func:`facility_location` (exact lazy greedy, the graph
+stays distributed) and :func:`submodular_partition` (GreedMax on the graph gathered to
+one rank, which must hold it: the same limit as the METIS blocks of the graph plan).
 
 Example
 -------
@@ -68,7 +72,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["ShardedIndex", "shard_range", "gather_graph", "save_graph_shard", "load_graph_shards",
-           "facility_location"]
+           "facility_location", "submodular_partition"]
 
 
 def shard_range(num_examples: int, rank: int, size: int) -> tuple[int, int]:
@@ -157,7 +161,8 @@ class ShardedIndex(EmbeddingIndex):
             raise ValueError("kind='hnsw' cannot be sharded exactly (one graph index per shard searches differently "
                              "from one over all rows); use 'flat' or 'ivf'")
         if not isinstance(comm, Communicator):
-            raise TypeError(f"comm must be a Communicator (rank, size, broadcast, allgather, ...), got {comm!r}")
+            raise TypeError(f"comm must be a Communicator (rank, size, broadcast, allgather, gather, ...), "
+                            f"got {comm!r}")
         self.comm = comm
         # a .npy file is reopened for scattered reads (the IVF training sample, neighbours'
         # rows): a short-lived map, so that the pages they touch leave this rank's RSS
@@ -422,27 +427,45 @@ class ShardedIndex(EmbeddingIndex):
                 f"rows={self.row_range}, rank={self.comm.rank}/{self.comm.size})")
 
 
-def gather_graph(rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True) -> sp.csr_matrix:
-    """Collective: the ``N x N`` graph from every rank's rows (by rank), on every rank.
+def gather_graph(rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True,
+                 root: int | None = None) -> sp.csr_matrix | None:
+    """Collective: the ``N x N`` graph from every rank's rows (by rank).
 
+    ``root=None`` returns it on every rank (all-gathers); ``root=r`` on rank ``r`` only
+    (``comm.gather``), ``None`` on the others, which then hold nothing beyond their own
+    rows: use it when one rank consumes the graph (METIS, GreedMax, writing a file).
     ``symmetric`` marks the result as symmetric (true of :meth:`ShardedIndex.knn_graph`
-    with ``symmetrize=True``). Needs the whole graph's memory on every rank: about
-    ``2 k N * 12`` bytes for a symmetrized k-NN graph (240 MB at N = 1M, k = 10).
+    with ``symmetrize=True``). Every rank that receives the graph needs its memory, about
+    ``2 k N * 12`` bytes for a symmetrized k-NN graph (240 MB at N = 1M, k = 10), and
+    about as much again while it is assembled.
 
     >>> from batchsel.integrations import SingleProcessComm
-    >>> g = gather_graph(sp.identity(3, format="csr", dtype=np.float32), SingleProcessComm())
+    >>> g = gather_graph(sp.identity(3, format="csr", dtype=np.float32), SingleProcessComm(), root=0)
     >>> g.shape, g.nnz
     ((3, 3), 3)
     """
     rows = to_int64(sp.csr_matrix(rows))
-    indptrs = comm.allgather(rows.indptr)
-    indices = np.concatenate(comm.allgather(rows.indices)).astype(np.int64, copy=False)
-    data = np.concatenate(comm.allgather(np.ascontiguousarray(rows.data)))
+    if root is None:
+        collect = comm.allgather
+    else:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
+            raise ValueError(f"root must be None or a rank in [0, {comm.size}), got {root!r}")
+
+        def collect(a: np.ndarray) -> list | None:
+            return comm.gather(a, root=int(root))
+    columns = rows.shape[1]
+    indptrs = collect(rows.indptr)
+    indices = collect(rows.indices)
+    data = collect(np.ascontiguousarray(rows.data))
+    if indptrs is None:  # not the root
+        return None
+    indices = np.concatenate(indices).astype(np.int64, copy=False)
+    data = np.concatenate(data)
     offsets = np.cumsum([0] + [int(p[-1]) for p in indptrs])
     indptr = np.concatenate([[0]] + [p[1:] + o for p, o in zip(indptrs, offsets)]).astype(np.int64)
     n = indptr.size - 1
-    if n != rows.shape[1]:
-        raise ValueError(f"the ranks hold {n} rows of a graph with {rows.shape[1]} columns")
+    if n != columns:
+        raise ValueError(f"the ranks hold {n} rows of a graph with {columns} columns")
     graph = sp.csr_matrix((data, indices, indptr), shape=(n, n))
     graph = to_int64(graph)
     return mark_symmetric(graph) if symmetric else graph
@@ -537,3 +560,64 @@ def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start
     value = float(cur.astype(np.float64).sum())
     return Selection(np.array(picks, dtype=np.int64), np.array(picked_gains), value, optimizer="sharded-lazy",
                      evaluations=int(comm.allreduce(np.array([evaluations]))[0]))
+
+
+def submodular_partition(rows: sp.csr_matrix, num_parts: int, comm: Communicator, *, seed: int = 0,
+                         root: int = 0, symmetric: bool = True) -> list[np.ndarray]:
+    """Collective: the GreedMax partition (:func:`batchsel.selectors.submodular_partition`)
+    of a graph held in row shards (this rank's rows of ``W``, e.g. :meth:`ShardedIndex.knn_graph`),
+    on every rank: ``num_parts`` sorted int64 index arrays, identical to
+    ``submodular_partition(W, num_parts, seed=seed)`` in one process (and so to
+    ``submodular_partition(x, num_parts, seed=seed)`` when ``W`` is the RBF 10-NN graph of
+    ``x`` that :class:`ShardedIndex` builds with ``metric="euclidean"``). ``symmetric``:
+    the rows are of a symmetric graph (``knn_graph(symmetrize=True)``, the default); with
+    False the root checks and symmetrizes the gathered graph by max, as the one-process
+    function does with any graph (one more transposed copy there).
+
+    GreedMax is sequential: every one of its N steps lets the worst shard take the best
+    example for it, from gains that depend on all earlier steps, so a distributed run
+    would need N collective rounds. Instead the graph is gathered to ``root``
+    (:func:`gather_graph`), the single-process kernel runs there and the shard of every
+    example is broadcast. Cost: the graph must fit on one node, as for the METIS blocks
+    of the graph plan: at its peak the root holds the gathered graph (at most
+    ``2 k N * 12`` bytes: 240 MB at N = 1M, k = 10) about three times (the received parts,
+    the assembled graph, the copy GreedMax checks), plus GreedMax's coverage of
+    ``num_parts * N * 4`` bytes (160 MB for 40 parts); and the root's GreedMax time
+    (about N * k work). The other ranks wait, holding only their rows. Beyond one node,
+    partition a sample, or use ``partition="random"``.
+
+    >>> from batchsel.integrations import SingleProcessComm
+    >>> from batchsel.selectors.partition import submodular_partition as one_process
+    >>> x = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)
+    >>> comm = SingleProcessComm()
+    >>> rows = ShardedIndex(x, comm, metric="euclidean", progress=False).knn_graph(k=10)
+    >>> parts = submodular_partition(rows, 4, comm, seed=1)
+    >>> all(np.array_equal(p, q) for p, q in zip(parts, one_process(x, 4, seed=1)))
+    True
+    """
+    from .selectors.partition import submodular_partition as greedmax
+
+    n = sp.csr_matrix(rows).shape[1]
+    # checked on every rank before any collective: a bad value fails everywhere, no rank waits
+    num_parts = check_int(num_parts, "num_parts", minimum=1, maximum=n)
+    seed = check_seed(seed)
+    graph = gather_graph(rows, comm, symmetric=symmetric, root=root)
+    owner, error = None, ""
+    if comm.rank == root:
+        try:
+            start = time.perf_counter()
+            parts = greedmax(graph, num_parts, seed=seed)
+            del graph
+            owner = np.empty(n, dtype=np.int64)
+            for r, part in enumerate(parts):
+                owner[part] = r
+            logger.info("rank %d: GreedMax of %d examples into %d shards in %.1f s", comm.rank, n, num_parts,
+                        time.perf_counter() - start)
+        except (ValueError, TypeError) as exc:  # bad weights: every rank raises it, none waits forever
+            error = str(exc)
+    owner, error = comm.broadcast((owner, error), root=root)
+    if error:
+        raise ValueError(error)
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(num_parts + 1))
+    return [order[bounds[r]:bounds[r + 1]].astype(np.int64) for r in range(num_parts)]

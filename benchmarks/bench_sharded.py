@@ -6,10 +6,13 @@
 1. Writes clustered float32 embeddings (bench_index.write_clustered: a gaussian mixture
    with a decaying spectrum) to a temporary ``.npy`` file, chunk by chunk.
 2. ``reference``: ``EmbeddingIndex(path, metric="euclidean").knn_graph(k)`` in one plain
-   process (the single-process library, kind="auto" = IVF, nprobe tuned).
+   process (the single-process library, kind="auto" = IVF, nprobe tuned), with
+   OMP_NUM_THREADS=1 and again with faiss's default threads (every core: what a user on
+   one node runs, the anchor the sharded runs have to beat).
 3. ``W ranks``: ``mpiexec -n W``, every rank ``ShardedIndex(path, comm,
    metric="euclidean").knn_graph(k)`` (its rows of the same graph), W = 1 and 2.
-Every process runs with OMP_NUM_THREADS=1 (a rank per core: what W nodes would do).
+Every process but the default-threads anchor runs with OMP_NUM_THREADS=1 (a rank per core:
+what W nodes would do).
 Reported per run: wall time (slowest rank, from a barrier after start-up to the graph),
 peak RSS per rank (``ru_maxrss``: the memory map's resident pages included), the load
 average before-after, and SHA-256 digests of the graph's row blocks, which must agree
@@ -67,8 +70,11 @@ def worker(mode: str, path: str, k: int) -> None:
         graph = index.knn_graph(k=k)
         wall = time.perf_counter() - t
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(json.dumps({"mode": mode, "ranks": 1, "wall": wall, "build": build, "rss_mb": [rss],
-                          "nprobe": index.nprobe_, "nnz": int(graph.nnz),
+        import faiss
+
+        print(json.dumps({"mode": mode, "ranks": 1, "threads": faiss.omp_get_max_threads(), "wall": wall,
+                          "build": build, "rss_mb": [rss],
+                          "nprobe": getattr(index, "nprobe_", None), "nnz": int(graph.nnz),
                           "digests": _digests(graph, 0, index.num_examples)}), flush=True)
         return
     from batchsel.integrations import MPIComm
@@ -90,12 +96,14 @@ def worker(mode: str, path: str, k: int) -> None:
         for r in reports:
             digests.update(r["digests"])
         print(json.dumps({"mode": mode, "ranks": comm.size, "wall": wall, "build": max(r["build"] for r in reports),
-                          "rss_mb": [r["rss"] for r in reports], "nprobe": index.nprobe_,
+                          "rss_mb": [r["rss"] for r in reports], "nprobe": getattr(index, "nprobe_", None),
                           "nnz": sum(r["nnz"] for r in reports), "digests": digests}), flush=True)
 
 
-def run(cmd: list[str]) -> dict:
+def run(cmd: list[str], one_thread: bool = True) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if not one_thread:  # the library's default: faiss / BLAS use every core
+        del env["OMP_NUM_THREADS"]
     load0 = os.getloadavg()[0]
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -135,25 +143,40 @@ def main() -> None:
         me = [sys.executable, os.path.abspath(__file__), "--path", path, "--k", str(args.k)]
         results = []
         if not args.no_reference:
-            results.append(run(me + ["--worker", "reference"]))
-            print(results[-1], file=sys.stderr)
+            for one_thread in (True, False):
+                results.append(run(me + ["--worker", "reference"], one_thread=one_thread))
+                print(results[-1], file=sys.stderr)
         for w in [int(v) for v in args.ranks.split(",")]:
             results.append(run([mpiexec, *root, "-n", str(w), *me, "--worker", "sharded"]))
             print(results[-1], file=sys.stderr)
     base = next((r for r in results if r["mode"] == "sharded" and r["ranks"] == 1), results[0])
-    digests = {json.dumps(r["digests"], sort_keys=True) for r in results}
+    # the default-threads anchor is left out: BLAS blocks its distance products by thread
+    # count, so near-tied neighbours may come out the other way (reported on its own)
+    anchor = next((r for r in results if r["mode"] == "reference" and r["threads"] > 1), None)
+    digests = {json.dumps(r["digests"], sort_keys=True) for r in results if r is not anchor}
     lines = [f"### N = {args.n:,} x d = {args.d}, k = {args.k}, {args.clusters} clusters "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
              "| run | ranks | wall s (build) | job s | peak RSS per rank, MiB | speed-up vs 1 rank | "
              "RSS per rank / 1-rank | nprobe | graph nnz | load before-after |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
-        name = "EmbeddingIndex (1 process)" if r["mode"] == "reference" else f"ShardedIndex, mpiexec -n {r['ranks']}"
+        name = (f"EmbeddingIndex (1 process, {r['threads']} thread{'s' * (r['threads'] > 1)})"
+                if r["mode"] == "reference" else f"ShardedIndex, mpiexec -n {r['ranks']}")
         lines.append(f"| {name} | {r['ranks']} | {r['wall']:.1f} ({r['build']:.1f}) | {r['job_seconds']:.1f} | "
                      f"{' / '.join(f'{v:,.0f}' for v in r['rss_mb'])} | {base['wall'] / r['wall']:.2f}x | "
                      f"{max(r['rss_mb']) / max(base['rss_mb']):.2f} | {r['nprobe']} | {r['nnz']:,} | "
                      f"{r['load'][0]:.1f}-{r['load'][1]:.1f} |")
-    lines += ["", f"Same graph in every run (row-block digests agree): {'yes' if len(digests) == 1 else 'NO'}", ""]
+    lines += ["", f"Same graph in every 1-thread run (row-block digests agree): {'yes' if len(digests) == 1 else 'NO'}"]
+    if anchor is not None:  # what a one-node user would otherwise run
+        same = json.dumps(anchor["digests"], sort_keys=True) in digests
+        lines.append(f"The default-threads graph is {'the same' if same else 'not the same'} "
+                     f"({anchor['nnz']:,} stored entries).")
+        lines.append(f"Against one process with default threads ({anchor['threads']}, {anchor['wall']:.1f} s, "
+                     f"{max(anchor['rss_mb']):,.0f} MiB): " + ", ".join(
+                         f"{r['ranks']} rank{'s' * (r['ranks'] > 1)}: speed-up {anchor['wall'] / r['wall']:.2f}x, "
+                         f"RSS per rank {max(r['rss_mb']) / max(anchor['rss_mb']):.2f}"
+                         for r in results if r["mode"] == "sharded"))
+    lines.append("")
     text = "\n".join(lines)
     print(text)
     if args.write:

@@ -2,7 +2,7 @@
 
 Everything in batchsel that talks across ranks (the sampler's feedback all-gather and plan
 check, GreeDi over real ranks) goes through the :class:`~batchsel.communicator.Communicator`
-protocol (re-exported here): ``rank``, ``size``, ``broadcast``, ``allgather``,
+protocol (re-exported here): ``rank``, ``size``, ``broadcast``, ``allgather``, ``gather``,
 ``allreduce``, ``barrier`` and ``abort``; every class here implements all of them, and
 any object that has them works too. :func:`get_communicator` picks
 the implementation from the environment, so the same script runs as one process, under
@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import pickle
 import sys
 import traceback
 from typing import Any, Callable
@@ -78,6 +79,25 @@ def _decode_headers(headers: np.ndarray) -> list[tuple[np.dtype, tuple]] | None:
     return out
 
 
+# MPI counts are C ints: a gathered payload travels in point-to-point messages of at most
+# this many bytes, so objects past 2 GiB (a 10M-row graph's indices) gather too
+_GATHER_CHUNK_BYTES = 1 << 30
+_GATHER_TAG = 0x6A7  # messages of one (source, tag) arrive in order: the chunks stay in sequence
+
+
+def _gather_payload(obj: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``obj`` as (header, bytes) for :meth:`MPIComm.gather`: a plain numeric array as its
+    raw bytes (header as :func:`_array_header`), anything else pickled; the header's last
+    word is the byte count."""
+    header = np.append(_array_header(obj), np.int64(0))
+    if header[0]:
+        payload = np.ascontiguousarray(obj).reshape(-1).view(np.uint8)
+    else:
+        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+    header[-1] = payload.size
+    return header, payload
+
+
 class _Comm(Communicator):
     """What the implementations below share besides the :class:`Communicator` contract
     (and its default ``abort``): a readable repr."""
@@ -102,6 +122,10 @@ class SingleProcessComm(_Comm):
         return obj
 
     def allgather(self, obj: Any) -> list:
+        return [obj]
+
+    def gather(self, obj: Any, root: int = 0) -> list | None:
+        _check_root(root, 1)
         return [obj]
 
     def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
@@ -164,7 +188,9 @@ class MPIComm(_Comm):
 
     ``abort_on_exception`` (default True) installs :func:`install_mpi_abort_hook`, so a
     rank that raises ends the job instead of leaving the others waiting forever.
-    Arrays are gathered with ``Allgatherv`` on their raw bytes; other objects pickled.
+    Arrays are all-gathered with ``Allgatherv`` on their raw bytes; other objects pickled.
+    :meth:`gather` sends every rank's bytes (an array's raw, anything else pickled) to the
+    root in messages of at most 1 GiB, so it has no 2 GiB limit.
     """
 
     def __init__(self, comm: Any = None, abort_on_exception: bool = True) -> None:
@@ -197,6 +223,36 @@ class MPIComm(_Comm):
         else:
             self.comm.Allgatherv([send, self._MPI.BYTE], [recv, counts.tolist(), displs.tolist(), self._MPI.BYTE])
         return [recv[o:o + c].view(d).reshape(s) for (d, s), o, c in zip(headers, displs, counts)]
+
+    def gather(self, obj: Any, root: int = 0) -> list | None:
+        """Every rank's ``obj`` on ``root`` (by rank; root's own entry is ``obj`` itself,
+        not a copy), ``None`` elsewhere. Only the root holds the whole: the others send
+        their part and keep nothing more."""
+        root = _check_root(root, self.size)
+        header, payload = _gather_payload(obj)
+        headers = np.empty((self.size, header.size), dtype=np.int64) if self.rank == root else None
+        self.comm.Gather(header, headers, root=root)
+        # point to point rather than mpi4py's pickled comm.gather (one message per rank,
+        # counts as C ints: it fails past 2 GiB) or Gatherv (the same limit on the total)
+        if self.rank != root:
+            for start in range(0, payload.size, _GATHER_CHUNK_BYTES):
+                self.comm.Send([payload[start:start + _GATHER_CHUNK_BYTES], self._MPI.BYTE], dest=root,
+                               tag=_GATHER_TAG)
+            return None
+        out: list = []
+        for r, h in enumerate(headers):
+            if r == root:
+                out.append(obj)
+                continue
+            buf = np.empty(int(h[-1]), dtype=np.uint8)
+            for start in range(0, buf.size, _GATHER_CHUNK_BYTES):
+                self.comm.Recv([buf[start:start + _GATHER_CHUNK_BYTES], self._MPI.BYTE], source=r, tag=_GATHER_TAG)
+            if h[0]:
+                (dtype, shape), = _decode_headers(h[:-1])
+                out.append(buf.view(dtype).reshape(shape))
+            else:
+                out.append(pickle.loads(buf))
+        return out
 
     def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
         op = _check_op(op)
@@ -302,6 +358,16 @@ class TorchDistComm(_Comm):
         self._dist.all_gather(list(recv.split(width)), send, group=self.group)
         flat = recv.numpy()
         return [flat[r * width:r * width + c].view(d).reshape(s) for r, (c, (d, s)) in enumerate(zip(counts, headers))]
+
+    def gather(self, obj: Any, root: int = 0) -> list | None:
+        """Every rank's ``obj`` on ``root`` (by rank), ``None`` elsewhere
+        (``torch.distributed.gather_object``: pickled; the root receives ``size`` buffers
+        as large as the largest object)."""
+        self._ensure_init()
+        root = _check_root(root, self.size)
+        out: list | None = [None] * self.size if self.rank == root else None
+        self._dist.gather_object(obj, out, dst=self._global_rank(root), group=self.group)
+        return out
 
     def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
         import torch

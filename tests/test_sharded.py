@@ -11,14 +11,16 @@ import scipy.sparse as sp
 
 from batchsel.index import EmbeddingIndex
 from batchsel.integrations import SingleProcessComm
+from batchsel.selectors.partition import submodular_partition as one_process_partition
 from batchsel.sharded import (ShardedIndex, _merge, facility_location, gather_graph, load_graph_shards,
-                              save_graph_shard, shard_range)
+                              save_graph_shard, shard_range, submodular_partition)
 
 from test_integrations_mp import MPIEXEC, clean_env  # puts tests/mp_scripts on sys.path
 
 from common import run_command  # noqa: E402
 
 JOB = Path(__file__).resolve().parent / "mp_scripts" / "sharded_job.py"
+GATHER_JOB = JOB.with_name("sharded_gather_job.py")
 needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec")
 
 
@@ -61,6 +63,49 @@ def test_facility_location_equals_lazy_greedy(data):
     assert np.array_equal(sel.indices, ref.indices) and sel.value == pytest.approx(ref.value, rel=1e-12)
     with pytest.raises(ValueError, match="ranks hold 2999 rows"):
         facility_location(rows[1:], 5, comm, 1)
+
+
+def test_gather_to_one_rank(data):
+    comm = SingleProcessComm()
+    assert comm.gather({"a": 1}) == [{"a": 1}]
+    with pytest.raises(ValueError, match=r"root must be in \[0, 1\), got 1"):
+        comm.gather(1, root=1)
+    rows = ShardedIndex(data[:500], comm, metric="euclidean", progress=False).knn_graph(k=5)
+    g = gather_graph(rows, comm, root=0)
+    assert g.indices.dtype == np.int64 and (g != gather_graph(rows, comm)).nnz == 0 and g.nnz == rows.nnz
+    with pytest.raises(ValueError, match=r"root must be None or a rank in \[0, 1\), got 1"):
+        gather_graph(rows, comm, root=1)
+
+
+@pytest.mark.parametrize("parts, seed", [(4, 0), (7, 5)])
+def test_greedmax_from_row_shards_equals_one_process(data, parts, seed):
+    """The graph GreedMax builds from embeddings (euclidean, RBF, k = 10), given as row
+    shards, gives the same shards as the single-process partition of the embeddings."""
+    comm = SingleProcessComm()
+    rows = ShardedIndex(data, comm, metric="euclidean", progress=False).knn_graph(k=10)
+    got = submodular_partition(rows, parts, comm, seed=seed)
+    expected = one_process_partition(data, parts, seed=seed)
+    assert len(got) == parts and all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert all(a.dtype == np.int64 for a in got)
+    with pytest.raises(ValueError, match="num_parts must be <= 3000, got 3001"):
+        submodular_partition(rows, 3001, comm)
+    negative = rows.copy()
+    negative.data[0] = -1.0
+    with pytest.raises(ValueError, match="graph weights must be >= 0"):  # raised at the root, on every rank
+        submodular_partition(negative, 2, comm)
+
+
+def test_greedmax_of_an_asymmetric_graph_in_row_shards():
+    """symmetric=False: the root symmetrizes as the one-process function does (claiming
+    symmetry of an asymmetric graph gives other shards, so the flag matters)."""
+    g = sp.random(400, 400, density=0.03, random_state=1, format="csr", dtype=np.float32)
+    g.setdiag(0)
+    g.eliminate_zeros()
+    expected = one_process_partition(g, 3, seed=2)
+    got = submodular_partition(g, 3, SingleProcessComm(), seed=2, symmetric=False)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    claimed = submodular_partition(g, 3, SingleProcessComm(), seed=2)
+    assert not all(np.array_equal(a, b) for a, b in zip(claimed, expected))
 
 
 def test_merge_keeps_nearest_ties_to_smaller_index_missing_last():
@@ -164,3 +209,69 @@ def test_cli_under_mpiexec_equals_one_process(tmp_path):
     one = run_command([exe, *select], clean_env(), 120)
     two = run_command([MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", exe, *select], clean_env(), 120)
     assert [json.loads(line) for line in two.splitlines() if line.startswith("{")] == [json.loads(one)]
+
+
+def launch_gather(tmp_path: Path, data: np.ndarray, *opts: str) -> dict:
+    np.save(tmp_path / "data.npy", data)
+    cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, GATHER_JOB,
+           tmp_path / "out", tmp_path / "data.npy", *opts]
+    run_command(cmd, clean_env(), 180)
+    return json.loads((tmp_path / "out.json").read_text())
+
+
+@pytest.mark.slow
+@needs_mpi
+def test_two_mpi_ranks_gather_to_one_and_partition_as_one_process(tmp_path):
+    """MPIComm.gather and TorchDistComm.gather (own sizes and dtypes per rank, empty and
+    0-d arrays, pickled objects, both roots, payloads cut into 7-byte messages);
+    gather_graph to either rank equals the single-process graph, None on the other; the
+    GreedMax partition of the distributed graph equals the one-process partition."""
+    result = launch_gather(tmp_path, clustered(), "check")
+    for comm in ("mpi", "mpi_chunked", "torch"):
+        assert result[comm]["root0"] and result[comm]["root1"], (comm, result[comm])
+        assert result[comm]["bad_root"] == "root must be in [0, 2), got 2"
+    assert result["gather_graph"] == {"0": [0, None], "1": [None, 0]}
+    assert result["greedmax_seed0_parts4"] == [True, True] and result["greedmax_seed3_parts3"] == [True, True]
+    assert result["too_many_parts"] == "num_parts must be <= 3000, got 3001"
+
+
+@pytest.mark.slow
+@needs_mpi
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="resets the RSS high-water mark the Linux way")
+def test_gather_to_root_leaves_the_other_rank_s_memory_alone(tmp_path):
+    """200k x 16, k = 20 (a 74 MiB graph) on 2 ranks: while the graph is gathered to rank
+    0, rank 1's peak RSS does not grow, rank 0's grows by about the graph; gathered to
+    every rank (root=None) rank 1's grows as much (so the measure can tell them apart).
+    Peaks are of the hand-over alone: the build's peak, alike on both ranks and some
+    300 MiB, would hide it (the high-water mark is reset before each gather)."""
+    result = launch_gather(tmp_path, clustered(n=200_000, d=16), "rss", "20")
+    (root, other), (root_all, other_all) = result["root_0"], result["root_None"]
+    graph = root["graph_mib"]
+    assert graph > 50 and other["graph_mib"] == 0, result
+    grow = {name: r["peak"] - r["start"] for name, r in
+            (("root", root), ("other", other), ("root_all", root_all), ("other_all", other_all))}
+    assert grow["root"] > 0.5 * graph and grow["other_all"] > 0.5 * graph, (grow, result)
+    assert grow["other"] < 0.1 * grow["root"], (grow, result)
+
+
+@pytest.mark.slow
+@needs_mpi
+def test_cli_greedmax_partition_under_mpiexec_equals_one_process(tmp_path):
+    """``mpiexec -n 2 batchsel plan --method submodular --partition submodular``: the k-NN
+    graph of the GreedMax partition is built over the ranks and partitioned on rank 0;
+    the plans (3 workers, 2 epochs) have the one-process fingerprints, and only rank 0
+    reports."""
+    np.save(tmp_path / "emb.npy", clustered(n=1500))
+    exe = Path(sys.executable).parent / "batchsel"
+    args = ["plan", str(tmp_path / "emb.npy"), "--method", "submodular", "--partition", "submodular",
+            "--batch-size", "50", "--workers", "3", "--epochs", "2", "--seed", "4", "--quiet", "--json"]
+    one = run_command([exe, *args, "--out", tmp_path / "p1.npz"], clean_env(), 120)
+    two = run_command([MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", exe, *args,
+                       "--out", tmp_path / "p2.npz"], clean_env(), 120)
+    f1 = [[e["fingerprint"] for e in json.loads(line)["epochs"]] for line in one.splitlines() if line.startswith("{")]
+    f2 = [[e["fingerprint"] for e in json.loads(line)["epochs"]] for line in two.splitlines() if line.startswith("{")]
+    assert len(f1) == 1 and len(f1[0]) == 2 and f2 == f1
+    from batchsel import load_plans
+
+    for p1, p2 in zip(load_plans(tmp_path / "p1.npz"), load_plans(tmp_path / "p2.npz")):
+        assert all(np.array_equal(a, b) for r in range(3) for a, b in zip(p1.batches(r), p2.batches(r)))
