@@ -203,6 +203,7 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int) -> batc
     """Every method at its defaults (a ``--variant`` adds keyword arguments); the
     embeddings are the inputs."""
     base, options = VARIANTS.get(method, (method, {}))
+    options = {k: v for k, v in options.items() if k != "prefetch"}  # the sampler's, not the selector's
     n = len(train.y)
     if base in FILTERS:  # candidates for the filter: random batches of its candidate size
         return batchsel.RandomSelector(n, batch_size, seed=seed)
@@ -291,8 +292,11 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     if filt is not None and filt.guard_ == "uniform":
         filt = None  # the IL model is near chance: random batches of B, exactly the anchor's
     selector = make_selector(method, train, filt.candidate_size if filt else task.batch_size, seed)
-    weighted = VARIANTS.get(method, (method,))[0] == "coreset"
-    sampler = SelectionBatchSampler(selector, rank=0, world_size=1, weighted=weighted)
+    base, options = VARIANTS.get(method, (method, {}))
+    weighted = base == "coreset"
+    # prefetch=N (a variant option): selection runs N batches ahead in the sampler's thread
+    sampler = SelectionBatchSampler(selector, rank=0, world_size=1, weighted=weighted,
+                                    prefetch=int(options.get("prefetch", 0)))
     x, y = torch.from_numpy(train.x), torch.from_numpy(train.y)
     curve, step, epoch, select, wall = [], 0, 0, setup, setup
     while step < steps:
@@ -331,6 +335,7 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
                 curve.append((step, wall, metric(model, evaluation, balanced)))
                 model.train()
         epoch += 1
+    batches.close()  # stops a prefetch thread still selecting ahead
     extra = {} if fitted is None else {"il_accuracy": fitted.il_accuracy_, "il_skill": fitted.il_skill_,
                                        "guard": fitted.guard_, "il_seconds": setup}
     return {"curve": curve, "final": curve[-1][2], "wall_seconds": wall, "select_seconds": select,
