@@ -6,6 +6,9 @@ to its own training step, so the threads fight over the cores: one SMDL batch (B
 pool 1024, d = 64) took 11 ms alone and 24 ms with two processes on two busy cores,
 against about 2 ms with one BLAS thread. Products of that size gain little from threads
 even on an idle machine (0.26 ms on two threads, 0.37 ms on one), so they run on one.
+(SMDL itself no longer calls BLAS: its product is computed in its compiled batch kernel,
+see :func:`batchsel.functions._kernels.gemm_fma`; dense facility location still limits
+its small products here.)
 """
 from __future__ import annotations
 

@@ -24,7 +24,10 @@ is free for it: with torch's default threads both cores already run the step.
 
 Run: ``python benchmarks/bench_overlap.py`` (``--quick``: fewer rounds and examples;
 ``--mpi``: also under ``mpiexec -n 2``, gradients all-reduced over MPI, feedback shared with
-``sync_every=1``). Writes ``benchmarks/results/bench_overlap.md``.
+``sync_every=1``; ``--workloads`` / ``--selectors``: a subset, e.g. ``--workloads
+mlp3072,digits+wait --selectors smdl,smdl_numpy`` for SMDL before (``smdl_numpy``: the numpy
+implementation the compiled kernel replaced) and after, interleaved in one run). Writes
+``benchmarks/results/bench_overlap.md``.
 """
 from __future__ import annotations
 
@@ -44,6 +47,11 @@ import torch
 from batchsel import LossRankSelector, RandomSelector, SelectionBatchSampler, SubmodularSelector
 
 KINDS = ("random", "smdl", "loss_rank")
+# "smdl_numpy": the numpy + OpenBLAS SMDL implementation the compiled kernel replaced (the
+# reference kept in tests/test_smdl_kernel.py, same picks), run on request (--selectors) so
+# that before and after are measured interleaved in one run
+EXTRA_KINDS = ("smdl_numpy",)
+SELECTED = {"kinds": KINDS}
 RESULTS = Path(__file__).parent / "results" / "bench_overlap.md"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 if not MPIEXEC.exists():
@@ -71,12 +79,22 @@ def workloads(n_big: int) -> dict[str, dict]:
     }
 
 
+def smdl_class(kind: str = "smdl"):
+    """SubmodularSelector, or for ``smdl_numpy`` the numpy implementation it replaced."""
+    if kind == "smdl":
+        return SubmodularSelector
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+    from test_smdl_kernel import NumpySMDL
+
+    return NumpySMDL
+
+
 def make_selector(kind: str, w: dict):
     n, b = len(w["y"]), w["batch"]
     if kind == "random":
         return RandomSelector(n, b, seed=0)
-    if kind == "smdl":
-        return SubmodularSelector(w["emb"], b, seed=0)
+    if kind.startswith("smdl"):
+        return smdl_class(kind)(w["emb"], b, seed=0)
     return LossRankSelector(n, b, seed=0)
 
 
@@ -129,7 +147,7 @@ def configs(ws: dict, threads: list[int], rank: int, world: int, comm) -> dict:
     out = {}
     for th in threads:
         for wname, w in ws.items():
-            for kind in KINDS:
+            for kind in SELECTED["kinds"]:
                 for prefetch in (0, 1):
                     model, opt = make_model(w["dims"])
                     kwargs = dict(comm=comm) if comm is not None else dict(rank=rank, world_size=world)
@@ -218,8 +236,8 @@ def gil_check(seconds: float = 1.0) -> str:
              "| selector | ms/batch alone | switch interval | selections/s next to the loop | loop speed |",
              "|---|---|---|---|---|"]
     default_interval = sys.getswitchinterval()
-    for kind in ("smdl", "loss_rank"):
-        sel = SubmodularSelector(x, 128, seed=0) if kind == "smdl" else LossRankSelector(len(x), 128, seed=0)
+    for kind in [k for k in SELECTED["kinds"] if k != "random"]:
+        sel = smdl_class(kind)(x, 128, seed=0) if kind.startswith("smdl") else LossRankSelector(len(x), 128, seed=0)
         list(sel.iter_batches(0))  # compiles the kernels
         start = time.perf_counter()
         alone = len(list(sel.iter_batches(1))) / (time.perf_counter() - start)
@@ -263,7 +281,7 @@ def launch_mpi(rounds: int, n_big: int, threads: str, only: str, bind: str) -> d
     # that core with its training step; ``--bind-to none`` lets it run elsewhere
     cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "--bind-to", bind, "-n", "2", sys.executable,
            __file__, "--worker", "--rounds", str(rounds), "--n-big", str(n_big), "--threads", threads,
-           "--workloads", only]
+           "--workloads", only, "--selectors", ",".join(SELECTED["kinds"])]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
@@ -283,8 +301,12 @@ def main() -> None:
     ap.add_argument("--bind-to", default="core", help="mpiexec --bind-to (core: its default for 2 ranks; none)")
     ap.add_argument("--append", action="store_true", help="append to the results file instead of replacing it")
     ap.add_argument("--gil", action="store_true", help="only the GIL check")
+    ap.add_argument("--selectors", default=",".join(KINDS),
+                    help="comma-separated subset of random,smdl,loss_rank,smdl_numpy (random, the anchor, always "
+                         "runs; smdl_numpy: the numpy SMDL implementation the compiled kernel replaced)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    SELECTED["kinds"] = tuple(k for k in KINDS + EXTRA_KINDS if k == "random" or k in args.selectors.split(","))
     rounds, n_big = (2, 1024) if args.quick else (args.rounds, args.n_big)
     if args.worker:
         mpi_worker(rounds, n_big, args.threads, args.workloads)

@@ -4,10 +4,12 @@
    forward + backward + SGD step of a small torch MLP on that batch (the anchor; target:
    selection <= 5% of the step). Two MLPs are shown: one on the 64-d embeddings themselves
    (64-256-256-10, tiny) and one on CIFAR-sized inputs (3072-512-512-10). Then the same
-   SMDL batch in child processes with the default BLAS threads and with
-   OPENBLAS_NUM_THREADS=1, one process alone and two at once (as two ranks of a job on
-   one machine): the selector runs its similarity product on one BLAS thread itself, so
-   the two columns should agree.
+   SMDL batch in child processes, interleaved there with the 3072 MLP step, with the
+   default threads (BLAS and torch) and with one thread, one process alone and two at
+   once (as two ranks of a job on one machine): a batch is one compiled call that uses
+   no BLAS, so the columns should agree. Every SMDL row is also measured for the numpy +
+   OpenBLAS implementation the compiled kernel replaced ("numpy", the reference kept in
+   tests/test_smdl_kernel.py; same picks) in the same run.
 2. A graph-block plan for N = 1M (k-NN graph + METIS partition + plan): wall time of each
    part and peak RSS, next to a RandomSelector plan of the same N (the anchor). Runs in a
    child process so its peak RSS is its own.
@@ -59,12 +61,25 @@ def paired(fns: dict, repeats: int) -> dict:
     return {k: (1e3 * statistics.median(v), 1e3 * float(np.percentile(v, 10))) for k, v in wall.items()}
 
 
-def smdl_stepper(n: int):
-    """A function drawing one online SMDL batch (B = 128, pool 1024, d = 64) per call."""
+def smdl_class(impl: str):
+    """``"kernel"``: batchsel's SubmodularSelector (one compiled call per batch);
+    ``"numpy"``: the numpy + OpenBLAS implementation it replaced, kept as the reference in
+    tests/test_smdl_kernel.py (same picks), measured in the same run as the "before"."""
     from batchsel import SubmodularSelector
 
+    if impl == "kernel":
+        return SubmodularSelector
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from test_smdl_kernel import NumpySMDL
+
+    return NumpySMDL
+
+
+def smdl_stepper(n: int, impl: str = "kernel", optimizer: str = "stochastic"):
+    """A function drawing one online SMDL batch (B = 128, pool 1024, d = 64) per call: a
+    full online step (pool draw, gather, the terms, greedy, bookkeeping)."""
     x = clustered(n, 64)
-    sel = SubmodularSelector(x, 128, seed=0, pool_size=1024)
+    sel = smdl_class(impl)(x, 128, seed=0, pool_size=1024, optimizer=optimizer)
     sel.observe(np.arange(n), logits=np.random.default_rng(0).normal(size=(n, 10)))
     state = {"it": sel.iter_batches(0), "epoch": 0}
 
@@ -78,88 +93,99 @@ def smdl_stepper(n: int):
     return one_batch
 
 
-def smdl_thread_worker(n: int, repeats: int, start_at: float) -> None:
-    step = smdl_stepper(n)
+def mlp_stepper(dim: int = 3072, width: int = 512, batch: int = 128, inputs=None):
+    """A function running one forward + backward + SGD step of a dim-width-width-10 MLP."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(dim, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                                torch.nn.ReLU(), torch.nn.Linear(width, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    xb = torch.randn(batch, dim) if inputs is None else inputs
+    yb = torch.randint(0, 10, (batch,))
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+
+    return step
+
+
+def smdl_thread_worker(n: int, repeats: int, start_at: float, impl: str) -> None:
+    """One SMDL batch and one 3072-512-512-10 MLP step, interleaved in this process, with
+    the threads its environment gives (torch and BLAS read OMP / OPENBLAS_NUM_THREADS)."""
+    step, mlp = smdl_stepper(n, impl), mlp_stepper()
     for _ in range(5):  # numba cache load, first allocations
         step()
+        mlp()
     time.sleep(max(0.0, start_at - time.time()))  # concurrent workers measure at the same time
-    res = paired({"smdl": step}, repeats)["smdl"]
-    print("RESULT " + json.dumps({"median": res[0], "p10": res[1]}))
+    res = paired({"smdl": step, "mlp": mlp}, repeats)
+    print("RESULT " + json.dumps({"median": res["smdl"][0], "p10": res["smdl"][1], "mlp": res["mlp"][0],
+                                  "load": os.getloadavg()[0]}))
 
 
 def bench_smdl_threads(n: int, repeats: int) -> None:
-    """One SMDL batch in child processes: {alone, two at once} x {default BLAS threads,
-    OPENBLAS_NUM_THREADS=1}."""
+    """One SMDL batch in child processes: {alone, two at once} x {default threads, one
+    thread (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = 1)}, next to the MLP step measured in
+    the same processes; the compiled kernel and the numpy implementation it replaced."""
     default_env = {k: v for k, v in os.environ.items()
-                   if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
-    print(f"\n   One SMDL batch (stochastic) in separate processes, {repeats} batches each; "
-          f"median / p10 ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"   {'':<22} {'default BLAS threads':>28} {'OPENBLAS_NUM_THREADS=1':>28}")
-    for procs in (1, 2):
-        cells = []
-        for env in (default_env, dict(default_env, OPENBLAS_NUM_THREADS="1")):
-            cmd = [sys.executable, __file__, "--smdl-thread-worker", str(n), str(repeats), str(time.time() + 8)]
-            children = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                        for _ in range(procs)]
-            outs = [c.communicate() for c in children]
-            for c, (_, err) in zip(children, outs):
-                if c.returncode != 0:
-                    raise RuntimeError(err[-3000:])
-            rs = [json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:]) for out, _ in outs]
-            cells.append(", ".join(f"{r['median']:.2f} / {r['p10']:.2f}" for r in rs))
-        label = "alone" if procs == 1 else "two processes at once"
-        print(f"   {label:<22} {cells[0]:>28} {cells[1]:>28}")
+                   if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    one_env = dict(default_env, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    print(f"\n   One SMDL batch (stochastic) in separate processes, {repeats} batches each, interleaved with a "
+          f"3072-512-512-10 MLP step (B=128) in the same process; SMDL median / p10 ms, MLP median ms, "
+          f"SMDL / MLP; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs before the runs")
+    print(f"   {'':<10} {'':<22} {'default threads (BLAS, torch)':>44} {'1 thread (BLAS, torch)':>44}")
+    for impl in ("kernel", "numpy"):
+        for procs in (1, 2):
+            cells, loads = [], []
+            for env in (default_env, one_env):
+                cmd = [sys.executable, __file__, "--smdl-thread-worker", str(n), str(repeats), str(time.time() + 8),
+                       "--impl", impl]
+                children = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            for _ in range(procs)]
+                outs = [c.communicate() for c in children]
+                for c, (_, err) in zip(children, outs):
+                    if c.returncode != 0:
+                        raise RuntimeError(err[-3000:])
+                rs = [json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
+                      for out, _ in outs]
+                loads += [r["load"] for r in rs]
+                cells.append(", ".join(f"{r['median']:.2f} / {r['p10']:.2f}, {r['mlp']:.1f}, "
+                                       f"{100 * r['median'] / r['mlp']:.1f}%" for r in rs))
+            label = "alone" if procs == 1 else "two processes at once"
+            print(f"   {impl:<10} {label:<22} {cells[0]:>44} {cells[1]:>44}   (load {max(loads):.1f})")
+    print("   targets: SMDL <= 2 ms in every cell; <= 5% of the MLP step")
 
 
 def bench_smdl(n: int, repeats: int) -> None:
     import torch
     from threadpoolctl import threadpool_limits
 
-    from batchsel import SubmodularSelector
-
     x = clustered(n, 64)
     batch, pool_size = 128, 1024
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread each: selection and training share nothing else
-    torch.manual_seed(0)
-    yb = torch.randint(0, 10, (batch,))
-    fns = {}
-    for name, dim, width in (("MLP 64-256-256-10", 64, 256), ("MLP 3072-512-512-10", 3072, 512)):
-        model = torch.nn.Sequential(torch.nn.Linear(dim, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
-                                    torch.nn.ReLU(), torch.nn.Linear(width, 10))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        inputs = torch.from_numpy(x[:batch]) if dim == 64 else torch.randn(batch, dim)
-
-        def step(model=model, opt=opt, inputs=inputs):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(inputs), yb).backward()
-            opt.step()
-
-        fns[name] = step
-    for optimizer in ("stochastic", "lazy"):
-        sel = SubmodularSelector(x, batch, seed=0, pool_size=pool_size, optimizer=optimizer)
-        sel.observe(np.arange(n), logits=np.random.default_rng(0).normal(size=(n, 10)))
-        state = {"it": sel.iter_batches(0), "epoch": 0}
-
-        def one_batch(sel=sel, state=state):  # a full online step: pool draw, gather, the terms, greedy
-            for b in state["it"]:
-                return b
-            state["epoch"] += 1
-            state["it"] = sel.iter_batches(state["epoch"])
-            return next(state["it"])
-
-        fns[f"SMDL {optimizer}"] = one_batch
+    fns = {"MLP 64-256-256-10": mlp_stepper(64, 256, batch, torch.from_numpy(x[:batch])),
+           "MLP 3072-512-512-10": mlp_stepper(3072, 512, batch)}
+    for impl in ("kernel", "numpy"):
+        for optimizer in ("stochastic", "lazy"):
+            fns[f"SMDL {optimizer}" + (" (numpy)" if impl == "numpy" else "")] = smdl_stepper(n, impl, optimizer)
     with threadpool_limits(limits=1, user_api="blas"):
         res = paired(fns, repeats)
     torch.set_num_threads(threads)
     mlps = [k for k in fns if k.startswith("MLP")]
     print(f"\n1. One SMDL batch (B={batch}, pool={pool_size}, d=64, N={n:,}, coverage_size=256) next to one "
           f"forward+backward+SGD step of an MLP on a batch of {batch}; 1 thread each, calls interleaved, "
-          f"{repeats} repeats; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"   {'':<20} {'median ms':>9} {'p10 ms':>8}   " + "   ".join(f"{'% of ' + m + ' (median/p10)':>36}" for m in mlps))
+          f"{repeats} repeats; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs. "
+          f"(numpy): the implementation the compiled kernel replaced (same picks), in the same run")
+    print(f"   {'':<26} {'median ms':>9} {'p10 ms':>8}   " + "   ".join(f"{'% of ' + m + ' (median/p10)':>36}" for m in mlps))
     for name, (med, p10) in res.items():
         ratios = "   ".join(f"{100 * med / res[m][0]:>27.1f}% / {100 * p10 / res[m][1]:5.1f}%" for m in mlps)
-        print(f"   {name:<20} {med:>9.3f} {p10:>8.3f}   {ratios if name.startswith('SMDL') else ''}")
+        print(f"   {name:<26} {med:>9.3f} {p10:>8.3f}   {ratios if name.startswith('SMDL') else ''}")
+    for optimizer in ("stochastic", "lazy"):
+        new, old = res[f"SMDL {optimizer}"][0], res[f"SMDL {optimizer} (numpy)"][0]
+        print(f"   SMDL {optimizer}: compiled kernel / numpy = {new / old:.2f}")
     print("   targets: <= 2 ms per batch; <= 5% of the training step")
     bench_smdl_threads(n, max(repeats, 100))
 
@@ -292,13 +318,14 @@ def main() -> None:
     ap.add_argument("--loss-rank-only", action="store_true", help="only part 4 (the loss-rank batch)")
     ap.add_argument("--graph-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--smdl-thread-worker", nargs=3, type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--impl", default="kernel", choices=("kernel", "numpy"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.graph_worker:
         graph_worker(*args.graph_worker)
         return
     if args.smdl_thread_worker:
         n, repeats, start_at = args.smdl_thread_worker
-        smdl_thread_worker(int(n), int(repeats), start_at)
+        smdl_thread_worker(int(n), int(repeats), start_at, args.impl)
         return
     if args.loss_rank_only:
         bench_loss_rank((3200, 1_000_000))

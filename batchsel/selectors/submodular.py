@@ -15,8 +15,8 @@ Each step picks a batch S of size B from a candidate pool P of this rank's unuse
   points of Q do not cover themselves (``sim(i, i) = 0``), so R estimates how well S
   covers the pool rather than rewarding picks of Q's own members. Coverage of the whole
   pool improves with |Q| (B = 128 from 1024 clustered points: random batches 845, Q = 256
-  922, Q = 512 940, the whole pool 945) and so does the cost; the default 256 keeps a
-  batch near 2 ms;
+  922, Q = 512 940, the whole pool 945) and so does the cost (the similarity is half of a
+  batch's time at the default 256);
 - ``M(S) = sum_{x in S} (c - |x - mu|)``: closeness to the data mean mu, with c the largest
   distance in the pool (so M >= 0 and closer is better);
 - ``Fm(S) = sum_f sqrt(sum_{x in S} m_f(x))``: feature match, m = softmax of the embedding.
@@ -29,8 +29,19 @@ singleton gain instead, as DESIGN suggests, makes the facility location irreleva
 few picks: its gains saturate while the modular terms keep their full size.) Stochastic
 greedy draws a fresh sample of ``ceil(|P| / B * ln(1 / epsilon))`` candidates at every
 pick; ``optimizer="lazy"`` is exact greedy. Ties go to the smallest example index. The
-greedy loop runs compiled (numba); the cost per batch is
-``O(|P| |Q| d + B * sample * (|Q| + d))``, bounded by the pool, never by N.
+cost per batch is ``O(|P| |Q| d + B * sample * (|Q| + d))``, bounded by the pool, never by N.
+
+A batch is one compiled call (numba, without the GIL, without BLAS): the terms, the
+similarity product, greedy, the run's bookkeeping and the read of the pool's embeddings;
+Python only draws the batch's random numbers. So it neither oversubscribes the cores
+with BLAS threads next to other processes nor holds the GIL a sampler's prefetch thread
+needs. Its float32 arithmetic is numpy's and OpenBLAS's, operation for operation
+(:mod:`batchsel.functions._kernels`), so the picks are those of the numpy implementation it
+replaced (tests/test_smdl_kernel.py). B = 128 from a pool of 1024, d = 64, on one core: about
+0.3 ms for the similarity product (the core's FMA peak), 0.15 ms for its exp, 0.1-0.15 ms
+for greedy, 1.0-2.0 ms per batch in all, the higher figures next to a training step that
+evicts the caches (``benchmarks/bench_selectors.py``; the numpy implementation, same runs:
+1.3-2.6 ms, and 6 ms with two processes on two cores and default BLAS threads).
 
 With the paper's weights, ``l_m = 0.5`` makes half of the objective closeness to the mean:
 batches avoid outliers but are *less* diverse than random ones when classes lie at
@@ -91,9 +102,9 @@ from typing import Any, Sequence
 import numba
 import numpy as np
 
-from .._blas import one_blas_thread
 from .._checks import check_indices, check_int, check_rows, check_scale, load_embeddings
 from .._heap import before, heap_pop, heap_push
+from ..functions._kernels import einsum_dot, exp_f32, exp_f32_clipped, gemm_fma, pairwise_sum
 from .base import OnlineSelector
 
 logger = logging.getLogger(__name__)
@@ -163,17 +174,25 @@ def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r:
         # stale gains bound the current ones (submodularity): inside each sample, candidates
         # are evaluated by decreasing bound until no bound can beat the best fresh gain
         bound = np.full(p, np.inf)
+        # the sample's slots by decreasing bound, ties by slot (a stable sort's order): a
+        # heap, since the search usually stops after a few (sorting every sample cost more
+        # than the gains)
+        keys = np.empty(sample_size, dtype=np.float64)
+        slots = np.empty(sample_size, dtype=np.int64)
         for t in range(k):
             s = min(sample_size, m)
+            size = 0
             for i in range(s):
                 # partial Fisher-Yates: rest[:s] becomes a uniform sample of rest[:m]
                 j = i + int(uniforms[t, i] * (m - i))
                 if j >= m:
                     j = m - 1
                 rest[i], rest[j] = rest[j], rest[i]
-            by_bound = np.argsort(-bound[rest[:s]], kind="mergesort")
+                size = heap_push(keys, slots, size, bound[rest[i]], i)
             best, best_gain, best_slot = -1, 0.0, -1
-            for i in by_bound:
+            while size > 0:
+                i = slots[0]
+                size = heap_pop(keys, slots, size)
                 c = rest[i]
                 if best >= 0 and bound[c] < best_gain:
                     break
@@ -206,6 +225,240 @@ def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r:
     return picks
 
 
+# -- one SMDL batch in one compiled call ---------------------------------------------------
+# Everything a batch computes from its pool (the terms, their normalization, the similarity
+# to the coverage set, greedy) runs in _smdl_select, without the GIL and without BLAS: the
+# small pool GEMM oversubscribed the cores under default BLAS threads, and dozens of numpy
+# calls per batch each gave up and re-took the GIL, which starved a sampler's prefetch
+# thread next to a Python-bound training loop. The arithmetic is numpy's and OpenBLAS's,
+# operation for operation (batchsel.functions._kernels), so the picks are the ones the numpy
+# implementation made (tests/test_smdl_kernel.py keeps that implementation as the reference).
+@numba.njit(cache=True, nogil=True)
+def _scaled_into(out: np.ndarray, values: np.ndarray, scale: float) -> None:
+    """``out += values * (scale / mean(values))`` (nothing when the mean is not > 0): the
+    module's fixed normalization, with numpy's mean."""
+    mean = pairwise_sum(values, 0, values.shape[0]) / values.shape[0]
+    if mean > 0:
+        factor = scale / mean
+        for i in range(out.shape[0]):
+            out[i] += values[i] * factor
+
+
+# fastmath lets the maximum vectorize; a maximum does not depend on the order (a NaN,
+# which the embeddings' checks exclude, would give NaN features either way: refused)
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _row_max(row: np.ndarray) -> float:
+    top = row[0]
+    for j in range(1, row.shape[0]):
+        top = max(top, row[j])
+    return top
+
+
+@numba.njit(cache=True, nogil=True)
+def _similarity_kernel(x: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
+    """``exp(-|x_i - x_c|^2 / sigma^2)`` for every pool row i (``x``, squared norms ``sq``)
+    and coverage row c (positions ``cov``), with sigma^2 the pool's mean pairwise squared
+    distance; one GEMM on augmented rows gives ``-|x_i - x_c|^2 / sigma^2`` directly (no
+    p x q temporaries), clipped at 0 (rounding can make a squared distance negative).
+    Returns them and how many are NaN."""
+    p, d = x.shape
+    q = cov.shape[0]
+    sq_sum = np.float32(pairwise_sum(sq, 0, p))
+    sq_mean = np.float64(np.float32(np.float64(sq_sum) / p))
+    col = np.zeros(d, dtype=np.float64)  # numpy's axis-0 mean: rows added in order
+    for i in range(p):
+        for j in range(d):
+            col[j] += np.float64(x[i, j])
+    for j in range(d):
+        col[j] = col[j] / p
+        col[j] = col[j] * col[j]
+    sigma2 = 2.0 * (sq_mean - pairwise_sum(col, 0, d))
+    scale = np.float32(1.0 / sigma2 if sigma2 > 1e-12 else 1.0)
+    two_scale = np.float32(2.0) * scale
+    left = np.empty((p, d + 2), dtype=np.float32)
+    for i in range(p):
+        for j in range(d):
+            left[i, j] = x[i, j] * two_scale
+        left[i, d] = -scale * sq[i]
+        left[i, d + 1] = -scale
+    right_t = np.empty((d + 2, q), dtype=np.float32)
+    for c in range(q):
+        for j in range(d):
+            right_t[j, c] = x[cov[c], j]
+        right_t[d, c] = 1.0
+        right_t[d + 1, c] = sq[cov[c]]
+    sim_t = np.empty((p, q), dtype=np.float32)
+    gemm_fma(left, right_t, sim_t)
+    nans = exp_f32_clipped(sim_t.ravel())  # clipped at 0: rounding can make a squared distance negative
+    return sim_t, nans
+
+
+@numba.njit(cache=True, nogil=True)
+def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: np.ndarray, mean: np.ndarray,
+                 weights: np.ndarray, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
+                 sample_size: int, uniforms: np.ndarray, fixed: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Greedy's picks for a pool (see :meth:`SubmodularSelector.select_from_pool`): the
+    weighted, normalized terms, then :func:`_smdl_greedy`. ``x`` holds the pool's
+    embeddings (rows in ``pool`` order), or has no rows and they are read here from
+    ``source`` (all the embeddings); ``entropy`` holds every example's, ``log_classes`` the
+    entropy of an unobserved example (< 0: no logits yet, uniform), ``typical`` the random
+    batch that fixes the scales, ``cov`` the coverage positions (empty: no R term).
+    Returns the picks and whether every term was finite (greedy is skipped if not)."""
+    if x.shape[0] != pool.shape[0]:
+        x = np.empty((pool.shape[0], source.shape[1]), dtype=np.float32)
+        for i in range(pool.shape[0]):
+            x[i] = source[pool[i]]
+    p, d = x.shape
+    l_u, l_r, l_m, l_f = weights[0], weights[1], weights[2], weights[3]
+    free = k - fixed.shape[0]
+    modular = np.zeros(p, dtype=np.float64)
+    if l_u > 0:
+        u = np.empty(p, dtype=np.float64)
+        for i in range(p):
+            e = np.float64(entropy[pool[i]])
+            u[i] = 1.0 if log_classes < 0 else (log_classes if np.isnan(e) else e)
+        _scaled_into(modular, u, l_u / k)
+    sq = np.empty(p, dtype=np.float32)
+    if l_m > 0 or l_r > 0:
+        for i in range(p):
+            sq[i] = einsum_dot(x[i], x[i])
+    if l_m > 0:
+        mu = np.empty(d, dtype=np.float32)
+        for j in range(d):
+            mu[j] = np.float32(mean[j])
+        diff = np.empty(d, dtype=np.float32)
+        dist = np.empty(p, dtype=np.float64)
+        for i in range(p):
+            for j in range(d):
+                diff[j] = x[i, j] - mu[j]
+            dist[i] = np.float64(np.sqrt(einsum_dot(diff, diff)))
+        far = dist.max()
+        for i in range(p):
+            dist[i] = far - dist[i]
+        _scaled_into(modular, dist, l_m / k)
+    w_r = 0.0
+    nans = 0
+    q = cov.shape[0]
+    sim_t = np.zeros((p, 0), dtype=np.float32)
+    if l_r > 0:
+        sim_t, nans = _similarity_kernel(x, sq, cov)
+        if q < p:  # coverage points do not cover themselves: see the module docstring
+            for c in range(q):
+                sim_t[cov[c], c] = 0.0
+        best = sim_t[typical[0]].copy()
+        for t in range(1, k):
+            row = sim_t[typical[t]]
+            for c in range(q):
+                if not row[c] <= best[c]:  # numpy's max: NaN wins
+                    best[c] = row[c]
+        covered = np.float64(pairwise_sum(best, 0, q))
+        w_r = l_r / covered if covered > 0 else 0.0
+    w_f = 0.0
+    feats = np.zeros((p, 0), dtype=np.float32)
+    if l_f > 0:
+        feats = np.empty((p, d), dtype=np.float32)
+        for i in range(p):
+            top = _row_max(x[i])
+            for j in range(d):
+                feats[i, j] = x[i, j] - top
+        exp_f32(feats.ravel())  # one vectorized pass (64 at a time pays its setup 1024 times)
+        for i in range(p):
+            row = feats[i]
+            total = pairwise_sum(row, 0, d)
+            for j in range(d):
+                f = row[j] / total
+                row[j] = f
+                nans += f != f
+        acc = feats[typical[0]].copy()  # numpy's axis-0 sum: rows added in order
+        for t in range(1, k):
+            row = feats[typical[t]]
+            for j in range(d):
+                acc[j] += row[j]
+        for j in range(d):
+            acc[j] = np.sqrt(acc[j])
+        w_f = l_f / np.float64(pairwise_sum(acc, 0, d))
+    # NaN gains would leave the greedy heap unordered (and its loop unbounded). The
+    # similarities and features come out of exp of values <= 0 (and a division by a sum
+    # >= 1): finite unless NaN, counted where they were computed.
+    finite = nans == 0 and np.isfinite(w_r) and np.isfinite(w_f)
+    for i in range(p):
+        finite = finite and np.isfinite(modular[i])
+    if not finite:
+        return np.empty(0, dtype=np.int64), False
+    return _smdl_greedy(sim_t, modular, feats, w_r, w_f, free, sample_size, uniforms, fixed), True
+
+
+# Without nogil: a few microseconds, less than what giving up the GIL costs next to a
+# Python-bound thread (taking it back waits for that thread's switch interval, 5 ms).
+@numba.njit(cache=True)
+def _count_below(order: np.ndarray, m: int, bound: int) -> int:
+    """How many of the unused positions ``order[:m]`` (descending) are below ``bound``."""
+    lo, hi = 0, m  # order[:lo] >= bound > order[hi:m]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if order[mid] >= bound:
+            lo = mid + 1
+        else:
+            hi = mid
+    return m - lo
+
+
+@numba.njit(cache=True)
+def _smdl_pool(order: np.ndarray, m: int, p: int, shard: np.ndarray,
+               due: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's pool: the first ``p`` unused positions ``order[m-1], order[m-2], ...``
+    (ascending), as example indices in increasing order (``pool``; ties -> smallest index),
+    ``srt`` mapping the pool back to those positions, and the pool positions of the first
+    ``due`` of them (``fixed``, in the batch from the start)."""
+    examples = np.empty(p, dtype=np.int64)
+    for i in range(p):
+        examples[i] = shard[order[m - 1 - i]]
+    srt = np.argsort(examples, kind="mergesort")  # stable, as numpy's kind="stable"
+    where = np.empty(p, dtype=np.int64)
+    for i in range(p):
+        where[srt[i]] = i
+    return examples[srt], srt, where[:due].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def _smdl_step(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: np.ndarray, mean: np.ndarray,
+               weights: np.ndarray, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
+               sample_size: int, uniforms: np.ndarray, fixed: np.ndarray, order: np.ndarray, m: int,
+               srt: np.ndarray, shard: np.ndarray) -> tuple[np.ndarray, bool]:
+    """One online batch: :func:`_smdl_select` on the pool of :func:`_smdl_pool`, then the
+    run's bookkeeping: ``order[m-p:m-k]`` gets the pool's unused positions (descending),
+    ``order[m-k:m]`` the batch's. Returns the batch (example indices) and whether the
+    terms were finite (nothing is changed if not)."""
+    picks, finite = _smdl_select(x, source, entropy, pool, mean, weights, log_classes, k, typical, cov,
+                                 sample_size, uniforms, fixed)
+    if not finite:
+        return np.empty(0, dtype=np.int64), False
+    p = pool.shape[0]
+    pool_pos = np.empty(p, dtype=np.int64)  # ascending unused positions: order[m-1], order[m-2], ...
+    for i in range(p):
+        pool_pos[i] = order[m - 1 - i]
+    keep = np.ones(p, dtype=np.bool_)
+    chosen = np.empty(k, dtype=np.int64)
+    nf = fixed.shape[0]
+    for t in range(k):
+        chosen[t] = srt[fixed[t] if t < nf else picks[t - nf]]
+        keep[chosen[t]] = False
+    top = m - k  # order[m-p:m-k]: the pool's other positions, descending
+    for i in range(p):
+        if keep[i]:
+            top -= 1
+            order[top] = pool_pos[i]
+    batch = np.empty(k, dtype=np.int64)
+    for t in range(k):
+        order[m - k + t] = pool_pos[chosen[t]]
+        batch[t] = shard[pool_pos[chosen[t]]]
+    return batch, True
+
+
+_NOT_FINITE = ("the SMDL terms of this pool are not finite (the embeddings' distances overflow float32); "
+               "rescale the embeddings (e.g. divide them by their standard deviation)")
+
+
 def entropy_of_logits(logits: np.ndarray) -> np.ndarray:
     """Entropy (nats) of softmax(logits) per row, computed stably.
 
@@ -216,12 +469,6 @@ def entropy_of_logits(logits: np.ndarray) -> np.ndarray:
     z = z - z.max(axis=1, keepdims=True)
     log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
     return -(np.exp(log_p) * log_p).sum(axis=1)
-
-
-def _scaled(values: np.ndarray, scale: float) -> np.ndarray:
-    """``values * scale / mean(values)`` (zeros when the mean is 0)."""
-    mean = float(values.mean())
-    return values * (scale / mean) if mean > 0 else np.zeros_like(values)
 
 
 class SubmodularSelector(OnlineSelector):
@@ -395,8 +642,7 @@ class SubmodularSelector(OnlineSelector):
         order, m, sizes, shard = run["order"], run["m"], run["sizes"], run["shard"]
         t = len(run["drawn"])
         k = min(int(sizes[t]), m) if t < len(sizes) else min(self.batch_size, m)
-        unused = order[:m][::-1]  # ascending: order[:m] is kept in descending order
-        due = int(np.searchsorted(unused, self._due(sizes, t, len(shard))))
+        due = _count_below(order, m, self._due(sizes, t, len(shard)))
         # hand over to the turn order over the last ceil(pool / B) batches (module docstring)
         handover = -(-self.pool_size // self.batch_size)
         left = len(sizes) - t
@@ -404,23 +650,18 @@ class SubmodularSelector(OnlineSelector):
             due = max(due, k * (handover - left + 1) // handover)
         if run["epoch"] < self.warmup_epochs or due >= k:
             # random batch (the shard is shuffled), or more due than fit: earliest first
-            p = k
-            chosen = np.arange(k)
-        else:
-            # the pool: the first pool_size unused positions; the due ones are among them
-            p = min(self.pool_size, m)
-            examples = shard[unused[:p]]
-            srt = np.argsort(examples, kind="stable")  # pool in index order: ties -> smallest index
-            where = np.empty(p, dtype=np.int64)
-            where[srt] = np.arange(p)
-            chosen = srt[self.select_from_pool(examples[srt], k, rng, fixed=where[:due])]
-        pool_pos = unused[:p].copy()
-        keep = np.ones(p, dtype=bool)
-        keep[chosen] = False
-        order[m - p:m - k] = pool_pos[keep][::-1]
-        order[m - k:m] = pool_pos[chosen]
+            pool_pos = order[m - k:m][::-1].copy()  # the first k unused positions, ascending
+            order[m - k:m] = pool_pos
+            run["m"] = m - k
+            return shard[pool_pos]
+        # the pool: the first pool_size unused positions; the due ones are among them
+        p = min(self.pool_size, m)
+        pool, srt, fixed = _smdl_pool(order, m, p, shard, due)
+        batch, finite = _smdl_step(*self._kernel_args(pool, k, rng, fixed), order, m, srt, shard)
+        if not finite:
+            raise ValueError(_NOT_FINITE)
         run["m"] = m - k
-        return shard[pool_pos[chosen]]
+        return batch
 
     def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
         run = super()._new_run(epoch, rank, world_size)
@@ -448,76 +689,39 @@ class SubmodularSelector(OnlineSelector):
         free = k - len(fixed)
         if free == 0:
             return fixed.copy()
-        l_u, l_r, l_m, l_f = self.weights
-        x = np.asarray(self.embeddings[pool], dtype=np.float32)
-        # Fixed normalization: each term's value on a random batch of k pool examples is
-        # its weight (modular terms: k times the pool mean; R and Fm: one random batch).
-        modular = np.zeros(p, dtype=np.float64)
-        if l_u > 0:
-            u = self.entropy_[pool].astype(np.float64)
-            if self.num_classes_ is None:
-                u[:] = 1.0  # no logits yet: uniform
-            else:
-                u[np.isnan(u)] = math.log(self.num_classes_)
-            modular += _scaled(u, l_u / k)
-        if l_m > 0:
-            diff = x - self.mean_.astype(np.float32)
-            dist = np.sqrt(np.einsum("ij,ij->i", diff, diff)).astype(np.float64)
-            modular += _scaled(dist.max() - dist, l_m / k)
+        picks, finite = _smdl_select(*self._kernel_args(pool, k, rng, fixed))
+        if not finite:
+            raise ValueError(_NOT_FINITE)
+        return np.concatenate([fixed, picks])
+
+    def _kernel_args(self, pool: np.ndarray, k: int, rng: np.random.Generator, fixed: np.ndarray) -> tuple:
+        """The arguments of :func:`_smdl_select` for a pool (sorted example indices) with
+        ``fixed`` pool positions in the batch and ``k - len(fixed) >= 1`` to pick: the
+        batch's random draws, in the order they have always been made (the batch that
+        fixes the scales, the coverage set, stochastic greedy's uniforms), and the
+        embeddings: a plain array (or memmap) whole, its pool rows read in the kernel; any
+        other array type's pool rows, read once through its indexing."""
+        p, free = len(pool), k - len(fixed)
         typical = rng.choice(p, size=k, replace=False)
-        w_r = w_f = 0.0
-        sim_t = np.zeros((p, 0), dtype=np.float32)
-        feats = np.zeros((p, 0), dtype=np.float32)
-        if l_r > 0:
+        cov = np.zeros(0, dtype=np.int64)
+        if self.weights[1] > 0:
             q = p if self.coverage_size is None else min(self.coverage_size, p)
             cov = np.arange(p) if q == p else np.sort(rng.choice(p, size=q, replace=False))
-            sim_t = self._similarity(x, cov)
-            if q < p:  # coverage points do not cover themselves: see the module docstring
-                sim_t[cov, np.arange(q)] = 0.0
-            covered = float(sim_t[typical].max(axis=0).sum())
-            # 0 when no pair is similar at float32 precision (a pool of one example, duplicates:
-            # sigma^2 is rounding noise): no coverage signal, as _scaled does for a zero mean
-            w_r = l_r / covered if covered > 0 else 0.0
-        if l_f > 0:
-            feats = x - x.max(axis=1, keepdims=True)
-            np.exp(feats, out=feats)
-            feats /= feats.sum(axis=1, keepdims=True)
-            w_f = l_f / float(np.sqrt(feats[typical].sum(axis=0)).sum())
         if self.optimizer == "stochastic":
             rest = p - len(fixed)
             sample = min(rest, max(1, math.ceil(rest / free * math.log(1.0 / self.epsilon))))
             uniforms = rng.random((free, sample))
         else:
             sample, uniforms = 0, np.zeros((0, 0))
-        if not (np.isfinite(modular).all() and np.isfinite(sim_t).all() and np.isfinite(feats).all()
-                and math.isfinite(w_r) and math.isfinite(w_f)):
-            # NaN gains would leave the greedy heap unordered (and its loop unbounded)
-            raise ValueError("the SMDL terms of this pool are not finite (the embeddings' distances overflow "
-                             "float32); rescale the embeddings (e.g. divide them by their standard deviation)")
-        picks = _smdl_greedy(sim_t, modular, feats, w_r, w_f, int(free), int(sample), uniforms, fixed)
-        return np.concatenate([fixed, picks])
-
-    @staticmethod
-    def _similarity(x: np.ndarray, cov: np.ndarray) -> np.ndarray:
-        """``exp(-|x_i - x_c|^2 / sigma^2)`` for every pool row i and coverage row c, with
-        sigma^2 the pool's mean pairwise squared distance; one GEMM on augmented rows
-        gives ``-|x_i - x_c|^2 / sigma^2`` directly (no p x q temporaries)."""
-        sq = np.einsum("ij,ij->i", x, x)
-        sigma2 = 2.0 * (float(sq.mean()) - float(np.square(x.mean(axis=0, dtype=np.float64)).sum()))
-        scale = np.float32(1.0 / sigma2 if sigma2 > 1e-12 else 1.0)
-        p, d = x.shape
-        left = np.empty((p, d + 2), dtype=np.float32)
-        np.multiply(x, 2 * scale, out=left[:, :d])
-        left[:, d] = -scale * sq
-        left[:, d + 1] = -scale
-        right = np.empty((len(cov), d + 2), dtype=np.float32)
-        right[:, :d] = x[cov]
-        right[:, d] = 1.0
-        right[:, d + 1] = sq[cov]
-        with one_blas_thread():  # see batchsel._blas: BLAS threads oversubscribe the cores
-            sim_t = left @ right.T
-        np.minimum(sim_t, 0.0, out=sim_t)  # rounding can make a squared distance negative
-        return np.exp(sim_t, out=sim_t)
+        emb = self.embeddings
+        if type(emb) in (np.ndarray, np.memmap):  # float32 C-contiguous (load_embeddings): read in the kernel
+            x, source = np.empty((0, emb.shape[1]), dtype=np.float32), emb
+        else:  # a subclass may read its rows its own way: through its indexing, once
+            x = np.ascontiguousarray(emb[pool], dtype=np.float32)
+            source = x
+        log_classes = -1.0 if self.num_classes_ is None else math.log(self.num_classes_)
+        return (x, source, self.entropy_, pool, self.mean_, np.asarray(self.weights), log_classes, int(k),
+                typical.astype(np.int64, copy=False), cov.astype(np.int64, copy=False), int(sample), uniforms, fixed)
 
     def __repr__(self) -> str:
         return (f"SubmodularSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
