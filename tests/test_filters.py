@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import batchsel
-from batchsel.irreducible import decisive_threshold
 from batchsel import CandidateFilter, IrreducibleLoss, RandomSelector, SelectionBatchSampler
 from batchsel.filters import gradnorm_scores, loss_scores
 
@@ -548,7 +547,7 @@ def test_auto_weight_follows_the_il_models_confident_disagreement():
     assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy.losses_).irreducible_weight_ == 0.5  # no evidence
 
     class Partial:  # evidence between the two ends: linear
-        losses_, accuracy_, chance_, decisive_, confident_disagreement_ = noisy.losses_, 0.9, 0.34, 0.9, 0.075
+        losses_, accuracy_, chance_, decisive_, confident_disagreement_ = noisy.losses_, 0.9, 0.34, 0.9, 0.1125
     assert CandidateFilter(4, 4, "rho", irreducible_losses=Partial()).irreducible_weight_ == pytest.approx(0.75)
     # an explicit weight is kept
     assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy, irreducible_weight=0.3).irreducible_weight_ == 0.3
@@ -559,10 +558,11 @@ def test_auto_weight_follows_the_il_models_confident_disagreement():
 def test_auto_weight_trusts_indecisive_irreducible_losses_only_with_evidence_of_noise():
     x, y, _, _ = blobs(600)
     il = IrreducibleLoss(seed=0).fit(x, y)
-    sure = decisive_threshold(il.n_classes_)
-    assert sure == pytest.approx(2 / 3)
-    unsure = np.flatnonzero(il.confidence_ < sure)
-    firm = np.flatnonzero(il.confidence_ >= sure)
+    # decisive: the model's class at least twice as likely as the runner-up
+    assert not il.decisive_mask_[il.confidence_ < 0.5].any()  # 3 classes: below 1/2 the runner-up is > top / 2
+    assert il.decisive_mask_[il.confidence_ >= 2 / 3].all()   # at 2/3 the runner-up is at most 1/3
+    unsure = np.flatnonzero(~il.decisive_mask_)
+    firm = np.flatnonzero(il.decisive_mask_)
     assert len(unsure) > 0 and len(firm) > 0
     idx = np.concatenate([unsure[:3], firm[:3]])
     z = np.zeros((6, 3))
@@ -578,7 +578,7 @@ def test_auto_weight_trusts_indecisive_irreducible_losses_only_with_evidence_of_
     assert np.array_equal(auto.irreducible_losses, il.losses_)
 
     class Noisy:  # full evidence of noise: every irreducible loss counts, at weight 1
-        losses_, confidence_, n_classes_ = il.losses_, il.confidence_, il.n_classes_
+        losses_, decisive_mask_ = il.losses_, il.decisive_mask_
         accuracy_, chance_, decisive_, confident_disagreement_ = 0.9, 0.34, 0.9, 0.2
     noisy = CandidateFilter(4, 4, "rho", irreducible_losses=Noisy())
     assert noisy.indecisive_trust_ == 1.0
