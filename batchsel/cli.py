@@ -514,25 +514,18 @@ def _sharded_greedmax(args: argparse.Namespace, n: int) -> np.ndarray | None:
     ``--workers`` shards (on rank 0; None elsewhere), from the RBF k-NN graph the
     selector would build itself (euclidean, GreedMax's default k) built over the ranks.
     GreedMax runs on rank 0 on the gathered graph (batchsel.sharded.submodular_partition)."""
-    import inspect
-
     from .selectors.base import Selector
-    from .selectors.partition import submodular_partition as one_process
+    from .selectors.partition import DEFAULT_NEIGHBORS, shard_of_each
     from .sharded import ShardedIndex, submodular_partition
 
     # the one-process run's error for too many workers, before the graph is built
     Selector(n, 1).check_world(args.workers)
-    k = min(inspect.signature(one_process).parameters["neighbors"].default, n - 1)
+    k = min(DEFAULT_NEIGHBORS, n - 1)
     index = ShardedIndex(args.embeddings, args.comm, metric="euclidean", progress=not args.quiet)
     rows = index.knn_graph(k=k, kernel="rbf")
     del index
     parts = submodular_partition(rows, args.workers, args.comm, seed=args.seed, root=0)
-    if args.comm.rank != 0:
-        return None
-    owner = np.empty(n, dtype=np.int64)
-    for r, part in enumerate(parts):
-        owner[part] = r
-    return owner
+    return shard_of_each(parts, n) if args.comm.rank == 0 else None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -399,19 +399,19 @@ class CandidateFilter:
             return  # plain arrays carry no accuracy: the user vouches for them
         skill = lambda acc: (acc - chance) / (1.0 - chance)  # noqa: E731
         self.il_skill_ = skill(self.il_accuracy_)
-        decisive = getattr(il, "decisive_", None)
+        decisive_share = getattr(il, "decisive_", None)
         if self.min_il_skill > 0 and self.il_skill_ < self.min_il_skill:
             # a near-chance IL model scores its own errors, not label noise: random batches
             self.guard_ = "uniform"
             logger.warning("irreducible-loss model accuracy %.3f is near chance (%.3f; skill %.2f < min_il_skill "
                            "%.2f): the filter falls back to uniform batches", self.il_accuracy_, chance,
                            self.il_skill_, self.min_il_skill)
-        elif decisive is not None and decisive < self.min_il_decisive:
+        elif decisive_share is not None and decisive_share < self.min_il_decisive:
             # an IL model unsure of most examples cannot tell a wrong label from a hard example
             self.guard_ = "uniform"
             logger.warning("irreducible-loss model is decisive (IrreducibleLoss.decisive_) on only %.3f of the "
                            "examples (< min_il_decisive %.2f): the filter falls back to uniform batches",
-                           decisive, self.min_il_decisive)
+                           decisive_share, self.min_il_decisive)
         elif self.reference_accuracy is not None and self.il_accuracy_ < self.reference_accuracy:
             # the trained model knows more than the IL model: shrink the IL term in proportion
             ref = skill(self.reference_accuracy)

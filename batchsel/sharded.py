@@ -602,22 +602,17 @@ def submodular_partition(rows: sp.csr_matrix, num_parts: int, comm: Communicator
     num_parts = check_int(num_parts, "num_parts", minimum=1, maximum=n)
     seed = check_seed(seed)
     graph = gather_graph(rows, comm, symmetric=symmetric, root=root)
-    owner, error = None, ""
+    parts, error = None, ""
     if comm.rank == root:
         try:
             start = time.perf_counter()
             parts = greedmax(graph, num_parts, seed=seed)
             del graph
-            owner = np.empty(n, dtype=np.int64)
-            for r, part in enumerate(parts):
-                owner[part] = r
             logger.info("rank %d: GreedMax of %d examples into %d shards in %.1f s", comm.rank, n, num_parts,
                         time.perf_counter() - start)
         except (ValueError, TypeError) as exc:  # bad weights: every rank raises it, none waits forever
             error = str(exc)
-    owner, error = comm.broadcast((owner, error), root=root)
+    parts, error = comm.broadcast((parts, error), root=root)
     if error:
         raise ValueError(error)
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(num_parts + 1))
-    return [order[bounds[r]:bounds[r + 1]].astype(np.int64) for r in range(num_parts)]
+    return parts

@@ -227,13 +227,10 @@ class Selector:
         computed once per world size, the same on every rank."""
         self.check_world(world_size)
         if world_size not in self._shard_of:
-            from .partition import submodular_partition
+            from .partition import shard_of_each, submodular_partition
 
             parts = submodular_partition(self._partition_data(), world_size, seed=self.seed)
-            owner = np.empty(self.num_examples, dtype=np.int64)
-            for r, part in enumerate(parts):
-                owner[part] = r
-            self._shard_of[world_size] = owner
+            self._shard_of[world_size] = shard_of_each(parts, self.num_examples)
         return self._shard_of[world_size]
 
     def rank_shards(self, epoch: int, world_size: int = 1) -> list[np.ndarray]:

@@ -133,7 +133,24 @@ def _similarity_graph(data: Any, neighbors: int, num_examples: int | None = None
     return index.knn_graph(k=k, kernel="rbf")
 
 
-def submodular_partition(data: Any, num_parts: int, *, neighbors: int = 10, seed: int = 0) -> list[np.ndarray]:
+def shard_of_each(parts: list[np.ndarray], num_examples: int) -> np.ndarray:
+    """The shard (index into ``parts``) of every one of ``num_examples`` examples.
+
+    >>> shard_of_each([np.array([0, 3]), np.array([1, 2])], 4).tolist()
+    [0, 1, 1, 0]
+    """
+    owner = np.empty(num_examples, dtype=np.int64)
+    for r, part in enumerate(parts):
+        owner[part] = r
+    return owner
+
+
+# the k of the k-NN graph GreedMax builds from embeddings (also the sharded CLI path's)
+DEFAULT_NEIGHBORS = 10
+
+
+def submodular_partition(data: Any, num_parts: int, *, neighbors: int = DEFAULT_NEIGHBORS,
+                         seed: int = 0) -> list[np.ndarray]:
     """Split the examples into ``num_parts`` representative shards with GreedMax.
 
     Parameters
@@ -203,4 +220,4 @@ def partition_values(graph: Any, parts: list[np.ndarray]) -> np.ndarray:
     return values
 
 
-__all__ = ["submodular_partition", "partition_values"]
+__all__ = ["submodular_partition", "partition_values", "shard_of_each"]
