@@ -25,16 +25,34 @@ SQUARED_MIN = 1e-30
 def tensor_to_numpy(x: Any) -> Any:
     """A torch tensor as a numpy array (detached, on the CPU); anything else unchanged.
     Duck-typed, so checking input never imports torch. Float dtypes numpy lacks (bfloat16,
-    float8) become float32, which holds each of their values exactly."""
+    float8) become float32, which holds each of their values exactly.
+
+    A CPU tensor that needs no gradient is viewed as it is (``.numpy()``, no copy): this
+    runs for every batch's feedback, where ``.detach().cpu()`` and a dtype name cost more
+    than the conversion."""
+    if isinstance(x, np.ndarray):
+        return x
     if hasattr(x, "detach") and hasattr(x, "numpy"):
-        x = x.detach().cpu()
-        if getattr(x, "is_floating_point", lambda: False)() and str(x.dtype) not in _NUMPY_FLOATS:
+        if getattr(x, "requires_grad", True):
+            x = x.detach()
+        if not getattr(x, "is_cpu", False):
+            x = x.cpu()
+        dtype = getattr(x, "dtype", None)
+        widen = _WIDEN.get(dtype)
+        if widen is None:
+            widen = bool(getattr(x, "is_floating_point", lambda: False)()) and str(dtype) not in _NUMPY_FLOATS
+            try:
+                _WIDEN[dtype] = widen
+            except TypeError:  # an unhashable dtype of a duck-typed array: not remembered
+                pass
+        if widen:
             x = x.float()
         return x.numpy()
     return x
 
 
 _NUMPY_FLOATS = ("torch.float16", "torch.float32", "torch.float64")
+_WIDEN: dict[Any, bool] = {}  # tensor dtype -> whether it converts through float32
 
 
 def _describe(x: Any) -> str:
@@ -241,16 +259,20 @@ def check_seed(seed: Any) -> int:
 
 def check_indices(indices: Any, num_examples: int, name: str = "indices") -> np.ndarray:
     """Return example indices as a 1-D int64 array, checked to lie in ``[0, N)``."""
-    indices = tensor_to_numpy(indices)
-    idx = np.asarray(indices)
-    if idx.ndim == 0:
-        idx = idx.reshape(1)
+    idx = tensor_to_numpy(indices)
+    if not isinstance(idx, np.ndarray):
+        idx = np.asarray(idx)
     if idx.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {idx.shape}")
-    if idx.size and not np.issubdtype(idx.dtype, np.integer):
+        if idx.ndim != 0:
+            raise ValueError(f"{name} must be 1-D, got shape {idx.shape}")
+        idx = idx.reshape(1)
+    if not idx.size:
+        return idx.astype(np.int64, copy=False)
+    if idx.dtype.kind not in "iu":
         raise TypeError(f"{name} must be integers, got dtype {idx.dtype}")
     idx = idx.astype(np.int64, copy=False)
-    if idx.size and (idx.min() < 0 or idx.max() >= num_examples):
+    # one pass for both bounds: seen as unsigned, a negative index is >= 2**63 > N
+    if np.maximum.reduce(idx.view(np.uint64)) >= num_examples:
         bad = idx[(idx < 0) | (idx >= num_examples)][0]
         raise ValueError(f"{name} must be in [0, {num_examples}), found {int(bad)}")
     return idx
@@ -260,8 +282,8 @@ def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
     """Feedback values (losses: 1-D, logits / embeddings: 2-D) as a finite float array
     with one row per index."""
     values = tensor_to_numpy(values)
-    if np.iscomplexobj(values):  # the float cast would silently drop the imaginary part
-        raise TypeError(f"{name} must be real numbers, got complex values")
+    if values.dtype.kind == "c" if isinstance(values, np.ndarray) else np.iscomplexobj(values):
+        raise TypeError(f"{name} must be real numbers, got complex values")  # a float cast would drop the imaginary part
     try:
         v = np.asarray(values, dtype=np.float64 if ndim == 1 else np.float32)
     except (TypeError, ValueError) as exc:
@@ -270,7 +292,7 @@ def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
         raise ValueError(f"{name} must be {ndim}-D, got shape {v.shape}")
     if v.shape[0] != count:
         raise ValueError(f"{name} has {v.shape[0]} rows but {count} indices were given")
-    if not np.isfinite(v).all():
+    if not np.logical_and.reduce(np.isfinite(v), axis=None):  # (ndarray.all's Python wrapper costs more)
         raise ValueError(f"{name} contains NaN or inf")
     return v
 

@@ -32,7 +32,8 @@ _FEEDBACK = ("losses", "logits", "embeddings")
 
 
 def _to_numpy(x: Any) -> np.ndarray:
-    return np.asarray(tensor_to_numpy(x))
+    x = tensor_to_numpy(x)
+    return x if isinstance(x, np.ndarray) else np.asarray(x)
 
 
 def _portable(obj: Any) -> Any:
@@ -137,7 +138,10 @@ class SelectionBatchSampler:
         ``--bind-to none`` and fewer torch threads), and little next to a step that is mostly
         Python (a tiny model), as the selection's numpy glue needs the GIL too. A selection
         the thread has not started when its batch is needed runs on the training thread:
-        no wait for the scheduler. ``benchmarks/bench_overlap.py`` measures all of this.
+        no wait for the scheduler; after such a miss the next few selections run there too
+        (a thread waiting for the GIL takes it by force after 5 ms and the training thread
+        then waits for the OS to schedule it: on a loaded machine that cost more than the
+        selection). ``benchmarks/bench_overlap.py`` measures all of this.
 
         Selectors without feedback (random, graph blocks, offline plans) yield exactly the
         batches of ``prefetch=0``. For selectors that use feedback the lag is fixed, never
@@ -498,9 +502,10 @@ class SelectionBatchSampler:
         if not self._uses_feedback:
             return
         idx = _to_numpy(indices)
-        if idx.dtype == object or not (np.issubdtype(idx.dtype, np.integer) or idx.size == 0):
+        if idx.dtype.kind not in "iu" and (idx.size or idx.dtype == object):
             raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-        obs: Observation = {"indices": idx.astype(np.int64).reshape(-1)}
+        # a copy: feedback held back (prefetch, sync_every) must not change with the caller's array
+        obs: Observation = {"indices": np.array(idx, dtype=np.int64).reshape(-1)}
         for name, value in zip(_FEEDBACK, (losses, logits, embeddings)):
             if value is not None:
                 value = _to_numpy(value)

@@ -367,6 +367,25 @@ def test_selection_kernels_release_the_gil():
     from batchsel import _heap
     from batchsel.selectors import loss_rank, submodular
 
-    for kernel in (submodular._smdl_greedy, submodular._gain, submodular._add, loss_rank._tie_blocks,
+    for kernel in (submodular._smdl_greedy, submodular._gain, submodular._add, loss_rank._loss_rank_batch,
+                   loss_rank._sort_shard,
                    _heap.lazy_pop, _heap.heapify):
         assert kernel.targetoptions.get("nogil"), kernel.__name__
+
+
+def test_bad_feedback_raises_where_its_selection_would_have_run():
+    # feedback is applied by the selection that follows it (on the training thread when
+    # nothing is in flight): a bad one raises at that selection's batch, and the thread ends
+    before = len(prefetch_threads())
+    s = SelectionBatchSampler(LossRankSelector(N, B, seed=0), rank=0, world_size=1, prefetch=1)
+    it = iter(s)
+    first = next(it)
+    s.observe(first, losses=[np.nan] * len(first))  # held back: a selection may be running
+    next(it)  # selected before that feedback was given
+    with pytest.raises(ValueError, match="NaN"):
+        next(it)
+    for t in prefetch_threads()[before:]:
+        t.join(timeout=5)
+    assert len(prefetch_threads()) == before
+    s.set_epoch(1)
+    assert len(list(s)) == len(s)  # the sampler still works

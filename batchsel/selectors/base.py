@@ -351,7 +351,8 @@ class OnlineSelector(Selector):
     """Base of selectors that draw each batch from the scores known at that moment.
 
     Subclasses implement :meth:`_next_batch`. Batch ``t`` of (epoch, rank) uses the
-    generator ``epoch_rng(seed, epoch, rank, t)``, the rank's shard of the epoch
+    generator ``epoch_rng(seed, epoch, rank, t)`` (or the subclass's own key of those,
+    :meth:`_batch_rng`), the rank's shard of the epoch
     (:meth:`rank_shards`), the scores observed so far and the run state (the examples
     already used this epoch). Drawn batches are remembered per (rank, world size) for the
     current epoch: iterating an epoch again, or from ``start`` after
@@ -406,9 +407,16 @@ class OnlineSelector(Selector):
             sizes[t:] = m // rest
             sizes[len(sizes) - m % rest:] += 1
 
+    def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> Any:
+        """The randomness handed to :meth:`_next_batch` for batch ``t`` of ``run``:
+        ``epoch_rng(seed, epoch, rank, t)``. A subclass whose compiled kernel draws its own
+        numbers may return a cheaper key of the same (seed, epoch, rank, t) instead
+        (building the Generator costs about 10 us a batch)."""
+        return epoch_rng(self.seed, run["epoch"], rank, t)
+
     def _draw(self, run: dict[str, Any], rank: int) -> np.ndarray:
         t = len(run["drawn"])
-        batch = np.asarray(self._next_batch(run, epoch_rng(self.seed, run["epoch"], rank, t)), dtype=np.int64)
+        batch = np.asarray(self._next_batch(run, self._batch_rng(run, rank, t)), dtype=np.int64)
         run["drawn"].append(batch)
         return batch
 

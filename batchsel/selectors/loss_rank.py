@@ -11,11 +11,23 @@ Sampling is *with* replacement across batches (that is the method: hard examples
 often, easy ones rarely) and without replacement within a batch (exact sequential sampling
 without replacement). An epoch has as many batches as a random epoch.
 
-A batch costs O(n log B), not a sort of the shard: the B ranks are drawn first, by inverse
-CDF of the truncated geometric distribution of the ranks with repeats discarded (the same
-distribution as sequential sampling without replacement), then the examples holding those
-ranks are found by one ``np.argpartition`` with the ranks as ``kth``; examples with equal
-losses (the unseen ones, say) share their block of ranks in a random order.
+A batch is one compiled call that runs without the GIL (so a ``prefetch`` thread overlaps
+it with the training step) and costs O(n), not a sort of the shard:
+
+- the run keeps its shard in rank order (sorted once, at its first batch); each batch
+  scans the shard's losses for the ones that changed since (by ``observe`` or otherwise),
+  takes them out of the order and merges them back: the order is always the sort by
+  (loss, position) a fresh sort would give, whatever the history, so a resumed run draws
+  what the uninterrupted one would have;
+- the B ranks are drawn by inverse CDF of the truncated geometric distribution of the
+  ranks with repeats discarded (the same distribution as sequential sampling without
+  replacement); when repeats become the rule (B close to n under high pressure) the
+  ranks still missing come from an exponential race over the ranks left;
+- a rank's example is read off the order; examples with equal losses (the unseen ones,
+  say) share their block of ranks uniformly at random.
+
+Its random numbers come from a counter-based generator (splitmix64) keyed by (seed,
+epoch, rank, batch number), drawn inside the compiled call: no numpy Generator per batch.
 """
 from __future__ import annotations
 
@@ -53,8 +65,8 @@ class LossRankSelector(OnlineSelector):
         ``N // W`` examples per rank, ``ceil(shard / B)`` batches).
 
     Each rank ranks and draws only within its shard of the epoch (a random split, fresh
-    every epoch), with no communication. The cost per batch is O(n log B) (a partition of
-    the shard's losses around the B drawn ranks), not a sort.
+    every epoch), with no communication. The cost per batch is O(n) (an update of the
+    shard's rank order), not a sort.
 
     Example
     -------
@@ -106,12 +118,23 @@ class LossRankSelector(OnlineSelector):
         p = np.exp(logp - logp.max())
         return p / p.sum()
 
-    def _next_batch(self, run: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+    def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
+        run = super()._new_run(epoch, rank, world_size)
+        run["key"] = _run_key(self.seed, epoch, rank)
+        return run
+
+    def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> int:
+        # batch t's key (an int): the kernel draws its own numbers from it, with no Generator
+        return _batch_key(run["key"], t)
+
+    def _next_batch(self, run: dict[str, Any], rng: Any) -> np.ndarray:
         shard = run["shard"]
         n = len(shard)
-        k = min(self.batch_size, n)
-        ranks = _draw_ranks(n, k, self._pressure, rng)
-        return shard[_examples_of_ranks(self.losses_[shard], ranks, rng)]
+        order = run.get("rank_order")
+        if order is None:  # the run's first batch: one sort; later ones update it in O(n)
+            order = run["rank_order"] = _sort_shard(self.losses_, shard)
+        return _loss_rank_batch(self.losses_, shard, *order, min(self.batch_size, n), _log_q(self._pressure, n),
+                                _stream_key(rng))
 
     def _scores_state(self) -> dict[str, Any]:
         return {"losses": self.losses_.copy(), "pressure": self._pressure}
@@ -120,6 +143,8 @@ class LossRankSelector(OnlineSelector):
         losses = np.asarray(state["losses"], dtype=np.float64)
         if losses.shape != (self.num_examples,):
             raise ValueError(f"state has losses for {losses.shape} examples, expected {self.num_examples}")
+        if np.isnan(losses).any():  # +inf is an unseen example's loss; NaN has no rank
+            raise ValueError("state has NaN losses")
         self.losses_ = losses.copy()
         self.pressure = state["pressure"]
 
@@ -128,121 +153,263 @@ class LossRankSelector(OnlineSelector):
                 f"pressure={self._pressure:g}, seed={self.seed})")
 
 
-# Rank draws per round of the rejection sampler (times the ranks still missing) and rounds
-# before the rest is drawn by Gumbel top-k over the remaining ranks (O(n)): rejection is
-# cheap while the batch is a small part of the probability mass, Gumbel when it is not
-# (k close to n under high pressure, where repeats become the rule).
-_DRAW_FACTOR = 2
-_DRAW_ROUNDS = 3
+# Counter-based random numbers (splitmix64: a 64-bit mix of a key plus a counter), so a
+# batch is drawn inside one compiled call that never needs the GIL: no numpy Generator is
+# built or called per batch (building one from (seed, epoch, rank, t) alone cost 12 us).
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_INV53 = 1.0 / 9007199254740992.0  # 2 ** -53
+_MASK63 = (1 << 63) - 1
+# substreams of a batch's key: rank draws, the race over the ranks left, tie breaks
+_RANKS, _RACE, _TIES = 1, 2, 3
+# rank draws tried by rejection before the ranks still missing are drawn by a race over
+# the ranks left (O(n)); rejection costs O(1) a draw while the batch is a small part of the
+# probability mass, the race bounds the work when repeats become the rule (k close to n
+# under high pressure)
+_DRAW_FACTOR, _DRAW_EXTRA = 4, 64
 
 
-def _draw_ranks(n: int, k: int, pressure: float, rng: np.random.Generator) -> np.ndarray:
+@njit(inline="always")
+def _mix64(z):  # pragma: no cover - numba
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
+
+
+@njit(inline="always")
+def _substream(key, which):  # pragma: no cover - numba
+    return _mix64(np.uint64(key) ^ _mix64(np.uint64(which) * _GAMMA))
+
+
+@njit(inline="always")
+def _uniform(stream, i):  # pragma: no cover - numba
+    """The ``i``-th number in [0, 1) of ``stream`` (53 random bits)."""
+    return np.float64(_mix64(stream + np.uint64(i + 1) * _GAMMA) >> _S11) * _INV53
+
+
+@njit(cache=True, nogil=True)
+def _draw_ranks_kernel(n, k, log_q, key):  # pragma: no cover - numba
     """k distinct ranks of 0..n-1 in the order of sequential sampling without replacement
-    with ``p_r ∝ pressure ** (-r / (n - 1))``.
+    with ``p_r ∝ exp(r * log_q)``.
 
-    Independent draws with the repeats discarded give exactly that sequence: whatever was
-    drawn so far, the next new rank is distributed as p over the ranks not yet drawn. So is
-    a switch to Gumbel top-k over the ranks not yet drawn after some rounds (the switch
-    depends only on the number of repeats, which is independent of which new rank comes
-    next), which bounds the work when repeats dominate.
+    Independent draws (inverse CDF of the truncated geometric distribution) with the
+    repeats discarded give exactly that sequence: whatever was drawn so far, the next new
+    rank is distributed as p over the ranks not drawn yet. After a number of draws (a
+    stopping rule that looks only at the past) the ranks still missing come from an
+    exponential race over the ranks not drawn (rank r's clock ``E_r / p_r``, the earliest
+    first), which is the same sequential sampling over those ranks: the whole sequence
+    keeps its distribution, and the work stays O(n) when repeats dominate.
     """
-    log_q = -math.log(pressure) / max(n - 1, 1)  # p_r ∝ q ** r, 0 < q <= 1
-    chosen: list[np.ndarray] = []
-    seen = np.zeros(n, dtype=bool)
+    ranks = np.empty(k, np.int64)
+    seen = np.zeros(n, np.bool_)
     have = 0
     if k < n:
-        # inverse CDF of the truncated geometric: F(r) = (1 - q^(r+1)) / (1 - q^n)
+        stream = _substream(key, _RANKS)
+        # inverse CDF: F(r) = (1 - q^(r+1)) / (1 - q^n), q = exp(log_q)
         mass = -math.expm1(n * log_q)  # 1 - q^n
-        for _ in range(_DRAW_ROUNDS):
-            u = rng.random(_DRAW_FACTOR * (k - have) + 8)
-            if log_q == 0.0:
-                r = (u * n).astype(np.int64)
-            else:
-                r = (np.log1p(-u * mass) / log_q).astype(np.int64)
-            np.minimum(r, n - 1, out=r)  # u * mass rounding up to 1 - q^n
-            # first occurrences, in draw order, of ranks not drawn in earlier rounds
-            _, first = np.unique(r, return_index=True)
-            new = r[np.sort(first)]
-            new = new[~seen[new]][: k - have]
-            seen[new] = True
-            chosen.append(new)
-            have += new.size
-            if have == k:
-                return np.concatenate(chosen)
-    # Gumbel top-(k - have) over the ranks not drawn yet (all of them when k == n)
-    rest = np.flatnonzero(~seen)
-    keys = log_q * rest + rng.gumbel(size=rest.size)
+        for i in range(_DRAW_FACTOR * k + _DRAW_EXTRA):
+            u = _uniform(stream, i)
+            x = u * n if log_q == 0.0 else math.log1p(-u * mass) / log_q
+            r = n - 1 if x >= n - 1 else int(x)  # (rounding up to n; no int overflow)
+            if not seen[r]:
+                seen[r] = True
+                ranks[have] = r
+                have += 1
+                if have == k:
+                    return ranks
     m = k - have
-    top = np.argpartition(-keys, m - 1)[:m] if m < rest.size else np.arange(rest.size)
-    top = top[np.argsort(-keys[top], kind="stable")]
-    chosen.append(rest[top])
-    return np.concatenate(chosen)
+    rest = n - have
+    cand = np.empty(rest, np.int64)
+    clock = np.empty(rest, np.float64)
+    stream = _substream(key, _RACE)
+    j = 0
+    for r in range(n):
+        if not seen[r]:
+            e = -math.log1p(-_uniform(stream, r))  # Exp(1), 0 <= e < 38
+            cand[j] = r
+            clock[j] = (np.log(e) if e > 0.0 else -np.inf) - r * log_q  # log(e / p_r) + const
+            j += 1
+    if m < rest:  # the m earliest clocks: select, then sort only those
+        cut = np.partition(clock, m - 1)[m - 1]
+        c = 0
+        for i in range(rest):
+            if clock[i] <= cut:
+                cand[c] = cand[i]
+                clock[c] = clock[i]
+                c += 1
+        cand, clock = cand[:c], clock[:c]
+    first = np.argsort(clock, kind="mergesort")[:m]
+    ranks[have:] = cand[first]
+    return ranks
 
 
-def _examples_of_ranks(losses: np.ndarray, ranks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Positions in ``losses`` of the examples with the given (distinct) ranks, largest
-    loss first, ties broken uniformly at random: one partial sort around the ranks."""
-    n = losses.size
-    neg = -losses
-    order = np.argsort(ranks, kind="stable")
-    kth = ranks[order]
-    part = np.argpartition(neg, kth) if kth.size < n else np.argsort(neg, kind="stable")
-    picked = part[kth]
-    first, count, members, offsets = _tie_blocks(neg, part, kth)
-    # a value shared with other examples (picked or not): its picked ranks get distinct
-    # examples of its block of ranks, uniformly at random
-    for g in np.flatnonzero(count > 1):
-        stop = first[g + 1] if g + 1 < first.size else kth.size
-        picked[first[g]:stop] = rng.choice(members[offsets[g]:offsets[g] + count[g]], stop - first[g], replace=False)
-    out = np.empty_like(picked)
-    out[order] = picked
+@njit(cache=True, nogil=True)
+def _sort_shard(losses, shard):  # pragma: no cover - numba
+    """The shard's examples in rank order: ``(sv, sp, cur)`` with ``cur[p]`` the negated
+    loss of shard position ``p`` and ``sp`` the positions sorted by ``(cur[p], p)`` (largest
+    loss first, equal losses by position), ``sv = cur[sp]``."""
+    n = shard.size
+    cur = np.empty(n, np.float64)
+    for p in range(n):
+        cur[p] = -losses[shard[p]]
+    sp = np.argsort(cur, kind="mergesort")
+    return cur[sp], sp, cur
+
+
+@njit(cache=True, nogil=True)
+def _refresh(losses, shard, sv, sp, cur):  # pragma: no cover - numba
+    """Bring ``_sort_shard``'s arrays up to date with ``losses`` in place, in O(n): the
+    positions whose loss changed (one scan, whoever changed it) leave the sorted order and
+    are merged back, by ``(value, position)``; the result is what a new sort would give."""
+    n = shard.size
+    dirty = np.zeros(n, np.bool_)
+    changed = np.empty(n, np.int64)
+    d = 0
+    for p in range(n):
+        v = -losses[shard[p]]
+        if v != cur[p]:
+            cur[p] = v
+            dirty[p] = True
+            changed[d] = p
+            d += 1
+    if d == 0:
+        return
+    if 8 * d > n:  # much changed: sort anew
+        sp[:] = np.argsort(cur, kind="mergesort")
+        for i in range(n):
+            sv[i] = cur[sp[i]]
+        return
+    changed = changed[:d]  # ascending positions; sorted by value, stably
+    changed = changed[np.argsort(cur[changed], kind="mergesort")]
+    w = 0
+    for i in range(n):  # drop the changed ones, keeping the order
+        p = sp[i]
+        if not dirty[p]:
+            sv[w] = sv[i]
+            sp[w] = p
+            w += 1
+    i, j, out = w - 1, d - 1, n - 1  # merge them back, from the end
+    while j >= 0:
+        pj = changed[j]
+        vj = cur[pj]
+        if i >= 0 and (sv[i] > vj or (sv[i] == vj and sp[i] > pj)):
+            sv[out] = sv[i]
+            sp[out] = sp[i]
+            i -= 1
+        else:
+            sv[out] = vj
+            sp[out] = pj
+            j -= 1
+        out -= 1
+
+
+@njit(cache=True, nogil=True)
+def _pick(sv, sp, ranks, key):  # pragma: no cover - numba
+    """The positions holding the given distinct ranks of the sorted ``(sv, sp)``, in the
+    order of ``ranks``: a rank whose value is unique is its example; the ranks falling in
+    a block of equal values get distinct members of the block, uniformly at random
+    (sampling without replacement: rejection of repeats when the block is at least twice
+    the ranks in it, else a partial Fisher-Yates shuffle of a copy)."""
+    n = sv.size
+    k = ranks.size
+    order = np.argsort(ranks)
+    picked = np.empty(k, np.int64)
+    stream = _substream(key, _TIES)
+    draws = 0
+    i = 0
+    while i < k:
+        r = ranks[order[i]]
+        v = sv[r]
+        if (r == 0 or sv[r - 1] != v) and (r == n - 1 or sv[r + 1] != v):
+            picked[i] = sp[r]
+            i += 1
+            continue
+        a = np.searchsorted(sv, v, side="left")
+        b = np.searchsorted(sv, v, side="right")
+        j = i
+        while j < k and ranks[order[j]] < b:
+            j += 1
+        m, c = j - i, b - a
+        if 2 * m <= c and m <= 64:
+            for t in range(m):
+                while True:
+                    s = int(_uniform(stream, draws) * c)
+                    draws += 1
+                    s = a + (c - 1 if s >= c else s)
+                    fresh = True
+                    for q in range(i, i + t):
+                        if picked[q] == sp[s]:
+                            fresh = False
+                            break
+                    if fresh:
+                        break
+                picked[i + t] = sp[s]
+        else:
+            block = sp[a:b].copy()
+            for t in range(m):
+                left = c - t
+                s = int(_uniform(stream, draws) * left)
+                draws += 1
+                s = t + (left - 1 if s >= left else s)
+                block[t], block[s] = block[s], block[t]
+                picked[i + t] = block[t]
+        i = j
+    out = np.empty(k, np.int64)
+    for i in range(k):
+        out[order[i]] = picked[i]
     return out
 
 
 @njit(cache=True, nogil=True)
-def _tie_blocks(neg: np.ndarray, part: np.ndarray, kth: np.ndarray):  # pragma: no cover - numba
-    """For ``part`` partitioned around the sorted ranks ``kth``: the groups of consecutive
-    ranks with the same value (start in ``kth`` of each), the number of examples of every
-    group's value, and those examples (``members[offsets[g]:]``, only for groups of more
-    than one). Examples equal to a group's value lie between the ranks around the group, so
-    every position is scanned at most twice: O(n)."""
-    k = kth.size
-    n = part.size
-    first = np.empty(k, np.int64)
-    groups = 0
+def _loss_rank_batch(losses, shard, sv, sp, cur, k, log_q, key):  # pragma: no cover - numba
+    """A loss-rank batch of ``k`` examples of ``shard``, in one call without the GIL:
+    refresh the rank order (``_sort_shard``'s arrays, in place), draw the ranks, look
+    their examples up."""
+    _refresh(losses, shard, sv, sp, cur)
+    picked = _pick(sv, sp, _draw_ranks_kernel(shard.size, k, log_q, key), key)
+    out = np.empty(k, np.int64)
     for i in range(k):
-        if i == 0 or neg[part[kth[i]]] != neg[part[kth[i - 1]]]:
-            first[groups] = i
-            groups += 1
-    first = first[:groups]
-    count = np.zeros(groups, np.int64)
-    offsets = np.zeros(groups, np.int64)
-    members = np.empty(0, np.int64)
-    total = 0
-    buf = np.empty(16, np.int64)
-    for g in range(groups):
-        a = first[g]
-        b = first[g + 1] - 1 if g + 1 < groups else k - 1
-        v = neg[part[kth[a]]]
-        lo = kth[a - 1] + 1 if a > 0 else 0
-        hi = kth[b + 1] if b + 1 < k else n
-        c = 0
-        for p in range(lo, hi):
-            if neg[part[p]] == v:
-                c += 1
-        count[g] = c
-        offsets[g] = total
-        if c > 1:
-            if total + c > buf.size:
-                bigger = np.empty(max(2 * buf.size, total + c), np.int64)
-                bigger[:total] = buf[:total]
-                buf = bigger
-            for p in range(lo, hi):
-                if neg[part[p]] == v:
-                    buf[total] = part[p]
-                    total += 1
-    members = buf[:total]
-    return first, count, members, offsets
+        out[i] = shard[picked[i]]
+    return out
+
+
+def _run_key(seed: int, epoch: int, rank: int) -> int:
+    """The 63-bit key of (seed, epoch, rank), hashed by numpy's SeedSequence (any size of
+    seed); batch ``t`` of the run uses ``_batch_key(key, t)``."""
+    return int(np.random.SeedSequence([int(seed), int(epoch), int(rank)]).generate_state(1, np.uint64)[0]) >> 1
+
+
+def _batch_key(run_key: int, t: int) -> int:
+    # distinct for distinct t (an odd multiplier); the kernels mix it before any use
+    return (run_key ^ (int(t) * 0x9E3779B97F4A7C15)) & _MASK63
+
+
+def _stream_key(rng: Any) -> int:
+    """A batch's key: the int itself, or 63 bits drawn from a numpy Generator."""
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
+        return int(rng) & _MASK63
+    return int(rng.integers(0, 1 << 63))
+
+
+def _log_q(pressure: float, n: int) -> float:
+    """log of the ratio of consecutive ranks' probabilities: ``p_r ∝ exp(r * log_q)``."""
+    return -math.log(pressure) / max(n - 1, 1)
+
+
+def _draw_ranks(n: int, k: int, pressure: float, rng: Any) -> np.ndarray:
+    """k distinct ranks of 0..n-1 in the order of sequential sampling without replacement
+    with ``p_r ∝ pressure ** (-r / (n - 1))`` (``rng``: a Generator or a batch key)."""
+    return _draw_ranks_kernel(int(n), int(k), _log_q(pressure, n), _stream_key(rng))
+
+
+def _examples_of_ranks(losses: np.ndarray, ranks: np.ndarray, rng: Any) -> np.ndarray:
+    """Positions in ``losses`` of the examples with the given (distinct) ranks, largest
+    loss first, ties broken uniformly at random."""
+    losses = np.asarray(losses, dtype=np.float64)
+    sv, sp, _ = _sort_shard(losses, np.arange(losses.size, dtype=np.int64))
+    return _pick(sv, sp, np.asarray(ranks, dtype=np.int64), _stream_key(rng))
 
 
 __all__ = ["LossRankSelector"]

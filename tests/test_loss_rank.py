@@ -1,0 +1,204 @@
+"""Loss-rank selection's compiled batch: the distribution (ranks by sequential sampling
+without replacement, equal losses sharing their ranks uniformly), the rank order kept up to
+date in O(n) (always what a fresh sort gives, whatever the history), determinism and the
+input checks of the feedback path."""
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from batchsel.selectors import LossRankSelector
+from batchsel.selectors.loss_rank import (_draw_ranks, _examples_of_ranks, _loss_rank_batch, _refresh, _sort_shard,
+                                          _log_q)
+
+
+def _pooled_chisquare(counts, expected):
+    """p-value of counts against expected probabilities, cells with fewer than 5 expected
+    pooled into one."""
+    expected = np.asarray(expected, float) * counts.sum() / np.sum(expected)
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+def _first_two_probabilities(p):
+    """P(first = i) and P(second = j) of sequential sampling without replacement."""
+    second = np.zeros_like(p)
+    for i, pi in enumerate(p):
+        q = p.copy()
+        q[i] = 0
+        second += pi * q / q.sum()
+    return p, second
+
+
+@pytest.mark.parametrize("n, k, pressure", [(40, 6, 1e3), (30, 25, 1e6), (25, 25, 1e2), (60, 10, 1.0)])
+def test_first_and_second_ranks_follow_sequential_sampling(n, k, pressure):
+    # (30, 25, 1e6): the last ranks are a millionth as likely as the first, rejection gives
+    # up and the race over the ranks left draws the rest; (25, 25): the race alone
+    p = LossRankSelector(n, 1, pressure=pressure).probabilities(n)
+    first, second = _first_two_probabilities(p)
+    rng = np.random.default_rng(5)
+    draws = 6000
+    got = np.array([_draw_ranks(n, k, pressure, rng)[:2] for _ in range(draws)])
+    assert all(len(set(_draw_ranks(n, k, pressure, rng).tolist())) == k for _ in range(50))
+    assert _pooled_chisquare(np.bincount(got[:, 0], minlength=n), first) > 1e-3
+    assert _pooled_chisquare(np.bincount(got[:, 1], minlength=n), second) > 1e-3
+
+
+def test_last_rank_of_a_full_shard_is_the_least_likely():
+    # k == n: every rank is drawn; the order is the race's. With pressure 1e6 the bottom
+    # rank comes last almost always, the top one first most often
+    rng = np.random.default_rng(0)
+    orders = np.array([_draw_ranks(8, 8, 1e6, rng) for _ in range(2000)])
+    assert (np.sort(orders, axis=1) == np.arange(8)).all()
+    assert (orders[:, -1] == 7).mean() > 0.8 and (orders[:, 0] == 0).mean() > 0.8
+
+
+@pytest.mark.parametrize("block, ranks", [(10, [3, 5]),      # block at least twice the ranks: rejection
+                                          (3, [1, 2, 3]),    # the whole block: a shuffle
+                                          (4, [2, 1, 4])])   # more than half of it: a shuffle
+def test_equal_losses_share_their_ranks_uniformly(block, ranks):
+    # values [9, 5 x block, 1]: ranks 1..block are the 5s; the requested ones get distinct
+    # members, every ordered choice equally often
+    import itertools
+
+    losses = np.array([9.0] + [5.0] * block + [1.0])
+    rng = np.random.default_rng(1)
+    cells = {c: i for i, c in enumerate(itertools.permutations(range(1, block + 1), len(ranks)))}
+    counts = np.zeros(len(cells))
+    for _ in range(200 * len(cells)):
+        got = _examples_of_ranks(losses, np.array(ranks), rng)
+        counts[cells[tuple(got.tolist())]] += 1
+    assert chisquare(counts).pvalue > 1e-3
+    assert _examples_of_ranks(losses, np.array([0, block + 1]), rng).tolist() == [0, block + 1]
+
+
+def test_ranks_map_to_examples_largest_loss_first():
+    losses = np.random.default_rng(2).permutation(50).astype(float)
+    ranks = np.random.default_rng(3).permutation(50)[:20]
+    got = _examples_of_ranks(losses, ranks, np.random.default_rng(4))
+    assert np.array_equal(got, np.argsort(-losses)[ranks])
+
+
+def test_selector_batches_follow_the_rank_probabilities_with_ties():
+    # batches of one through the selector: the example of rank r with probability p_r, the
+    # four equal losses sharing ranks 3..6 evenly, +inf (unseen) first
+    n = 10
+    losses = np.array([5.0, 3.0, 3.0, 3.0, 9.0, 1.0, 3.0, 0.5, 2.0, np.inf])
+    sel = LossRankSelector(n, 1, seed=4, pressure=30)
+    sel.observe(np.arange(n - 1), losses=losses[:-1])
+    p = sel.probabilities(n)
+    rank_of = {v: r for r, v in reversed(list(enumerate(sorted(losses, reverse=True))))}
+    expected = np.array([p[rank_of[v]] for v in losses])
+    expected[losses == 3.0] = p[3:7].sum() / 4
+    counts = np.zeros(n)
+    for epoch in range(400):
+        counts += np.bincount(np.concatenate(list(sel.iter_batches(epoch))), minlength=n)
+    assert chisquare(counts, expected * counts.sum()).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("repeats", [False, True])
+def test_rank_order_updates_are_a_fresh_sort(repeats):
+    # whatever changes (a few, many, ties, +-inf, -0.0, an example twice in the shard), the
+    # updated order is the sort by (value, position): batches do not depend on the history
+    rng = np.random.default_rng(6)
+    losses = np.full(300, np.inf)
+    shard = rng.permutation(300)[:200]
+    if repeats:  # DistributedSampler's padding repeats examples within a shard
+        shard = np.concatenate([shard, shard[:37]])
+    shard = shard.astype(np.int64)
+    order = _sort_shard(losses, shard)
+    for step in range(60):
+        changed = rng.choice(300, size=int(rng.choice([1, 5, 32, 150])), replace=False)
+        values = rng.choice([0.0, -0.0, 1.0, 2.5, np.inf], size=changed.size) if step % 3 else rng.random(changed.size)
+        losses[changed] = values
+        _refresh(losses, shard, *order)
+        fresh = _sort_shard(losses, shard)
+        assert np.array_equal(order[1], fresh[1]) and np.array_equal(order[0], fresh[0])
+        assert np.array_equal(order[2], fresh[2])
+
+
+def test_batch_depends_on_the_losses_not_on_the_history():
+    # one selector saw many small updates, the other only the final losses: same batch
+    a = LossRankSelector(500, 16, seed=3, pressure=50)
+    it = a.iter_batches(0)
+    rng = np.random.default_rng(7)
+    for _ in range(10):
+        b = next(it)
+        a.observe(b, losses=rng.integers(0, 4, size=len(b)).astype(float))  # many ties
+    b = LossRankSelector(500, 16, seed=3, pressure=50)
+    b.load_state_dict(a.state_dict())
+    assert "rank_order" in a._runs[(0, 1)] and "rank_order" not in b._runs[(0, 1)]
+    assert [x.tolist() for x in it] == [x.tolist() for x in b.iter_batches(0, start=10)]
+
+
+def test_batches_are_deterministic_and_differ_by_seed_epoch_and_rank():
+    def first(seed=0, epoch=0, rank=0):
+        sel = LossRankSelector(400, 8, seed=seed)
+        sel.observe(np.arange(400), losses=np.linspace(0, 1, 400))
+        return next(sel.iter_batches(epoch, rank, 2)).tolist()
+
+    assert first() == first()
+    assert len({tuple(first(*args)) for args in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]}) == 4
+    sel = LossRankSelector(400, 8, seed=0)
+    assert sel.plan(3).batches(0) and [b.tolist() for b in sel.plan(3).batches(0)] == \
+        [b.tolist() for b in LossRankSelector(400, 8, seed=0).plan(3).batches(0)]
+
+
+def test_kernel_takes_a_batch_without_sorting_the_shard():
+    # O(n) a batch: 200k examples, a batch after 32 updates costs far less than a sort
+    import time
+
+    n = 200_000
+    rng = np.random.default_rng(8)
+    losses, shard = rng.random(n), rng.permutation(n).astype(np.int64)
+    order = _sort_shard(losses, shard)
+    _loss_rank_batch(losses, shard, *order, 32, _log_q(100.0, n), 1)
+    t0 = time.process_time()
+    for key in range(5):
+        losses[rng.integers(0, n, 32)] = rng.random(32)
+        batch = _loss_rank_batch(losses, shard, *order, 32, _log_q(100.0, n), key)
+    per_batch = (time.process_time() - t0) / 5
+    t0 = time.process_time()
+    for _ in range(5):
+        _sort_shard(losses, shard)
+    assert per_batch < (time.process_time() - t0) / 5 and len(set(batch.tolist())) == 32
+
+
+# -- the feedback path's checks (fast paths must refuse what the slow ones did) -------------
+def test_observe_takes_tensors_and_refuses_bad_input_by_name():
+    sel = LossRankSelector(50, 4)
+    sel.observe(torch.tensor([1, 2]), losses=torch.tensor([0.5, 1.5], requires_grad=True) * 1)
+    sel.observe(torch.tensor(3), losses=torch.tensor([2.0], dtype=torch.bfloat16))
+    sel.observe(np.array([4, 5], dtype=np.uint8), losses=np.array([1e308, 1e308]))  # finite; the sum is not
+    assert sel.losses_[[1, 2, 3, 4, 5]].tolist() == [0.5, 1.5, 2.0, 1e308, 1e308]
+    with pytest.raises(ValueError, match="indices must be in \\[0, 50\\), found -1"):
+        sel.observe(torch.tensor([0, -1]), losses=torch.zeros(2))
+    with pytest.raises(ValueError, match="found 50"):
+        sel.observe(np.array([50]), losses=[1.0])
+    with pytest.raises(ValueError, match="found -"):  # huge unsigned: out of range, not wrapped into it
+        sel.observe(np.array([2**64 - 1], dtype=np.uint64), losses=[1.0])
+    with pytest.raises(TypeError, match="indices must be integers"):
+        sel.observe(np.array([1.0]), losses=[1.0])
+    with pytest.raises(TypeError, match="indices must be integers"):
+        sel.observe(torch.tensor([True]), losses=[1.0])
+    with pytest.raises(ValueError, match="losses contains NaN or inf"):
+        sel.observe(torch.tensor([1, 2]), losses=torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="losses contains NaN or inf"):
+        sel.observe([1, 2], losses=[np.inf, -np.inf])
+    with pytest.raises(ValueError, match="losses has 1 rows but 2 indices"):
+        sel.observe([1, 2], losses=[1.0])
+    with pytest.raises(TypeError, match="losses must be real"):
+        sel.observe([1], losses=np.array([1 + 1j]))
+    assert sel.losses_[[1, 2]].tolist() == [0.5, 1.5]  # nothing half-written by the refused calls
+
+
+def test_state_with_nan_losses_is_refused():
+    sel = LossRankSelector(10, 2)
+    state = sel.state_dict()
+    state["scores"]["losses"] = np.full(10, np.nan)
+    with pytest.raises(ValueError, match="NaN"):
+        LossRankSelector(10, 2).load_state_dict(state)
