@@ -9,7 +9,9 @@
    once (as two ranks of a job on one machine): a batch is one compiled call that uses
    no BLAS, so the columns should agree. Every SMDL row is also measured for the numpy +
    OpenBLAS implementation the compiled kernel replaced ("numpy", the reference kept in
-   tests/test_smdl_kernel.py; same picks) in the same run.
+   tests/test_smdl_kernel.py; same picks) in the same run, and for ``coverage_every=8``
+   ("cov8": the similarities of the rows still in the pool reused across batches; other
+   picks).
 2. A graph-block plan for N = 1M (k-NN graph + METIS partition + plan): wall time of each
    part and peak RSS, next to a RandomSelector plan of the same N (the anchor). Runs in a
    child process so its peak RSS is its own.
@@ -61,13 +63,19 @@ def paired(fns: dict, repeats: int) -> dict:
     return {k: (1e3 * statistics.median(v), 1e3 * float(np.percentile(v, 10))) for k, v in wall.items()}
 
 
+# SubmodularSelector settings measured besides the defaults ("kernel")
+IMPL_OPTIONS = {"kernel": {}, "cov8": {"coverage_every": 8}}
+
+
 def smdl_class(impl: str):
     """``"kernel"``: batchsel's SubmodularSelector (one compiled call per batch);
+    ``"cov8"``: the same with ``coverage_every=8`` (the coverage set and sigma^2 kept for 8
+    batches, the similarities of the rows still in the pool reused: other picks);
     ``"numpy"``: the numpy + OpenBLAS implementation it replaced, kept as the reference in
-    tests/test_smdl_kernel.py (same picks), measured in the same run as the "before"."""
+    tests/test_smdl_kernel.py (same picks as "kernel"), measured in the same run as the "before"."""
     from batchsel import SubmodularSelector
 
-    if impl == "kernel":
+    if impl in IMPL_OPTIONS:
         return SubmodularSelector
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     from test_smdl_kernel import NumpySMDL
@@ -79,7 +87,7 @@ def smdl_stepper(n: int, impl: str = "kernel", optimizer: str = "stochastic"):
     """A function drawing one online SMDL batch (B = 128, pool 1024, d = 64) per call: a
     full online step (pool draw, gather, the terms, greedy, bookkeeping)."""
     x = clustered(n, 64)
-    sel = smdl_class(impl)(x, 128, seed=0, pool_size=1024, optimizer=optimizer)
+    sel = smdl_class(impl)(x, 128, seed=0, pool_size=1024, optimizer=optimizer, **IMPL_OPTIONS.get(impl, {}))
     sel.observe(np.arange(n), logits=np.random.default_rng(0).normal(size=(n, 10)))
     state = {"it": sel.iter_batches(0), "epoch": 0}
 
@@ -136,7 +144,7 @@ def bench_smdl_threads(n: int, repeats: int) -> None:
           f"3072-512-512-10 MLP step (B=128) in the same process; SMDL median / p10 ms, MLP median ms, "
           f"SMDL / MLP; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs before the runs")
     print(f"   {'':<10} {'':<22} {'default threads (BLAS, torch)':>44} {'1 thread (BLAS, torch)':>44}")
-    for impl in ("kernel", "numpy"):
+    for impl in ("kernel", "cov8", "numpy"):
         for procs in (1, 2):
             cells, loads = [], []
             for env in (default_env, one_env):
@@ -168,9 +176,10 @@ def bench_smdl(n: int, repeats: int) -> None:
     torch.set_num_threads(1)  # one thread each: selection and training share nothing else
     fns = {"MLP 64-256-256-10": mlp_stepper(64, 256, batch, torch.from_numpy(x[:batch])),
            "MLP 3072-512-512-10": mlp_stepper(3072, 512, batch)}
-    for impl in ("kernel", "numpy"):
+    suffix = {"kernel": "", "cov8": " (coverage_every=8)", "numpy": " (numpy)"}
+    for impl in ("kernel", "cov8", "numpy"):
         for optimizer in ("stochastic", "lazy"):
-            fns[f"SMDL {optimizer}" + (" (numpy)" if impl == "numpy" else "")] = smdl_stepper(n, impl, optimizer)
+            fns[f"SMDL {optimizer}{suffix[impl]}"] = smdl_stepper(n, impl, optimizer)
     with threadpool_limits(limits=1, user_api="blas"):
         res = paired(fns, repeats)
     torch.set_num_threads(threads)
@@ -179,13 +188,14 @@ def bench_smdl(n: int, repeats: int) -> None:
           f"forward+backward+SGD step of an MLP on a batch of {batch}; 1 thread each, calls interleaved, "
           f"{repeats} repeats; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs. "
           f"(numpy): the implementation the compiled kernel replaced (same picks), in the same run")
-    print(f"   {'':<26} {'median ms':>9} {'p10 ms':>8}   " + "   ".join(f"{'% of ' + m + ' (median/p10)':>36}" for m in mlps))
+    print(f"   {'':<36} {'median ms':>9} {'p10 ms':>8}   " + "   ".join(f"{'% of ' + m + ' (median/p10)':>36}" for m in mlps))
     for name, (med, p10) in res.items():
         ratios = "   ".join(f"{100 * med / res[m][0]:>27.1f}% / {100 * p10 / res[m][1]:5.1f}%" for m in mlps)
-        print(f"   {name:<26} {med:>9.3f} {p10:>8.3f}   {ratios if name.startswith('SMDL') else ''}")
+        print(f"   {name:<36} {med:>9.3f} {p10:>8.3f}   {ratios if name.startswith('SMDL') else ''}")
     for optimizer in ("stochastic", "lazy"):
         new, old = res[f"SMDL {optimizer}"][0], res[f"SMDL {optimizer} (numpy)"][0]
-        print(f"   SMDL {optimizer}: compiled kernel / numpy = {new / old:.2f}")
+        print(f"   SMDL {optimizer}: compiled kernel / numpy = {new / old:.2f}; coverage_every=8 / default = "
+              f"{res[f'SMDL {optimizer} (coverage_every=8)'][0] / new:.2f}")
     print("   targets: <= 2 ms per batch; <= 5% of the training step")
     bench_smdl_threads(n, max(repeats, 100))
 
@@ -318,7 +328,7 @@ def main() -> None:
     ap.add_argument("--loss-rank-only", action="store_true", help="only part 4 (the loss-rank batch)")
     ap.add_argument("--graph-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--smdl-thread-worker", nargs=3, type=float, help=argparse.SUPPRESS)
-    ap.add_argument("--impl", default="kernel", choices=("kernel", "numpy"), help=argparse.SUPPRESS)
+    ap.add_argument("--impl", default="kernel", choices=("kernel", "cov8", "numpy"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.graph_worker:
         graph_worker(*args.graph_worker)

@@ -62,7 +62,7 @@ def changed(name, value, data):
         return (0.1, 0.2, 0.5, 0.2)
     if name == "num_examples":
         return value + 1
-    if name in ("batch_size", "seed", "pool_size", "coverage_size", "warmup_epochs", "max_delay"):
+    if name in ("batch_size", "seed", "pool_size", "coverage_size", "warmup_epochs", "max_delay", "coverage_every"):
         return value + 1
     if name == "blocks_per_batch":
         return value + 1

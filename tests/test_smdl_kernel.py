@@ -22,7 +22,32 @@ from batchsel._blas import one_blas_thread
 from batchsel._heap import before, heap_pop, heap_push
 from batchsel.functions import _kernels
 from batchsel.selectors import submodular
-from batchsel.selectors.submodular import _add, _gain
+
+
+@numba.njit(cache=True, fastmath=True, nogil=True)
+def _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f):
+    """greedy's gain as it was (rows indexed by candidate), for the reference."""
+    g = modular[c]
+    if w_r != 0.0:
+        rf = np.float32(0.0)
+        for i in range(sim_t.shape[1]):
+            rf += max(sim_t[c, i] - cover[i], np.float32(0.0))
+        g += w_r * rf
+    if w_f != 0.0:
+        f = np.float32(0.0)
+        for j in range(feats.shape[1]):
+            f += np.sqrt(acc[j] + feats[c, j]) - root[j]
+        g += w_f * f
+    return g
+
+
+@numba.njit(cache=True, fastmath=True, nogil=True)
+def _add(c, sim_t, cover, feats, acc, root):
+    for i in range(sim_t.shape[1]):
+        cover[i] = max(cover[i], sim_t[c, i])
+    for j in range(feats.shape[1]):
+        acc[j] += feats[c, j]
+        root[j] = np.sqrt(acc[j])
 
 
 @numba.njit(cache=True, nogil=True)

@@ -361,14 +361,15 @@ def exp_f32(a):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def exp_f32_clipped(a):
-    """``a[:] = np.exp(np.minimum(a, 0))`` for a 1-D float32 array, rounded as numpy does,
-    in one pass; returns how many results are NaN (the others are finite, in [0, 1])."""
+    """``a[:] = np.exp(np.minimum(a, 0))`` for a 1-D float32 array, rounded as numpy does;
+    returns how many results are NaN (the others are finite, in [0, 1]). The count is a
+    second pass: counted in the exp's loop, it kept that loop from vectorizing (1024 x 256:
+    0.23 ms in one pass, 0.12 ms in two)."""
+    for t in range(a.shape[0]):
+        a[t] = _exp1(min(a[t], np.float32(0.0)))  # numba's min, as Python's, keeps a NaN first argument
     nans = 0
     for t in range(a.shape[0]):
-        v = a[t]
-        r = _exp1(np.float32(0.0) if v > 0 else v)
-        a[t] = r
-        nans += r != r
+        nans += a[t] != a[t]
     return nans
 
 

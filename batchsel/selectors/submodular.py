@@ -37,11 +37,18 @@ Python only draws the batch's random numbers. So it neither oversubscribes the c
 with BLAS threads next to other processes nor holds the GIL a sampler's prefetch thread
 needs. Its float32 arithmetic is numpy's and OpenBLAS's, operation for operation
 (:mod:`batchsel.functions._kernels`), so the picks are those of the numpy implementation it
-replaced (tests/test_smdl_kernel.py). B = 128 from a pool of 1024, d = 64, on one core: about
-0.3 ms for the similarity product (the core's FMA peak), 0.15 ms for its exp, 0.1-0.15 ms
-for greedy, 1.0-2.0 ms per batch in all, the higher figures next to a training step that
-evicts the caches (``benchmarks/bench_selectors.py``; the numpy implementation, same runs:
-1.3-2.6 ms, and 6 ms with two processes on two cores and default BLAS threads).
+replaced (tests/test_smdl_kernel.py). The pool is a window sliding through the shard (see
+"Order within the epoch"), so only about B of its rows are new at each batch: a run keeps
+each pool row's embedding, squared norm, distance to the mean and features, computed once
+(functions of the row alone, so the values and the picks are those of computing them
+afresh; tests/test_smdl_cache.py). The similarities to the coverage set change with the
+set at every batch; ``coverage_every=n`` keeps the set and sigma^2 for ``n`` batches and
+reuses the similarities of the rows still in the pool too (other picks). B = 128 from a
+pool of 1024, d = 64, on one core: about 0.3 ms for the similarity product of the whole pool
+(the core's FMA peak); per batch, interleaved with a training
+step (``benchmarks/bench_selectors.py``, 2 cores, load 0.6-7, one and two processes, one
+and default threads): 1.35-1.7 ms median (the numpy implementation, same runs:
+2.2-3.0 ms), with ``coverage_every=8`` 0.8-1.15 ms.
 
 With the paper's weights, ``l_m = 0.5`` makes half of the objective closeness to the mean:
 batches avoid outliers but are *less* diverse than random ones when classes lie at
@@ -105,7 +112,7 @@ import numpy as np
 from .._checks import check_indices, check_int, check_rows, check_scale, load_embeddings
 from .._heap import before, heap_pop, heap_push
 from ..functions._kernels import einsum_dot, exp_f32, exp_f32_clipped, gemm_fma, pairwise_sum
-from .base import OnlineSelector
+from .base import OnlineSelector, epoch_rng
 
 logger = logging.getLogger(__name__)
 
@@ -116,53 +123,78 @@ _MEAN_BLOCK = 1 << 16
 
 
 @numba.njit(cache=True, fastmath=True, nogil=True)
-def _gain(c: int, sim_t: np.ndarray, cover: np.ndarray, modular: np.ndarray, feats: np.ndarray,
+def _gain(c: int, sim_t: np.ndarray, rs: int, cover: np.ndarray, modular: np.ndarray, feats: np.ndarray, rf: int,
           acc: np.ndarray, root: np.ndarray, w_r: float, w_f: float) -> float:
+    """Candidate ``c``'s gain; its similarities are row ``rs`` of ``sim_t``, its features
+    row ``rf`` of ``feats``."""
     g = modular[c]
     if w_r != 0.0:
-        rf = np.float32(0.0)
+        r = np.float32(0.0)
         for i in range(sim_t.shape[1]):
-            rf += max(sim_t[c, i] - cover[i], np.float32(0.0))
-        g += w_r * rf
+            r += max(sim_t[rs, i] - cover[i], np.float32(0.0))
+        g += w_r * r
     if w_f != 0.0:
         f = np.float32(0.0)
         for j in range(feats.shape[1]):
-            f += np.sqrt(acc[j] + feats[c, j]) - root[j]
+            f += np.sqrt(acc[j] + feats[rf, j]) - root[j]
         g += w_f * f
     return g
 
 
 @numba.njit(cache=True, fastmath=True, nogil=True)
-def _add(c: int, sim_t: np.ndarray, cover: np.ndarray, feats: np.ndarray, acc: np.ndarray, root: np.ndarray) -> None:
+def _add(rs: int, sim_t: np.ndarray, cover: np.ndarray, rf: int, feats: np.ndarray, acc: np.ndarray,
+         root: np.ndarray) -> None:
     for i in range(sim_t.shape[1]):
-        cover[i] = max(cover[i], sim_t[c, i])
+        cover[i] = max(cover[i], sim_t[rs, i])
     for j in range(feats.shape[1]):
-        acc[j] += feats[c, j]
+        acc[j] += feats[rf, j]
         root[j] = np.sqrt(acc[j])
+
+
+@numba.njit(cache=True, nogil=True)
+def _heapify(keys: np.ndarray, items: np.ndarray, size: int) -> None:
+    """Make ``keys[:size]``, ``items[:size]`` a heap of :func:`heap_pop`'s order (sifting
+    down from the last parent): it pops what pushing them one by one would."""
+    for start in range(size // 2 - 1, -1, -1):
+        i = start
+        while True:
+            left = 2 * i + 1
+            if left >= size:
+                break
+            child = left
+            if left + 1 < size and before(keys[left + 1], items[left + 1], keys[left], items[left]):
+                child = left + 1
+            if not before(keys[child], items[child], keys[i], items[i]):
+                break
+            keys[child], keys[i] = keys[i], keys[child]
+            items[child], items[i] = items[i], items[child]
+            i = child
 
 
 # nogil: a sampler with prefetch runs this in a background thread next to the training step
 @numba.njit(cache=True, nogil=True)
-def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r: float, w_f: float, k: int,
-                 sample_size: int, uniforms: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+def _smdl_greedy(sim_t: np.ndarray, srows: np.ndarray, modular: np.ndarray, feats: np.ndarray, frows: np.ndarray,
+                 w_r: float, w_f: float, k: int, sample_size: int, uniforms: np.ndarray,
+                 fixed: np.ndarray) -> np.ndarray:
     """Greedy maximization of the normalized SMDL objective over a pool of p items.
 
-    ``sim_t`` is p x q (similarity of each candidate to the coverage set), ``modular`` the
-    weighted, normalized modular terms, ``feats`` p x d non-negative features, ``w_r`` and
+    ``sim_t`` holds the similarity of each candidate to the coverage set (candidate c's in
+    row ``srows[c]``), ``modular`` the weighted, normalized modular terms, ``feats`` the
+    non-negative features (c's in row ``frows[c]``), ``w_r`` and
     ``w_f`` the normalized weights of R and Fm. ``fixed`` (pool positions) are in the set
     from the start; greedy adds ``k`` more. ``sample_size`` > 0: stochastic greedy with
     ``uniforms`` (k x sample_size, in [0, 1)) drawing the samples, each sample searched
     lazily (the best of the sample, with fewer evaluations); 0: exact lazy greedy. Returns
     the k picks (pool positions) in selection order.
     """
-    p = sim_t.shape[0]
+    p = modular.shape[0]
     cover = np.zeros(sim_t.shape[1], dtype=np.float32)
     acc = np.zeros(feats.shape[1], dtype=np.float32)
     root = np.zeros(feats.shape[1], dtype=np.float32)
     taken = np.zeros(p, dtype=np.bool_)
     for c in fixed:
         taken[c] = True
-        _add(c, sim_t, cover, feats, acc, root)
+        _add(srows[c], sim_t, cover, frows[c], feats, acc, root)
     picks = np.empty(k, dtype=np.int64)
     if sample_size > 0:
         rest = np.empty(p - len(fixed), dtype=np.int64)
@@ -174,36 +206,47 @@ def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r:
         # stale gains bound the current ones (submodularity): inside each sample, candidates
         # are evaluated by decreasing bound until no bound can beat the best fresh gain
         bound = np.full(p, np.inf)
-        # the sample's slots by decreasing bound, ties by slot (a stable sort's order): a
-        # heap, since the search usually stops after a few (sorting every sample cost more
-        # than the gains)
+        # the sample's slots by decreasing bound, ties by slot: those never evaluated
+        # (bound inf) first, in slot order, then the others from a heap, since the search
+        # usually stops after a few (sorting every sample cost more than the gains)
         keys = np.empty(sample_size, dtype=np.float64)
         slots = np.empty(sample_size, dtype=np.int64)
         for t in range(k):
             s = min(sample_size, m)
-            size = 0
             for i in range(s):
                 # partial Fisher-Yates: rest[:s] becomes a uniform sample of rest[:m]
                 j = i + int(uniforms[t, i] * (m - i))
                 if j >= m:
                     j = m - 1
                 rest[i], rest[j] = rest[j], rest[i]
-                size = heap_push(keys, slots, size, bound[rest[i]], i)
             best, best_gain, best_slot = -1, 0.0, -1
+            size = 0
+            for i in range(s):
+                c = rest[i]
+                if bound[c] == np.inf:  # an infinite bound is never below the best gain
+                    g = _gain(c, sim_t, srows[c], cover, modular, feats, frows[c], acc, root, w_r, w_f)
+                    bound[c] = g
+                    if best < 0 or before(g, c, best_gain, best):
+                        best, best_gain, best_slot = c, g, i
+                else:
+                    keys[size] = bound[c]
+                    slots[size] = i
+                    size += 1
+            _heapify(keys, slots, size)
             while size > 0:
                 i = slots[0]
                 size = heap_pop(keys, slots, size)
                 c = rest[i]
                 if best >= 0 and bound[c] < best_gain:
                     break
-                g = _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f)
+                g = _gain(c, sim_t, srows[c], cover, modular, feats, frows[c], acc, root, w_r, w_f)
                 bound[c] = g
                 if best < 0 or before(g, c, best_gain, best):
                     best, best_gain, best_slot = c, g, i
             picks[t] = best
             rest[best_slot] = rest[m - 1]
             m -= 1
-            _add(best, sim_t, cover, feats, acc, root)
+            _add(srows[best], sim_t, cover, frows[best], feats, acc, root)
     else:
         # lazy greedy: a max-heap of stale upper bounds (gains only shrink)
         keys = np.empty(p, dtype=np.float64)
@@ -211,17 +254,18 @@ def _smdl_greedy(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r:
         size = 0
         for c in range(p):
             if not taken[c]:
-                size = heap_push(keys, items, size, _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f), c)
+                g = _gain(c, sim_t, srows[c], cover, modular, feats, frows[c], acc, root, w_r, w_f)
+                size = heap_push(keys, items, size, g, c)
         for t in range(k):
             while True:
                 c = items[0]
                 size = heap_pop(keys, items, size)
-                g = _gain(c, sim_t, cover, modular, feats, acc, root, w_r, w_f)
+                g = _gain(c, sim_t, srows[c], cover, modular, feats, frows[c], acc, root, w_r, w_f)
                 if size == 0 or before(g, c, keys[0], items[0]):
                     break
                 size = heap_push(keys, items, size, g, c)
             picks[t] = c
-            _add(c, sim_t, cover, feats, acc, root)
+            _add(srows[c], sim_t, cover, frows[c], feats, acc, root)
     return picks
 
 
@@ -302,12 +346,15 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
     embeddings (rows in ``pool`` order), or has no rows and they are read here from
     ``source`` (all the embeddings); ``entropy`` holds every example's, ``log_classes`` the
     entropy of an unobserved example (< 0: no logits yet, uniform), ``typical`` the random
-    batch that fixes the scales, ``cov`` the coverage positions (empty: no R term).
+    batch that fixes the scales, ``cov`` the coverage positions in any order (empty: the
+    whole pool; unused without an R term).
     Returns the picks and whether every term was finite (greedy is skipped if not)."""
     if x.shape[0] != pool.shape[0]:
         x = np.empty((pool.shape[0], source.shape[1]), dtype=np.float32)
-        for i in range(pool.shape[0]):
-            x[i] = source[pool[i]]
+        for i in range(pool.shape[0]):  # element by element: a row slice assignment is 5x slower
+            r = pool[i]
+            for j in range(source.shape[1]):
+                x[i, j] = source[r, j]
     p, d = x.shape
     l_u, l_r, l_m, l_f = weights[0], weights[1], weights[2], weights[3]
     free = k - fixed.shape[0]
@@ -338,9 +385,11 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
         _scaled_into(modular, dist, l_m / k)
     w_r = 0.0
     nans = 0
-    q = cov.shape[0]
     sim_t = np.zeros((p, 0), dtype=np.float32)
     if l_r > 0:
+        # the coverage positions: drawn (in any order), or none drawn for the whole pool
+        cov = np.arange(p) if cov.shape[0] == 0 else np.sort(cov)
+        q = cov.shape[0]
         sim_t, nans = _similarity_kernel(x, sq, cov)
         if q < p:  # coverage points do not cover themselves: see the module docstring
             for c in range(q):
@@ -385,7 +434,8 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
         finite = finite and np.isfinite(modular[i])
     if not finite:
         return np.empty(0, dtype=np.int64), False
-    return _smdl_greedy(sim_t, modular, feats, w_r, w_f, free, sample_size, uniforms, fixed), True
+    rows = np.arange(p)
+    return _smdl_greedy(sim_t, rows, modular, feats, rows, w_r, w_f, free, sample_size, uniforms, fixed), True
 
 
 # Without nogil: a few microseconds, less than what giving up the GIL costs next to a
@@ -403,7 +453,36 @@ def _count_below(order: np.ndarray, m: int, bound: int) -> int:
     return m - lo
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
+def _stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for non-negative integers: an LSD radix sort, a
+    byte a pass (a pool of 1024: 8 us, numba's merge sort 35 us). A stable sort's order is
+    unique, so it is the merge sort's."""
+    n = keys.shape[0]
+    top = 0
+    for i in range(n):
+        top = max(top, keys[i])
+    idx = np.arange(n)
+    tmp = np.empty(n, dtype=np.int64)
+    count = np.empty(257, dtype=np.int64)
+    shift = 0
+    while shift == 0 or (top >> shift) > 0:
+        for b in range(257):
+            count[b] = 0
+        for i in range(n):
+            count[((keys[idx[i]] >> shift) & 255) + 1] += 1
+        for b in range(256):
+            count[b + 1] += count[b]
+        for i in range(n):
+            b = (keys[idx[i]] >> shift) & 255
+            tmp[count[b]] = idx[i]
+            count[b] += 1
+        idx, tmp = tmp, idx
+        shift += 8
+    return idx
+
+
+@numba.njit(cache=True, nogil=True)
 def _smdl_pool(order: np.ndarray, m: int, p: int, shard: np.ndarray,
                due: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A batch's pool: the first ``p`` unused positions ``order[m-1], order[m-2], ...``
@@ -413,48 +492,275 @@ def _smdl_pool(order: np.ndarray, m: int, p: int, shard: np.ndarray,
     examples = np.empty(p, dtype=np.int64)
     for i in range(p):
         examples[i] = shard[order[m - 1 - i]]
-    srt = np.argsort(examples, kind="mergesort")  # stable, as numpy's kind="stable"
+    srt = _stable_argsort(examples)
     where = np.empty(p, dtype=np.int64)
     for i in range(p):
         where[srt[i]] = i
     return examples[srt], srt, where[:due].copy()
 
 
+# -- the pool's rows across batches ---------------------------------------------------------
+# The pool is a window sliding through the shard: about B examples enter it per batch, the
+# others stay. What a batch computes per row (the embedding, its squared norm, its distance
+# to the mean, its features; with ``coverage_every > 1`` its similarities to the coverage
+# set) is a function of that row alone (the kernels compute each output from its own row,
+# in a fixed order), so it is kept per run in slots of a _RowCache and computed only for the
+# rows that enter: the values are those a fresh computation gives.
 @numba.njit(cache=True, nogil=True)
-def _smdl_step(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: np.ndarray, mean: np.ndarray,
-               weights: np.ndarray, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
-               sample_size: int, uniforms: np.ndarray, fixed: np.ndarray, order: np.ndarray, m: int,
-               srt: np.ndarray, shard: np.ndarray) -> tuple[np.ndarray, bool]:
-    """One online batch: :func:`_smdl_select` on the pool of :func:`_smdl_pool`, then the
-    run's bookkeeping: ``order[m-p:m-k]`` gets the pool's unused positions (descending),
-    ``order[m-k:m]`` the batch's. Returns the batch (example indices) and whether the
-    terms were finite (nothing is changed if not)."""
-    picks, finite = _smdl_select(x, source, entropy, pool, mean, weights, log_classes, k, typical, cov,
-                                 sample_size, uniforms, fixed)
+def _stretch_setup(source: np.ndarray, rows: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, float]:
+    """The coverage side of a stretch of batches: for the pool ``source[rows]`` (in that
+    order) and its coverage positions ``cov``, the right-hand matrix of the similarity
+    product (:func:`_similarity_kernel`'s) and ``1 / sigma^2``, sigma^2 the pool's mean
+    pairwise squared distance."""
+    p, d = rows.shape[0], source.shape[1]
+    q = cov.shape[0]
+    sq = np.empty(p, dtype=np.float32)
+    col = np.zeros(d, dtype=np.float64)
+    for i in range(p):
+        r = rows[i]
+        sq[i] = einsum_dot(source[r], source[r])
+        for j in range(d):
+            col[j] += np.float64(source[r, j])
+    sq_mean = np.float64(np.float32(np.float64(np.float32(pairwise_sum(sq, 0, p))) / p))
+    for j in range(d):
+        col[j] = col[j] / p
+        col[j] = col[j] * col[j]
+    sigma2 = 2.0 * (sq_mean - pairwise_sum(col, 0, d))
+    scale = np.float32(1.0 / sigma2 if sigma2 > 1e-12 else 1.0)
+    right_t = np.empty((d + 2, q), dtype=np.float32)
+    for c in range(q):
+        r = rows[cov[c]]
+        for j in range(d):
+            right_t[j, c] = source[r, j]
+        right_t[d, c] = 1.0
+        right_t[d + 1, c] = sq[cov[c]]
+    return right_t, scale
+
+
+@numba.njit(cache=True, nogil=True)
+def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, mean: np.ndarray,
+                      weights: np.ndarray, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
+                      sample_size: int, uniforms: np.ndarray, order: np.ndarray, m: int, p: int,
+                      shard: np.ndarray, due: int, c_pos: np.ndarray, c_slot: np.ndarray, c_count: np.ndarray,
+                      cx: np.ndarray, csq: np.ndarray, cdist: np.ndarray, cfeats: np.ndarray, cfnan: np.ndarray,
+                      csim: np.ndarray, cstamp: np.ndarray, stamp: int, right_t: np.ndarray, scale: float,
+                      cov_pos: np.ndarray, zero_self: bool) -> tuple[np.ndarray, bool]:
+    """One online batch: :func:`_smdl_select`'s terms and greedy on the pool of
+    :func:`_smdl_pool`, then the run's bookkeeping: ``order[m-p:m-k]`` gets the pool's
+    unused positions (descending), ``order[m-k:m]`` the batch's. Returns the batch (example
+    indices) and whether the terms were finite (the run is not changed if not).
+
+    The pool's rows are kept in the cache arrays ``c*`` (slots, see :class:`_RowCache`):
+    ``c_pos[:c_count[0]]`` the cached pool positions (ascending), ``c_slot`` their slots.
+    The rows of the pool not cached are read (``source[shard[position]]``, or
+    ``source[src_pool[i]]`` for the i-th pool position in ascending order when
+    ``src_pool`` is not empty) and their terms computed. ``stamp < 0``: the similarities
+    are this batch's (coverage positions ``cov`` of the pool, sigma^2 of the pool), as
+    :func:`_smdl_select` computes them; ``stamp >= 0``: the stretch ``stamp``'s
+    (:func:`_stretch_setup`: ``right_t``, ``scale``; rows whose position is in ``cov_pos``
+    do not cover themselves if ``zero_self``), kept in ``csim`` for the rows whose
+    ``cstamp`` is ``stamp`` and computed for the others."""
+    d = source.shape[1]
+    l_u, l_r, l_m, l_f = weights[0], weights[1], weights[2], weights[3]
+    # the pool's positions (ascending) and their slots; rows not cached take free slots
+    ppos = np.empty(p, dtype=np.int64)
+    for i in range(p):
+        ppos[i] = order[m - 1 - i]
+    cap = c_pos.shape[0]
+    used = np.zeros(cap, dtype=np.bool_)
+    pslot = np.full(p, -1, dtype=np.int64)
+    a, n_old = 0, c_count[0]
+    for i in range(p):
+        while a < n_old and c_pos[a] < ppos[i]:
+            a += 1
+        if a < n_old and c_pos[a] == ppos[i]:
+            pslot[i] = c_slot[a]
+            used[c_slot[a]] = True
+            a += 1
+    mu = np.empty(d, dtype=np.float32)
+    for j in range(d):
+        mu[j] = np.float32(mean[j])
+    free_slot = 0
+    for i in range(p):
+        if pslot[i] >= 0:
+            continue
+        while used[free_slot]:
+            free_slot += 1
+        sl = free_slot
+        used[sl] = True
+        pslot[i] = sl
+        r = shard[ppos[i]] if src_pool.shape[0] == 0 else src_pool[i]
+        row = cx[sl]
+        for j in range(d):
+            row[j] = source[r, j]
+        csq[sl] = einsum_dot(row, row)
+        f = cfeats[sl]
+        for j in range(d):
+            f[j] = row[j] - mu[j]
+        cdist[sl] = np.float64(np.sqrt(einsum_dot(f, f)))
+        top = _row_max(row)
+        for j in range(d):
+            f[j] = row[j] - top
+        exp_f32(f)
+        total = pairwise_sum(f, 0, d)
+        bad = 0
+        for j in range(d):
+            v = f[j] / total
+            f[j] = v
+            bad += v != v
+        cfnan[sl] = bad
+        cstamp[sl] = -1
+    for i in range(p):
+        c_pos[i] = ppos[i]
+        c_slot[i] = pslot[i]
+    c_count[0] = p
+    pool, srt, fixed = _smdl_pool(order, m, p, shard, due)
+    rows = np.empty(p, dtype=np.int64)  # pool index (by example) -> slot
+    for c in range(p):
+        rows[c] = pslot[srt[c]]
+    free = k - fixed.shape[0]
+    # the terms, as _smdl_select computes them
+    modular = np.zeros(p, dtype=np.float64)
+    if l_u > 0:
+        u = np.empty(p, dtype=np.float64)
+        for i in range(p):
+            e = np.float64(entropy[pool[i]])
+            u[i] = 1.0 if log_classes < 0 else (log_classes if np.isnan(e) else e)
+        _scaled_into(modular, u, l_u / k)
+    if l_m > 0:
+        dist = np.empty(p, dtype=np.float64)
+        for i in range(p):
+            dist[i] = cdist[rows[i]]
+        far = dist.max()
+        for i in range(p):
+            dist[i] = far - dist[i]
+        _scaled_into(modular, dist, l_m / k)
+    w_r = 0.0
+    nans = 0
+    sim = np.zeros((p, 0), dtype=np.float32)
+    srows = rows
+    if l_r > 0 and stamp < 0:
+        xp = np.empty((p, d), dtype=np.float32)
+        sqp = np.empty(p, dtype=np.float32)
+        for i in range(p):
+            sl = rows[i]
+            sqp[i] = csq[sl]
+            for j in range(d):
+                xp[i, j] = cx[sl, j]
+        cov = np.arange(p) if cov.shape[0] == 0 else np.sort(cov)
+        q = cov.shape[0]
+        sim, nans = _similarity_kernel(xp, sqp, cov)
+        if q < p:  # coverage points do not cover themselves: see the module docstring
+            for c in range(q):
+                sim[cov[c], c] = 0.0
+        srows = np.arange(p)
+    elif l_r > 0:
+        sim = csim
+        q = csim.shape[1]
+        todo = np.empty(p, dtype=np.int64)
+        r = 0
+        for i in range(p):
+            if cstamp[pslot[i]] != stamp:
+                todo[r] = i
+                r += 1
+        if r > 0:
+            sc = np.float32(scale)
+            two_scale = np.float32(2.0) * sc
+            left = np.empty((r, d + 2), dtype=np.float32)
+            for t in range(r):
+                sl = pslot[todo[t]]
+                for j in range(d):
+                    left[t, j] = cx[sl, j] * two_scale
+                left[t, d] = -sc * csq[sl]
+                left[t, d + 1] = -sc
+            fresh = np.empty((r, q), dtype=np.float32)
+            gemm_fma(left, right_t, fresh)
+            bad = exp_f32_clipped(fresh.ravel())
+            nans += bad
+            for t in range(r):
+                i = todo[t]
+                sl = pslot[i]
+                if zero_self:
+                    c = np.searchsorted(cov_pos, ppos[i])
+                    if c < cov_pos.shape[0] and cov_pos[c] == ppos[i]:
+                        fresh[t, c] = 0.0
+                for c in range(q):
+                    csim[sl, c] = fresh[t, c]
+                if bad == 0:
+                    cstamp[sl] = stamp
+    if l_r > 0:
+        q = sim.shape[1]
+        best = sim[srows[typical[0]]].copy()
+        for t in range(1, k):
+            row = sim[srows[typical[t]]]
+            for c in range(q):
+                if not row[c] <= best[c]:  # numpy's max: NaN wins
+                    best[c] = row[c]
+        covered = np.float64(pairwise_sum(best, 0, q))
+        w_r = l_r / covered if covered > 0 else 0.0
+    w_f = 0.0
+    if l_f > 0:
+        for i in range(p):
+            nans += cfnan[rows[i]]
+        acc = cfeats[rows[typical[0]]].copy()  # numpy's axis-0 sum: rows added in order
+        for t in range(1, k):
+            row = cfeats[rows[typical[t]]]
+            for j in range(d):
+                acc[j] += row[j]
+        for j in range(d):
+            acc[j] = np.sqrt(acc[j])
+        w_f = l_f / np.float64(pairwise_sum(acc, 0, d))
+    finite = nans == 0 and np.isfinite(w_r) and np.isfinite(w_f)
+    for i in range(p):
+        finite = finite and np.isfinite(modular[i])
     if not finite:
         return np.empty(0, dtype=np.int64), False
-    p = pool.shape[0]
-    pool_pos = np.empty(p, dtype=np.int64)  # ascending unused positions: order[m-1], order[m-2], ...
-    for i in range(p):
-        pool_pos[i] = order[m - 1 - i]
+    picks = _smdl_greedy(sim, srows, modular, cfeats, rows, w_r, w_f, free, sample_size, uniforms, fixed)
+    # the run's bookkeeping
     keep = np.ones(p, dtype=np.bool_)
     chosen = np.empty(k, dtype=np.int64)
     nf = fixed.shape[0]
     for t in range(k):
         chosen[t] = srt[fixed[t] if t < nf else picks[t - nf]]
         keep[chosen[t]] = False
-    top = m - k  # order[m-p:m-k]: the pool's other positions, descending
+    top = m - k
     for i in range(p):
         if keep[i]:
             top -= 1
-            order[top] = pool_pos[i]
+            order[top] = ppos[i]
     batch = np.empty(k, dtype=np.int64)
     for t in range(k):
-        order[m - k + t] = pool_pos[chosen[t]]
-        batch[t] = shard[pool_pos[chosen[t]]]
+        order[m - k + t] = ppos[chosen[t]]
+        batch[t] = shard[ppos[chosen[t]]]
     return batch, True
 
 
+class _RowCache:
+    """A run's cached pool rows (see :func:`_smdl_step`), for the embeddings of one
+    version; with ``coverage_every > 1``, also the current stretch's coverage side."""
+
+    def __init__(self, capacity: int, d: int, version: int) -> None:
+        self.version = version
+        self.pos = np.empty(capacity, dtype=np.int64)
+        self.slot = np.empty(capacity, dtype=np.int64)
+        self.count = np.zeros(1, dtype=np.int64)
+        self.x = np.empty((capacity, d), dtype=np.float32)
+        self.sq = np.empty(capacity, dtype=np.float32)
+        self.dist = np.empty(capacity, dtype=np.float64)
+        self.feats = np.empty((capacity, d), dtype=np.float32)
+        self.fnan = np.zeros(capacity, dtype=np.int64)
+        self.sim = np.empty((capacity, 0), dtype=np.float32)
+        self.stamp = np.full(capacity, -1, dtype=np.int64)
+        self.stretch = -1
+        self.right_t = np.empty((d + 2, 0), dtype=np.float32)
+        self.scale = 1.0
+        self.cov_pos = np.empty(0, dtype=np.int64)
+        self.zero_self = False
+
+
+# what _draws passes when the coverage set is the whole pool / greedy is exact (never written)
+_NO_POSITIONS = np.zeros(0, dtype=np.int64)
+_NO_UNIFORMS = np.zeros((0, 0), dtype=np.float64)
 _NOT_FINITE = ("the SMDL terms of this pool are not finite (the embeddings' distances overflow float32); "
                "rescale the embeddings (e.g. divide them by their standard deviation)")
 
@@ -465,10 +771,16 @@ def entropy_of_logits(logits: np.ndarray) -> np.ndarray:
     >>> entropy_of_logits(np.zeros((1, 4))).round(4).tolist()
     [1.3863]
     """
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    return -(np.exp(log_p) * log_p).sum(axis=1)
+    # z - max, log_p = z - log(sum(exp(z))), -sum(exp(log_p) * log_p), in two buffers
+    # (the same operations, so the same values, with fewer temporaries and calls)
+    z = np.array(logits, dtype=np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    z -= np.log(p.sum(axis=1, keepdims=True))
+    np.exp(z, out=p)
+    p *= z
+    h = p.sum(axis=1)
+    return np.negative(h, out=h)
 
 
 class SubmodularSelector(OnlineSelector):
@@ -507,6 +819,15 @@ class SubmodularSelector(OnlineSelector):
         would put it in (default 2; 0 gives random batches). Larger values give greedy more
         of each batch to choose and defer the examples it does not want for longer (see the
         module docstring).
+    coverage_every:
+        Batches for which the coverage set and sigma^2 of R are kept (default 1: drawn for
+        every batch from its pool). With ``n > 1`` they are those of the pool at the first
+        batch of each stretch of ``n`` batches (the coverage set drawn from a generator of
+        its own, so a resumed run draws the same), and the similarities of the examples
+        still in the pool are reused: about B examples enter the pool per batch, so only
+        theirs are computed (``ceil(pool_size / B)``, 8 at the default pool, computes about
+        a quarter of the similarities per batch on average). Other picks than the default's;
+        :meth:`select_from_pool` draws its coverage set per call whatever this is.
 
     Uncertainty uses the latest logits of each example. Before any logits were observed it
     is uniform (it does not change the choice); afterwards, examples never observed count as
@@ -547,6 +868,7 @@ class SubmodularSelector(OnlineSelector):
         partition: str = "random",
         drop_last: bool = False,
         max_delay: int = 2,
+        coverage_every: int = 1,
     ) -> None:
         if hasattr(embeddings, "embeddings") and hasattr(embeddings, "knn_graph"):  # EmbeddingIndex
             embeddings = embeddings.embeddings
@@ -572,6 +894,8 @@ class SubmodularSelector(OnlineSelector):
         self.epsilon = float(epsilon)
         self.warmup_epochs = check_int(warmup_epochs, "warmup_epochs", minimum=0)
         self.max_delay = check_int(max_delay, "max_delay", minimum=0)
+        self.coverage_every = check_int(coverage_every, "coverage_every", minimum=1)
+        self._version = 0  # of the embeddings: a run's cached rows are for one version
         self.entropy_ = np.full(self.num_examples, np.nan, dtype=np.float32)
         self.num_classes_: int | None = None
         self._refreshed = False
@@ -610,6 +934,7 @@ class SubmodularSelector(OnlineSelector):
             e = e[::-1][last]
             self.mean_ += (e.astype(np.float64) - self.embeddings[idx]).sum(axis=0) / self.num_examples
             self.embeddings[idx] = e
+            self._version += 1
 
     def _scores_state(self) -> dict[str, Any]:
         state = {"entropy": self.entropy_.copy(), "num_classes": self.num_classes_, "mean": self.mean_.copy()}
@@ -627,6 +952,7 @@ class SubmodularSelector(OnlineSelector):
         if "embeddings" in state:
             self.embeddings = np.array(state["embeddings"], dtype=np.float32, order="C")
             self._refreshed = True
+        self._version += 1
 
     # -- selection --------------------------------------------------------------------
     def _due(self, sizes: np.ndarray, t: int, length: int) -> int:
@@ -641,11 +967,15 @@ class SubmodularSelector(OnlineSelector):
     def _next_batch(self, run: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
         order, m, sizes, shard = run["order"], run["m"], run["sizes"], run["shard"]
         t = len(run["drawn"])
-        k = min(int(sizes[t]), m) if t < len(sizes) else min(self.batch_size, m)
-        due = _count_below(order, m, self._due(sizes, t, len(shard)))
+        count = len(sizes)
+        k = min(int(sizes[t]), m) if t < count else min(self.batch_size, m)
+        # self._due(sizes, t, len(shard)), from the run's cumulative sizes
+        turn = t + 1 - self.max_delay
+        bound = len(shard) if t >= count - 1 else (run["ends"][turn - 1] if turn > 0 else 0)
+        due = _count_below(order, m, bound)
         # hand over to the turn order over the last ceil(pool / B) batches (module docstring)
         handover = -(-self.pool_size // self.batch_size)
-        left = len(sizes) - t
+        left = count - t
         if left <= handover:
             due = max(due, k * (handover - left + 1) // handover)
         if run["epoch"] < self.warmup_epochs or due >= k:
@@ -656,22 +986,69 @@ class SubmodularSelector(OnlineSelector):
             return shard[pool_pos]
         # the pool: the first pool_size unused positions; the due ones are among them
         p = min(self.pool_size, m)
-        pool, srt, fixed = _smdl_pool(order, m, p, shard, due)
-        batch, finite = _smdl_step(*self._kernel_args(pool, k, rng, fixed), order, m, srt, shard)
+        stretch = self.coverage_every > 1 and self.weights[1] > 0
+        typical, cov, sample, uniforms = self._draws(p, k, due, rng, draw_coverage=not stretch)
+        emb = self.embeddings
+        if type(emb) in (np.ndarray, np.memmap):  # float32 C-contiguous (load_embeddings): read in the kernel
+            source, src_pool = emb, _NO_POSITIONS
+        else:  # the pool's rows, in ascending position order
+            source, src_pool = self._read_rows(shard[order[m - p:m][::-1]]), np.arange(p)
+        cache = run.get("cache")
+        if cache is None or cache.version != self._version or cache.x.shape[0] < p:
+            cache = run["cache"] = _RowCache(self.pool_size, emb.shape[1], self._version)
+        stamp = -1
+        if stretch:
+            stamp = t // self.coverage_every
+            if cache.stretch != stamp:
+                self._new_stretch(run, cache, t, stamp)
+        batch, finite = _smdl_step(
+            source, src_pool, self.entropy_, self.mean_, np.asarray(self.weights), self._log_classes(), k, typical, cov,
+            sample, uniforms, order, m, p, shard, due, cache.pos, cache.slot, cache.count, cache.x, cache.sq,
+            cache.dist, cache.feats, cache.fnan, cache.sim, cache.stamp, stamp, cache.right_t, cache.scale,
+            cache.cov_pos, cache.zero_self)
         if not finite:
             raise ValueError(_NOT_FINITE)
         run["m"] = m - k
         return batch
 
+    def _new_stretch(self, run: dict[str, Any], cache: _RowCache, t: int, stamp: int) -> None:
+        """The coverage side of stretch ``stamp`` (batches ``stamp * coverage_every`` on):
+        the coverage set and sigma^2 of the pool at its first batch ``t0``, from the run's
+        state alone (``order[:m0]`` were the unused positions then), so a resumed run
+        computes the same; the coverage set is drawn from its own generator."""
+        t0 = stamp * self.coverage_every
+        order, m, shard = run["order"], run["m"], run["shard"]
+        m0 = m + sum(len(b) for b in run["drawn"][t0:t])  # order[m:m0]: the batches t0..t-1
+        p0 = min(self.pool_size, m0)
+        pool0 = np.sort(np.concatenate([order[max(m - p0, 0):m], order[m:m0]]))[:p0]  # the first p0 unused then
+        q0 = p0 if self.coverage_size is None else min(self.coverage_size, p0)
+        cov0 = np.arange(p0)
+        if q0 < p0:
+            cov0 = np.sort(epoch_rng(self.seed, run["epoch"], run["rank"], t0, 1).choice(p0, size=q0, replace=False))
+        emb = self.embeddings
+        if type(emb) in (np.ndarray, np.memmap):
+            source, rows = emb, shard[pool0]
+        else:
+            source, rows = self._read_rows(shard[pool0]), np.arange(p0)
+        cache.right_t, scale = _stretch_setup(source, rows, cov0)
+        cache.scale = float(scale)
+        cache.cov_pos, cache.zero_self = pool0[cov0], q0 < p0
+        if cache.sim.shape[1] != q0:
+            cache.sim = np.empty((cache.x.shape[0], q0), dtype=np.float32)
+        cache.stretch = stamp
+
     def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
         run = super()._new_run(epoch, rank, world_size)
+        run["rank"] = int(rank)  # seeds the coverage sets of coverage_every > 1
         run["order"] = run["order"][::-1].copy()  # descending: the pool is a suffix of order[:m]
+        run["ends"] = np.cumsum(run["sizes"]).tolist()  # where each batch's turn ends (see _due)
         return run
 
     def _restore_run(self, run: dict[str, Any]) -> None:
-        super()._restore_run(run)
+        super()._restore_run(run)  # may re-cut the sizes
         m = run["m"]
         run["order"][:m] = np.sort(run["order"][:m])[::-1]  # a no-op for states written here
+        run["ends"] = np.cumsum(run["sizes"]).tolist()
 
     def select_from_pool(self, pool: np.ndarray, k: int, rng: np.random.Generator | None = None,
                          fixed: np.ndarray | None = None) -> np.ndarray:
@@ -694,34 +1071,44 @@ class SubmodularSelector(OnlineSelector):
             raise ValueError(_NOT_FINITE)
         return np.concatenate([fixed, picks])
 
+    def _draws(self, p: int, k: int, nfixed: int, rng: np.random.Generator, draw_coverage: bool = True) -> tuple:
+        """A batch's random draws for a pool of ``p`` with ``nfixed`` examples in the batch
+        from the start and ``k - nfixed >= 1`` to pick, in the order they have always been
+        made: the batch that fixes the scales, the coverage set (not drawn when it is the
+        whole pool; the kernel sorts it), stochastic greedy's uniforms (and its sample size)."""
+        typical = rng.choice(p, size=k, replace=False)
+        cov = _NO_POSITIONS
+        if draw_coverage and self.weights[1] > 0 and self.coverage_size is not None and self.coverage_size < p:
+            cov = rng.choice(p, size=self.coverage_size, replace=False)
+        if self.optimizer != "stochastic":
+            return typical, cov, 0, _NO_UNIFORMS
+        free, rest = k - nfixed, p - nfixed
+        sample = min(rest, max(1, math.ceil(rest / free * math.log(1.0 / self.epsilon))))
+        return typical, cov, sample, rng.random((free, sample))
+
+    def _read_rows(self, pool: np.ndarray) -> np.ndarray:
+        """The pool's embeddings for an array type other than a plain array or memmap (a
+        subclass may read its rows its own way): through its indexing, once."""
+        return np.ascontiguousarray(self.embeddings[pool], dtype=np.float32)
+
+    def _log_classes(self) -> float:
+        """The entropy of an example whose logits were never observed (-1: no logits yet)."""
+        return -1.0 if self.num_classes_ is None else math.log(self.num_classes_)
+
     def _kernel_args(self, pool: np.ndarray, k: int, rng: np.random.Generator, fixed: np.ndarray) -> tuple:
         """The arguments of :func:`_smdl_select` for a pool (sorted example indices) with
         ``fixed`` pool positions in the batch and ``k - len(fixed) >= 1`` to pick: the
-        batch's random draws, in the order they have always been made (the batch that
-        fixes the scales, the coverage set, stochastic greedy's uniforms), and the
-        embeddings: a plain array (or memmap) whole, its pool rows read in the kernel; any
-        other array type's pool rows, read once through its indexing."""
-        p, free = len(pool), k - len(fixed)
-        typical = rng.choice(p, size=k, replace=False)
-        cov = np.zeros(0, dtype=np.int64)
-        if self.weights[1] > 0:
-            q = p if self.coverage_size is None else min(self.coverage_size, p)
-            cov = np.arange(p) if q == p else np.sort(rng.choice(p, size=q, replace=False))
-        if self.optimizer == "stochastic":
-            rest = p - len(fixed)
-            sample = min(rest, max(1, math.ceil(rest / free * math.log(1.0 / self.epsilon))))
-            uniforms = rng.random((free, sample))
-        else:
-            sample, uniforms = 0, np.zeros((0, 0))
+        batch's random draws (:meth:`_draws`) and the embeddings: a plain array (or memmap)
+        whole, its pool rows read in the kernel; any other array type's pool rows, read
+        once through its indexing."""
+        typical, cov, sample, uniforms = self._draws(len(pool), k, len(fixed), rng)
         emb = self.embeddings
-        if type(emb) in (np.ndarray, np.memmap):  # float32 C-contiguous (load_embeddings): read in the kernel
+        if type(emb) in (np.ndarray, np.memmap):
             x, source = np.empty((0, emb.shape[1]), dtype=np.float32), emb
-        else:  # a subclass may read its rows its own way: through its indexing, once
-            x = np.ascontiguousarray(emb[pool], dtype=np.float32)
-            source = x
-        log_classes = -1.0 if self.num_classes_ is None else math.log(self.num_classes_)
-        return (x, source, self.entropy_, pool, self.mean_, np.asarray(self.weights), log_classes, int(k),
-                typical.astype(np.int64, copy=False), cov.astype(np.int64, copy=False), int(sample), uniforms, fixed)
+        else:
+            x = source = self._read_rows(pool)
+        return (x, source, self.entropy_, pool, self.mean_, np.asarray(self.weights), self._log_classes(), int(k),
+                typical, cov, int(sample), uniforms, fixed)
 
     def __repr__(self) -> str:
         return (f"SubmodularSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
