@@ -34,9 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,6 +44,9 @@ import torch
 
 from batchsel import LossRankSelector, RandomSelector, SelectionBatchSampler, SubmodularSelector
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _mpilaunch import mpiexec_command, run_mpiexec  # noqa: E402  (shared with bench_quality.py --mpi)
+
 KINDS = ("random", "smdl", "loss_rank")
 # "smdl_numpy": the numpy + OpenBLAS SMDL implementation the compiled kernel replaced (the
 # reference kept in tests/test_smdl_kernel.py, same picks), run on request (--selectors) so
@@ -53,9 +54,6 @@ KINDS = ("random", "smdl", "loss_rank")
 EXTRA_KINDS = ("smdl_numpy",)
 SELECTED = {"kinds": KINDS}
 RESULTS = Path(__file__).parent / "results" / "bench_overlap.md"
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-if not MPIEXEC.exists():
-    MPIEXEC = Path(shutil.which("mpiexec") or "mpiexec")
 
 
 def workloads(n_big: int) -> dict[str, dict]:
@@ -279,12 +277,9 @@ def mpi_worker(rounds: int, n_big: int, threads: str, only: str) -> None:
 def launch_mpi(rounds: int, n_big: int, threads: str, only: str, bind: str) -> dict:
     # mpiexec binds each rank to one core by default: a rank's prefetch thread then shares
     # that core with its training step; ``--bind-to none`` lets it run elsewhere
-    cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "--bind-to", bind, "-n", "2", sys.executable,
-           __file__, "--worker", "--rounds", str(rounds), "--n-big", str(n_big), "--threads", threads,
-           "--workloads", only, "--selectors", ",".join(SELECTED["kinds"])]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    cmd = mpiexec_command(2, bind, __file__, ["--worker", "--rounds", rounds, "--n-big", n_big, "--threads", threads,
+                                              "--workloads", only, "--selectors", ",".join(SELECTED["kinds"])])
+    out = run_mpiexec(cmd, timeout=3600, capture=True)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
 

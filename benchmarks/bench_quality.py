@@ -40,6 +40,35 @@ Run ``python benchmarks/bench_quality.py`` (5 seeds, all datasets and regimes, a
 minutes on 2 cores) or ``--quick`` (2 seeds, digits only, shorter runs; what CI runs).
 ``--split val`` reports on the validation split instead of the test split: defaults are
 chosen there, never on the test split. Torch runs with one thread (``--threads``).
+
+``--mpi N`` runs the same benchmark data-parallel, as a user of a CPU cluster runs it: this
+process launches ``mpiexec -n N`` on this script itself (``--bind-to core``, Open MPI's
+default for 2 ranks, or ``--bind-to none``; see ``benchmarks/_mpilaunch.py``), and every
+rank runs the same tasks, regimes, seeds and methods in the same order (checked at the
+start). torch.distributed (gloo) is set up from MPI
+(``batchsel.integrations.init_torch_distributed_from_mpi``); every rank builds the same
+model from the seed, wraps it in ``DistributedDataParallel`` (gradients averaged in
+backward) and draws its batches from ``SelectionBatchSampler(selector, rank=r,
+world_size=N, sync_every=1, prefetch=...)``, whose ``observe`` all-gathers every rank's
+feedback each step (counted as selecting) over torch.distributed's group, the
+communicator a DDP script's sampler finds (``--feedback-comm mpi``: over mpi4py instead;
+``--sync-every K``: every K steps). Batches: each rank
+trains on the task's B per step, so a step is one optimizer step on N x B examples (the
+learning rate is the task's, unscaled) and an epoch has 1/N as many steps; the step
+budget is the task's, so runs see N times the examples of one process and their metrics
+are not those of the one-process table: compare methods within one run. Every rank
+evaluates the (identical, checked after each run) model, outside the timed wall, with a
+barrier after each evaluation; a run's wall seconds are the slowest rank's (curves:
+the maximum over ranks at each evaluation), its selecting seconds the ranks' mean; the
+JSON keeps each rank's (``rank_wall_seconds``, ``rank_select_seconds``,
+``rank_observe_seconds``: the all-gather part). Rank 0 prints and writes the outputs
+(default stem ``bench_quality[_quick]_mpiN``). Candidate filters (``*-filter``,
+``rho-*``) run too: each rank fits the same irreducible-loss model and filters its own
+candidate batches.
+
+``--warmup`` (one process or ``--mpi``) first trains every method but the filters for
+``eval_every`` untimed steps per task, so that JIT compilation (numba kernels, loaded
+from or written to their cache) and other first-use costs are not charged to seed 0.
 """
 from __future__ import annotations
 
@@ -285,11 +314,21 @@ def metric(model: torch.nn.Module, split: Split, balanced: bool) -> float:
 
 
 def train_run(task: Task, method: str, train: Split, evaluation: Split, num_classes: int, seed: int,
-              steps: int, balanced: bool) -> dict[str, Any]:
+              steps: int, balanced: bool, comm: Any = None, sync_every: int = 1) -> dict[str, Any]:
     """Train ``task``'s model on ``train`` with ``method``'s batches for ``steps`` steps;
-    the curve is ``[(step, wall seconds so far, metric)]`` every ``task.eval_every`` steps."""
-    torch.manual_seed(seed)  # the same initial weights for every method of a seed
+    the curve is ``[(step, wall seconds so far, metric)]`` every ``task.eval_every`` steps.
+
+    ``comm`` (``--mpi``: the communicator of an initialized torch.distributed group): this
+    rank trains a DistributedDataParallel copy of the model on its own batches of B (rank r
+    of the sampler's world), feedback is all-gathered by the sampler every step
+    (``sync_every``), every rank evaluates the same model outside the timed wall, and
+    the figures returned are the slowest rank's (wall seconds, curve walls: maxima over
+    ranks; selecting seconds: the mean over ranks; per rank in ``rank_*``)."""
+    torch.manual_seed(seed)  # the same initial weights for every method of a seed (and on every rank)
     model = task.model(train.x.shape[1], num_classes)
+    net = model
+    if comm is not None:  # gradients averaged over the ranks in backward, as a DDP user's are
+        net = torch.nn.parallel.DistributedDataParallel(model)
     opt = task.optimizer(model.parameters())
     t0 = time.perf_counter()
     filt = make_filter(method, train, task.batch_size, seed, task)  # fits the IL model: part of the cost
@@ -301,10 +340,14 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     base, options = VARIANTS.get(method, (method, {}))
     weighted = base == "coreset"
     # prefetch=N (a variant option): selection runs N batches ahead in the sampler's thread
-    sampler = SelectionBatchSampler(selector, rank=0, world_size=1, weighted=weighted,
-                                    prefetch=int(options.get("prefetch", 0)))
+    rank, world = (0, 1) if comm is None else (comm.rank, comm.size)
+    sampler = SelectionBatchSampler(selector, rank=rank, world_size=world, comm=comm, sync_every=sync_every,
+                                    weighted=weighted, prefetch=int(options.get("prefetch", 0)))
+    if comm is not None:
+        sampler.verify()  # every rank built the same selector (data, seed, settings): else it raises
+        comm.barrier()  # untimed: the ranks start the loop together
     x, y = torch.from_numpy(train.x), torch.from_numpy(train.y)
-    curve, step, epoch, select, wall = [], 0, 0, setup, setup
+    curve, step, epoch, select, wall, observed = [], 0, 0, setup, setup, 0.0
     while step < steps:
         sampler.set_epoch(epoch)
         batches = iter(sampler)
@@ -319,33 +362,49 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
                 ib, wb = torch.tensor(item), None
             if filt is not None:  # score the candidates, keep B of them
                 with torch.no_grad():
-                    candidate_logits = model(x[ib])
+                    candidate_logits = model(x[ib])  # the module itself: no DDP hooks for a no-grad forward
                 keep = filt(ib, candidate_logits, y[ib], embeddings=x[ib] if filt.diversity else None)
                 ib = ib[torch.from_numpy(keep)]
             t1 = time.perf_counter()
-            logits = model(x[ib])
+            logits = net(x[ib])
             losses = F.cross_entropy(logits, y[ib], reduction="none")
             loss = (losses * wb).sum() / wb.sum() if wb is not None else losses.mean()
             opt.zero_grad()
-            loss.backward()
+            loss.backward()  # under DDP: the gradient all-reduce
             opt.step()
             t2 = time.perf_counter()
             if filt is None:
-                sampler.observe(ib, losses=losses.detach(), logits=logits.detach())
+                sampler.observe(ib, losses=losses.detach(), logits=logits.detach())  # under --mpi: all-gathered
             t3 = time.perf_counter()
             select += (t1 - t0) + (t3 - t2)
+            observed += t3 - t2  # part of select: under --mpi, the feedback's all-gather
             wall += t3 - t0
             step += 1
             if step % task.eval_every == 0 or step == steps:
                 model.eval()
                 curve.append((step, wall, metric(model, evaluation, balanced)))
                 model.train()
+                if comm is not None:
+                    comm.barrier()  # untimed: evaluation does not leak into the next step's wall
         epoch += 1
     batches.close()  # stops a prefetch thread still selecting ahead
     extra = {} if fitted is None else {"il_accuracy": fitted.il_accuracy_, "il_skill": fitted.il_skill_,
                                        "guard": fitted.guard_, "il_seconds": setup}
+    if comm is not None:
+        # the slower rank sets the pace: walls are maxima over ranks; the ranks must hold the same model
+        mine = np.array([wall, select, observed, *(w for _, w, _ in curve)], dtype=np.float64)
+        every = np.stack(comm.allgather(mine))
+        params = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+        checks = comm.allgather(np.array([params.sum(dtype=np.float64), np.abs(params).sum(dtype=np.float64)]))
+        if not all(np.array_equal(c, checks[0]) for c in checks):
+            raise RuntimeError(f"ranks ended {task.name} / {method} / seed {seed} with different models: {checks}")
+        walls = every[:, 3:].max(0)
+        curve = [(s, float(w), m) for (s, _, m), w in zip(curve, walls)]
+        extra.update(rank_wall_seconds=every[:, 0].tolist(), rank_select_seconds=every[:, 1].tolist(),
+                     rank_observe_seconds=every[:, 2].tolist())
+        wall, select, observed = float(every[:, 0].max()), float(every[:, 1].mean()), float(every[:, 2].mean())
     return {"curve": curve, "final": curve[-1][2], "wall_seconds": wall, "select_seconds": select,
-            "epochs": epoch, "steps": step, **extra}
+            "observe_seconds": observed, "epochs": epoch, "steps": step, **extra}
 
 
 # -- figures ---------------------------------------------------------------------------
@@ -385,6 +444,8 @@ def summarize(runs: dict[str, list[dict]], methods: list[str]) -> dict[str, Any]
             "wall_seconds_mean": float(np.mean(wall)),
             "wall_ratio": float(np.mean(wall) / np.mean([r["wall_seconds"] for r in runs["random"]])),
             "select_share": float(sum(r["select_seconds"] for r in runs[m]) / max(sum(wall), 1e-12)),
+            # the part of it in observe (under --mpi: the feedback's all-gather, waiting for the other ranks)
+            "observe_share": float(sum(r.get("observe_seconds", 0.0) for r in runs[m]) / max(sum(wall), 1e-12)),
             "epochs": runs[m][0]["epochs"],
         }
     return {"target": target, "rows": rows}
@@ -556,6 +617,24 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--render", nargs="+", metavar="JSON", default=None,
                         help="train nothing: merge these outputs (e.g. tasks run in parallel) into --out's "
                              ".json / .png / .md")
+    parser.add_argument("--mpi", type=int, default=0, metavar="N",
+                        help="run every method data-parallel on N ranks under mpiexec (launched from here; DDP "
+                             "over gloo, per-rank batch B, feedback all-gathered every step); default output stem "
+                             "benchmarks/out/bench_quality[_quick]_mpiN")
+    parser.add_argument("--feedback-comm", choices=("torch", "mpi"), default="torch",
+                        help="with --mpi: the communicator the samplers all-gather feedback over: torch "
+                             "(torch.distributed's gloo group, what a DDP script's sampler finds) or mpi (mpi4py)")
+    parser.add_argument("--sync-every", type=int, default=1,
+                        help="with --mpi: the samplers' sync_every (feedback all-gathered every K steps)")
+    parser.add_argument("--warmup", action="store_true",
+                        help="first, per task, an untimed run of eval_every steps of every method but the "
+                             "filters (JIT compilation and first-use costs are not charged to seed 0)")
+    parser.add_argument("--bind-to", default="core",
+                        help="with --mpi: mpiexec's --bind-to (core, Open MPI's default for 2 ranks: a rank's "
+                             "prefetch thread shares its core; none: the OS places it)")
+    # a rank under mpiexec; its value is the parent's --bind-to (recorded in the outputs): Open MPI's
+    # launcher scans the whole command line and refuses a second --bind-to, even the script's
+    parser.add_argument("--mpi-worker", default=None, metavar="BIND", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.render:
         return render(args.render, args.out or str(ROOT / "benchmarks" / "out" / "bench_quality"))
@@ -582,8 +661,22 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--methods must include the anchor 'random', got {methods!r}")
     if args.seeds < 2:
         parser.error(f"--seeds must be >= 2 (standard errors), got {args.seeds}")
+    if args.mpi < 0 or args.mpi == 1:
+        parser.error(f"--mpi must be >= 2 ranks (leave it out for one process), got {args.mpi}")
+    if args.sync_every < 1:
+        parser.error(f"--sync-every must be >= 1, got {args.sync_every}")
+    stem = args.out or str(ROOT / "benchmarks" / "out" / f"bench_quality{'_quick' if args.quick else ''}"
+                                                         f"{f'_mpi{args.mpi}' if args.mpi else ''}")
+    if args.mpi and not args.mpi_worker:
+        return launch_ranks(args, stem)
+    if not args.mpi:
+        args.bind_to = args.feedback_comm = None  # one process: no binding, no feedback to share
+    comm = None
+    if args.mpi_worker:
+        args.bind_to = args.mpi_worker
+        comm = join_ranks(args)
+    lead = comm is None or comm.rank == 0  # prints and writes the outputs
     torch.set_num_threads(args.threads)
-    stem = args.out or str(ROOT / "benchmarks" / "out" / f"bench_quality{'_quick' if args.quick else ''}")
 
     start = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
@@ -593,25 +686,78 @@ def main(argv: list[str] | None = None) -> dict:
         evaluation = data.test if args.split == "test" else data.val
         steps = max(task.eval_every, round((task.quick_steps if args.quick else task.steps) * args.steps_scale))
         results[task_name] = {}
+        if args.warmup:  # untimed: compiles the kernels and touches every code path once
+            for m in methods:
+                if VARIANTS.get(m, (m, {}))[0] not in FILTERS:
+                    train_run(task, m, data.train, evaluation, data.num_classes, 0, task.eval_every, False, comm,
+                              args.sync_every)
         for regime in regimes:
             balanced = regime == "longtail"
             runs: dict[str, list[dict]] = {m: [] for m in methods}
             for seed in range(args.seeds):
                 train, _ = make_regime(regime, data.train, data.num_classes, seed)
                 for m in methods:  # interleaved: load drift hits every method alike
-                    runs[m].append(train_run(task, m, train, evaluation, data.num_classes, seed, steps, balanced))
+                    runs[m].append(train_run(task, m, train, evaluation, data.num_classes, seed, steps, balanced,
+                                             comm, args.sync_every))
             summary = summarize(runs, methods)
             results[task_name][regime] = {"summary": summary, "runs": runs, "steps": steps,
                                           "train_size": len(train.y), "metric": "balanced accuracy" if balanced
                                           else "accuracy"}
-            print_table(task_name, regime, summary, methods, args.seeds,
-                        f"{'balanced accuracy' if balanced else 'accuracy'} on {args.split} after {steps} steps, "
-                        f"{len(train.y)} training examples")
-            sys.stdout.flush()
+            if lead:
+                world = "" if comm is None else (f", {comm.size} ranks x B={TASKS[task_name].batch_size}, feedback over "
+                                                 f"{args.feedback_comm} every {args.sync_every} step(s)")
+                print_table(task_name, regime, summary, methods, args.seeds,
+                            f"{'balanced accuracy' if balanced else 'accuracy'} on {args.split} after {steps} steps, "
+                            f"{len(train.y)} training examples{world}; load average {os.getloadavg()[0]:.2f}")
+                sys.stdout.flush()
     total = time.perf_counter() - start
-    print(f"\ntotal {total:.0f} s")
-    write_outputs(stem, {"args": vars(args), "results": results, "total_seconds": total}, methods, args.seeds)
+    if lead:
+        print(f"\ntotal {total:.0f} s")
+        payload = {"args": vars(args), "results": results, "total_seconds": total,
+                   "world_size": 1 if comm is None else comm.size}
+        write_outputs(stem, payload, methods, args.seeds)
+    if comm is not None:
+        comm.barrier()  # no rank leaves (and tears the process group down) before the outputs are written
     return results
+
+
+def launch_ranks(args: argparse.Namespace, stem: str) -> dict:
+    """``--mpi N``: this process runs ``mpiexec -n N`` on this script with the same settings
+    (each rank a ``--mpi-worker``), streams rank 0's tables and returns its results."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _mpilaunch import mpiexec_command, run_mpiexec
+
+    forwarded = ["--tasks", args.tasks, "--regimes", args.regimes, "--methods", args.methods,
+                 "--seeds", args.seeds, "--split", args.split, "--steps-scale", repr(args.steps_scale),
+                 "--threads", args.threads, "--out", stem, "--mpi", args.mpi, "--mpi-worker", args.bind_to,
+                 "--feedback-comm", args.feedback_comm, "--sync-every", args.sync_every,
+                 *(["--quick"] if args.quick else []), *(["--warmup"] if args.warmup else [])]
+    for text in args.variant:
+        forwarded += ["--variant", text]
+    cmd = mpiexec_command(args.mpi, args.bind_to, Path(__file__).resolve(), forwarded)
+    print(f"launching {args.mpi} ranks: {' '.join(cmd)}", flush=True)
+    run_mpiexec(cmd, timeout=None, capture=False)
+    with open(stem + ".json") as f:
+        return json.load(f)["results"]
+
+
+def join_ranks(args: argparse.Namespace) -> Any:
+    """A rank under mpiexec: torch.distributed (gloo) set up from MPI; every rank must run
+    the same settings (tasks, methods in the same order, seeds), checked here. Returns the
+    communicator the samplers and the figures go through."""
+    from batchsel.integrations import get_communicator, init_torch_distributed_from_mpi
+
+    rank, world = init_torch_distributed_from_mpi()  # an exception on any rank aborts the job
+    if world != args.mpi:
+        raise RuntimeError(f"--mpi {args.mpi} but this job has {world} ranks: launch it with --mpi only "
+                           f"(the script starts mpiexec itself)")
+    # "torch": torch.distributed's group, as a DDP script's sampler finds it (get_communicator("auto"))
+    comm = get_communicator("auto" if args.feedback_comm == "torch" else "mpi")
+    settings = json.dumps(vars(args), sort_keys=True)
+    every = comm.allgather(settings)
+    if any(s != settings for s in every):
+        raise RuntimeError(f"ranks disagree on the settings: {every}")
+    return comm
 
 
 if __name__ == "__main__":

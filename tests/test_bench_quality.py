@@ -2,6 +2,8 @@
 produces every figure, the JSON and the PNG."""
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +87,38 @@ def test_quick_mode_reports_every_method_and_regime(tmp_path):
     assert result["noise"]["summary"]["target"] < result["clean"]["summary"]["target"]
     assert Path(str(stem) + ".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "digits-mlp / noise" in proc.stdout and "verdict" in proc.stdout
+
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MPIEXEC.exists() and shutil.which("mpiexec") is None, reason="no mpiexec")
+def test_mpi_mode_runs_two_ranks_end_to_end(tmp_path):
+    """``--mpi 2``: one command launches mpiexec; rank 0 reports the slowest rank's walls, and
+    every run ran (and was checked) on both ranks."""
+    sys.path.insert(0, str(ROOT / "tests" / "mp_scripts"))
+    from common import run_command
+
+    drop = ("OMPI_", "PMIX_", "PMI_", "MV2_", "PRTE_")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(drop) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
+    stem = tmp_path / "m"
+    output = run_command([sys.executable, ROOT / "benchmarks" / "bench_quality.py", "--quick", "--mpi", "2",
+                          "--regimes", "clean", "--methods", "random,loss-rank,lr-pf",
+                          "--variant", "lr-pf=loss-rank:prefetch=1", "--steps-scale", "0.2", "--out", stem],
+                         env, timeout=120)
+    assert "2 ranks x B=32" in output and "digits-mlp / clean" in output
+    payload = json.loads(Path(str(stem) + ".json").read_text())
+    assert payload["world_size"] == 2 and payload["args"]["bind_to"] == "core"
+    runs = payload["results"]["digits-mlp"]["clean"]["runs"]
+    assert set(runs) == {"random", "loss-rank", "lr-pf"}
+    for method_runs in runs.values():
+        assert len(method_runs) == 2
+        for run in method_runs:
+            assert len(run["rank_wall_seconds"]) == 2 and run["wall_seconds"] == max(run["rank_wall_seconds"])
+            assert run["steps"] == 30 and [pt[0] for pt in run["curve"]] == [10, 20, 30]
+            assert 0.1 < run["final"] <= 1.0
+    # random batches use no feedback: nothing is all-gathered; loss-rank's feedback is
+    assert sum(r["observe_seconds"] for r in runs["random"]) < sum(r["observe_seconds"] for r in runs["loss-rank"])
+    assert Path(str(stem) + ".md").exists()
