@@ -42,12 +42,8 @@ def heap_push(keys: np.ndarray, items: np.ndarray, size: int, key: float, item: 
 
 
 @njit(cache=True, nogil=True, inline="always")
-def heap_pop(keys: np.ndarray, items: np.ndarray, size: int) -> int:
-    """Remove the top (``keys[0]``, ``items[0]``: read it first); returns the new size."""
-    size -= 1
-    keys[0] = keys[size]
-    items[0] = items[size]
-    i = 0
+def _binary_sift_down(keys: np.ndarray, items: np.ndarray, size: int, i: int) -> None:
+    """Move entry ``i`` down until neither child comes before it."""
     while True:
         left = 2 * i + 1
         if left >= size:
@@ -60,7 +56,24 @@ def heap_pop(keys: np.ndarray, items: np.ndarray, size: int) -> int:
         keys[child], keys[i] = keys[i], keys[child]
         items[child], items[i] = items[i], items[child]
         i = child
+
+
+@njit(cache=True, nogil=True, inline="always")
+def heap_pop(keys: np.ndarray, items: np.ndarray, size: int) -> int:
+    """Remove the top (``keys[0]``, ``items[0]``: read it first); returns the new size."""
+    size -= 1
+    keys[0] = keys[size]
+    items[0] = items[size]
+    _binary_sift_down(keys, items, size, 0)
     return size
+
+
+@njit(cache=True, nogil=True)
+def heap_build(keys: np.ndarray, items: np.ndarray, size: int) -> None:
+    """Make ``keys[:size]``, ``items[:size]`` a heap of :func:`heap_pop`'s order (sifting
+    down from the last parent): it pops what pushing them one by one would."""
+    for start in range(size // 2 - 1, -1, -1):
+        _binary_sift_down(keys, items, size, start)
 
 
 # -- an indexed heap for batchsel.maximize's lazy greedy ----------------------------------

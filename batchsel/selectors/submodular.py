@@ -110,7 +110,7 @@ import numba
 import numpy as np
 
 from .._checks import check_indices, check_int, check_rows, check_scale, load_embeddings
-from .._heap import before, heap_pop, heap_push
+from .._heap import before, heap_build, heap_pop, heap_push
 from ..functions._kernels import einsum_dot, exp_f32, exp_f32_clipped, gemm_fma, pairwise_sum
 from .base import OnlineSelector, epoch_rng
 
@@ -149,26 +149,6 @@ def _add(rs: int, sim_t: np.ndarray, cover: np.ndarray, rf: int, feats: np.ndarr
     for j in range(feats.shape[1]):
         acc[j] += feats[rf, j]
         root[j] = np.sqrt(acc[j])
-
-
-@numba.njit(cache=True, nogil=True)
-def _heapify(keys: np.ndarray, items: np.ndarray, size: int) -> None:
-    """Make ``keys[:size]``, ``items[:size]`` a heap of :func:`heap_pop`'s order (sifting
-    down from the last parent): it pops what pushing them one by one would."""
-    for start in range(size // 2 - 1, -1, -1):
-        i = start
-        while True:
-            left = 2 * i + 1
-            if left >= size:
-                break
-            child = left
-            if left + 1 < size and before(keys[left + 1], items[left + 1], keys[left], items[left]):
-                child = left + 1
-            if not before(keys[child], items[child], keys[i], items[i]):
-                break
-            keys[child], keys[i] = keys[i], keys[child]
-            items[child], items[i] = items[i], items[child]
-            i = child
 
 
 # nogil: a sampler with prefetch runs this in a background thread next to the training step
@@ -232,7 +212,7 @@ def _smdl_greedy(sim_t: np.ndarray, srows: np.ndarray, modular: np.ndarray, feat
                     keys[size] = bound[c]
                     slots[size] = i
                     size += 1
-            _heapify(keys, slots, size)
+            heap_build(keys, slots, size)
             while size > 0:
                 i = slots[0]
                 size = heap_pop(keys, slots, size)
@@ -299,6 +279,65 @@ def _row_max(row: np.ndarray) -> float:
 
 
 @numba.njit(cache=True, nogil=True)
+def _add_uncertainty(modular: np.ndarray, entropy: np.ndarray, pool: np.ndarray, log_classes: float,
+                     scale: float) -> None:
+    """U's gains: the entropy of each pool example's latest logits (ln C when it has none
+    yet, 1 for all when no logits were ever seen)."""
+    p = pool.shape[0]
+    u = np.empty(p, dtype=np.float64)
+    for i in range(p):
+        e = np.float64(entropy[pool[i]])
+        u[i] = 1.0 if log_classes < 0 else (log_classes if np.isnan(e) else e)
+    _scaled_into(modular, u, scale)
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_closeness(modular: np.ndarray, dist: np.ndarray, scale: float) -> None:
+    """M's gains from the distances to the mean (``dist`` is overwritten): c - |x - mu|."""
+    far = dist.max()
+    for i in range(dist.shape[0]):
+        dist[i] = far - dist[i]
+    _scaled_into(modular, dist, scale)
+
+
+@numba.njit(cache=True, nogil=True)
+def _coverage_weight(sim: np.ndarray, srows: np.ndarray, typical: np.ndarray, k: int, l_r: float) -> float:
+    """l_r divided by R of the typical batch (rows ``srows[typical]`` of ``sim``)."""
+    q = sim.shape[1]
+    best = sim[srows[typical[0]]].copy()
+    for t in range(1, k):
+        row = sim[srows[typical[t]]]
+        for c in range(q):
+            if not row[c] <= best[c]:  # numpy's max: NaN wins
+                best[c] = row[c]
+    covered = np.float64(pairwise_sum(best, 0, q))
+    return l_r / covered if covered > 0 else 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _feature_weight(feats: np.ndarray, frows: np.ndarray, typical: np.ndarray, k: int, l_f: float) -> float:
+    """l_f divided by Fm of the typical batch (rows ``frows[typical]`` of ``feats``)."""
+    d = feats.shape[1]
+    acc = feats[frows[typical[0]]].copy()  # numpy's axis-0 sum: rows added in order
+    for t in range(1, k):
+        row = feats[frows[typical[t]]]
+        for j in range(d):
+            acc[j] += row[j]
+    for j in range(d):
+        acc[j] = np.sqrt(acc[j])
+    return l_f / np.float64(pairwise_sum(acc, 0, d))
+
+
+@numba.njit(cache=True, nogil=True)
+def _all_finite(nans: int, w_r: float, w_f: float, modular: np.ndarray) -> bool:
+    """NaN gains would leave the greedy heap unordered (and its loop unbounded)."""
+    finite = nans == 0 and np.isfinite(w_r) and np.isfinite(w_f)
+    for i in range(modular.shape[0]):
+        finite = finite and np.isfinite(modular[i])
+    return finite
+
+
+@numba.njit(cache=True, nogil=True)
 def _similarity_kernel(x: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
     """``exp(-|x_i - x_c|^2 / sigma^2)`` for every pool row i (``x``, squared norms ``sq``)
     and coverage row c (positions ``cov``), with sigma^2 the pool's mean pairwise squared
@@ -360,11 +399,7 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
     free = k - fixed.shape[0]
     modular = np.zeros(p, dtype=np.float64)
     if l_u > 0:
-        u = np.empty(p, dtype=np.float64)
-        for i in range(p):
-            e = np.float64(entropy[pool[i]])
-            u[i] = 1.0 if log_classes < 0 else (log_classes if np.isnan(e) else e)
-        _scaled_into(modular, u, l_u / k)
+        _add_uncertainty(modular, entropy, pool, log_classes, l_u / k)
     sq = np.empty(p, dtype=np.float32)
     if l_m > 0 or l_r > 0:
         for i in range(p):
@@ -379,10 +414,7 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
             for j in range(d):
                 diff[j] = x[i, j] - mu[j]
             dist[i] = np.float64(np.sqrt(einsum_dot(diff, diff)))
-        far = dist.max()
-        for i in range(p):
-            dist[i] = far - dist[i]
-        _scaled_into(modular, dist, l_m / k)
+        _add_closeness(modular, dist, l_m / k)
     w_r = 0.0
     nans = 0
     sim_t = np.zeros((p, 0), dtype=np.float32)
@@ -394,14 +426,7 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
         if q < p:  # coverage points do not cover themselves: see the module docstring
             for c in range(q):
                 sim_t[cov[c], c] = 0.0
-        best = sim_t[typical[0]].copy()
-        for t in range(1, k):
-            row = sim_t[typical[t]]
-            for c in range(q):
-                if not row[c] <= best[c]:  # numpy's max: NaN wins
-                    best[c] = row[c]
-        covered = np.float64(pairwise_sum(best, 0, q))
-        w_r = l_r / covered if covered > 0 else 0.0
+        w_r = _coverage_weight(sim_t, np.arange(p), typical, k, l_r)
     w_f = 0.0
     feats = np.zeros((p, 0), dtype=np.float32)
     if l_f > 0:
@@ -418,21 +443,11 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
                 f = row[j] / total
                 row[j] = f
                 nans += f != f
-        acc = feats[typical[0]].copy()  # numpy's axis-0 sum: rows added in order
-        for t in range(1, k):
-            row = feats[typical[t]]
-            for j in range(d):
-                acc[j] += row[j]
-        for j in range(d):
-            acc[j] = np.sqrt(acc[j])
-        w_f = l_f / np.float64(pairwise_sum(acc, 0, d))
+        w_f = _feature_weight(feats, np.arange(p), typical, k, l_f)
     # NaN gains would leave the greedy heap unordered (and its loop unbounded). The
     # similarities and features come out of exp of values <= 0 (and a division by a sum
     # >= 1): finite unless NaN, counted where they were computed.
-    finite = nans == 0 and np.isfinite(w_r) and np.isfinite(w_f)
-    for i in range(p):
-        finite = finite and np.isfinite(modular[i])
-    if not finite:
+    if not _all_finite(nans, w_r, w_f, modular):
         return np.empty(0, dtype=np.int64), False
     rows = np.arange(p)
     return _smdl_greedy(sim_t, rows, modular, feats, rows, w_r, w_f, free, sample_size, uniforms, fixed), True
@@ -622,19 +637,12 @@ def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, me
     # the terms, as _smdl_select computes them
     modular = np.zeros(p, dtype=np.float64)
     if l_u > 0:
-        u = np.empty(p, dtype=np.float64)
-        for i in range(p):
-            e = np.float64(entropy[pool[i]])
-            u[i] = 1.0 if log_classes < 0 else (log_classes if np.isnan(e) else e)
-        _scaled_into(modular, u, l_u / k)
+        _add_uncertainty(modular, entropy, pool, log_classes, l_u / k)
     if l_m > 0:
         dist = np.empty(p, dtype=np.float64)
         for i in range(p):
             dist[i] = cdist[rows[i]]
-        far = dist.max()
-        for i in range(p):
-            dist[i] = far - dist[i]
-        _scaled_into(modular, dist, l_m / k)
+        _add_closeness(modular, dist, l_m / k)
     w_r = 0.0
     nans = 0
     sim = np.zeros((p, 0), dtype=np.float32)
@@ -689,31 +697,13 @@ def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, me
                 if bad == 0:
                     cstamp[sl] = stamp
     if l_r > 0:
-        q = sim.shape[1]
-        best = sim[srows[typical[0]]].copy()
-        for t in range(1, k):
-            row = sim[srows[typical[t]]]
-            for c in range(q):
-                if not row[c] <= best[c]:  # numpy's max: NaN wins
-                    best[c] = row[c]
-        covered = np.float64(pairwise_sum(best, 0, q))
-        w_r = l_r / covered if covered > 0 else 0.0
+        w_r = _coverage_weight(sim, srows, typical, k, l_r)
     w_f = 0.0
     if l_f > 0:
         for i in range(p):
             nans += cfnan[rows[i]]
-        acc = cfeats[rows[typical[0]]].copy()  # numpy's axis-0 sum: rows added in order
-        for t in range(1, k):
-            row = cfeats[rows[typical[t]]]
-            for j in range(d):
-                acc[j] += row[j]
-        for j in range(d):
-            acc[j] = np.sqrt(acc[j])
-        w_f = l_f / np.float64(pairwise_sum(acc, 0, d))
-    finite = nans == 0 and np.isfinite(w_r) and np.isfinite(w_f)
-    for i in range(p):
-        finite = finite and np.isfinite(modular[i])
-    if not finite:
+        w_f = _feature_weight(cfeats, rows, typical, k, l_f)
+    if not _all_finite(nans, w_r, w_f, modular):
         return np.empty(0, dtype=np.int64), False
     picks = _smdl_greedy(sim, srows, modular, cfeats, rows, w_r, w_f, free, sample_size, uniforms, fixed)
     # the run's bookkeeping
