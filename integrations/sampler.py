@@ -32,8 +32,7 @@ _FEEDBACK = ("losses", "logits", "embeddings")
 
 
 def _to_numpy(x: Any) -> np.ndarray:
-    x = tensor_to_numpy(x)
-    return x if isinstance(x, np.ndarray) else np.asarray(x)
+    return np.asarray(tensor_to_numpy(x))
 
 
 def _portable(obj: Any) -> Any:

@@ -377,6 +377,21 @@ def _similarity_kernel(x: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[
 
 
 @numba.njit(cache=True, nogil=True)
+def _coverage_similarity(x: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
+    """Similarities of the pool rows ``x`` to the coverage positions ``cov`` (drawn, in any
+    order; none drawn: the whole pool) and their NaN count; coverage points do not cover
+    themselves (see the module docstring)."""
+    p = x.shape[0]
+    cov = np.arange(p) if cov.shape[0] == 0 else np.sort(cov)
+    q = cov.shape[0]
+    sim, nans = _similarity_kernel(x, sq, cov)
+    if q < p:
+        for c in range(q):
+            sim[cov[c], c] = 0.0
+    return sim, nans
+
+
+@numba.njit(cache=True, nogil=True)
 def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: np.ndarray, mean: np.ndarray,
                  weights: np.ndarray, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
                  sample_size: int, uniforms: np.ndarray, fixed: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -419,13 +434,7 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
     nans = 0
     sim_t = np.zeros((p, 0), dtype=np.float32)
     if l_r > 0:
-        # the coverage positions: drawn (in any order), or none drawn for the whole pool
-        cov = np.arange(p) if cov.shape[0] == 0 else np.sort(cov)
-        q = cov.shape[0]
-        sim_t, nans = _similarity_kernel(x, sq, cov)
-        if q < p:  # coverage points do not cover themselves: see the module docstring
-            for c in range(q):
-                sim_t[cov[c], c] = 0.0
+        sim_t, nans = _coverage_similarity(x, sq, cov)
         w_r = _coverage_weight(sim_t, np.arange(p), typical, k, l_r)
     w_f = 0.0
     feats = np.zeros((p, 0), dtype=np.float32)
@@ -655,12 +664,7 @@ def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, me
             sqp[i] = csq[sl]
             for j in range(d):
                 xp[i, j] = cx[sl, j]
-        cov = np.arange(p) if cov.shape[0] == 0 else np.sort(cov)
-        q = cov.shape[0]
-        sim, nans = _similarity_kernel(xp, sqp, cov)
-        if q < p:  # coverage points do not cover themselves: see the module docstring
-            for c in range(q):
-                sim[cov[c], c] = 0.0
+        sim, nans = _coverage_similarity(xp, sqp, cov)
         srows = np.arange(p)
     elif l_r > 0:
         sim = csim
