@@ -50,9 +50,9 @@ start). torch.distributed (gloo) is set up from MPI
 model from the seed, wraps it in ``DistributedDataParallel`` (gradients averaged in
 backward) and draws its batches from ``SelectionBatchSampler(selector, rank=r,
 world_size=N, sync_every=1, prefetch=...)``, whose ``observe`` all-gathers every rank's
-feedback each step (counted as selecting) over torch.distributed's group, the
-communicator a DDP script's sampler finds (``--feedback-comm mpi``: over mpi4py instead;
-``--sync-every K``: every K steps). Batches: each rank
+feedback each step (counted as selecting) over the communicator a DDP script's sampler
+finds (``--feedback-comm auto``: mpi4py, since MPI is up over the same ranks; ``torch``:
+torch.distributed's gloo group, as under torchrun; ``--sync-every K``: every K steps). Batches: each rank
 trains on the task's B per step, so a step is one optimizer step on N x B examples (the
 learning rate is the task's, unscaled) and an epoch has 1/N as many steps; the step
 budget is the task's, so runs see N times the examples of one process and their metrics
@@ -621,9 +621,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="run every method data-parallel on N ranks under mpiexec (launched from here; DDP "
                              "over gloo, per-rank batch B, feedback all-gathered every step); default output stem "
                              "benchmarks/out/bench_quality[_quick]_mpiN")
-    parser.add_argument("--feedback-comm", choices=("torch", "mpi"), default="torch",
-                        help="with --mpi: the communicator the samplers all-gather feedback over: torch "
-                             "(torch.distributed's gloo group, what a DDP script's sampler finds) or mpi (mpi4py)")
+    parser.add_argument("--feedback-comm", choices=("auto", "torch", "mpi"), default="auto",
+                        help="with --mpi: the communicator the samplers all-gather feedback over: auto (what a "
+                             "DDP script's sampler finds: get_communicator('auto'), mpi4py here), torch "
+                             "(torch.distributed's gloo group, as under torchrun) or mpi (mpi4py)")
     parser.add_argument("--sync-every", type=int, default=1,
                         help="with --mpi: the samplers' sync_every (feedback all-gathered every K steps)")
     parser.add_argument("--warmup", action="store_true",
@@ -705,7 +706,7 @@ def main(argv: list[str] | None = None) -> dict:
                                           else "accuracy"}
             if lead:
                 world = "" if comm is None else (f", {comm.size} ranks x B={TASKS[task_name].batch_size}, feedback over "
-                                                 f"{args.feedback_comm} every {args.sync_every} step(s)")
+                                                 f"{type(comm).__name__} ({args.feedback_comm}) every {args.sync_every} step(s)")
                 print_table(task_name, regime, summary, methods, args.seeds,
                             f"{'balanced accuracy' if balanced else 'accuracy'} on {args.split} after {steps} steps, "
                             f"{len(train.y)} training examples{world}; load average {os.getloadavg()[0]:.2f}")
@@ -751,8 +752,7 @@ def join_ranks(args: argparse.Namespace) -> Any:
     if world != args.mpi:
         raise RuntimeError(f"--mpi {args.mpi} but this job has {world} ranks: launch it with --mpi only "
                            f"(the script starts mpiexec itself)")
-    # "torch": torch.distributed's group, as a DDP script's sampler finds it (get_communicator("auto"))
-    comm = get_communicator("auto" if args.feedback_comm == "torch" else "mpi")
+    comm = get_communicator(args.feedback_comm)  # "auto": what a DDP script's sampler finds
     settings = json.dumps(vars(args), sort_keys=True)
     every = comm.allgather(settings)
     if any(s != settings for s in every):

@@ -106,9 +106,11 @@ def test_sampler_across_ranks(jobname, comm, world, request):
     assert result["fingerprint_0"] != result["fingerprint_1"]
 
 
-@pytest.mark.parametrize("jobname", ["mpi2", "torch2"])
-def test_ddp_ranks_agree_and_match_one_process_on_the_union_batches(jobname, request):
+@pytest.mark.parametrize("jobname, comm", [("mpi2", "MPIComm"), ("torch2", "TorchDistComm")])
+def test_ddp_ranks_agree_and_match_one_process_on_the_union_batches(jobname, comm, request):
     result, arrays = request.getfixturevalue(jobname)
+    # under mpiexec the DDP loop's sampler shares feedback over MPI (up over the same ranks), not gloo
+    assert result["ddp_comm"] == comm
     params, steps = arrays["params"], result["steps"]
     assert params.shape[0] == 2 and np.array_equal(params[0], params[1]), "ranks ended with different models"
     # the global batch of step s is the union of the ranks' batches; DDP averages the

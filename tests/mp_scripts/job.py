@@ -26,7 +26,7 @@ from common import fake_loss, spawn_torch  # noqa: E402
 
 from batchsel import RandomSelector, SelectionBatchSampler  # noqa: E402
 from batchsel.selectors import LossRankSelector  # noqa: E402
-from batchsel.integrations import get_communicator, init_torch_distributed_from_mpi  # noqa: E402
+from batchsel.integrations import TorchDistComm, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 
 EPOCHS, BATCH, LR, SEED = 2, 32, 0.1, 0
 
@@ -42,9 +42,36 @@ def check_comm(comm):
     assert arrays[0].dtype == np.float32
     mixed = comm.allgather(np.ones(2) if r else None)  # not all ranks send an array: pickled
     assert mixed[0] is None and all(np.array_equal(m, np.ones(2)) for m in mixed[1:])
+    check_sizes(comm)
     assert comm.allreduce(np.array([r, 1], dtype=np.int64)).tolist() == [w * (w - 1) // 2, w]
     assert comm.allreduce(np.array([float(r)]), op="max").tolist() == [w - 1.0]
     comm.barrier()
+
+
+def check_sizes(comm):
+    """Objects past TorchDistComm's first capacity (4 KiB), past its largest (1 MiB), empty
+    and 2-D arrays; then small ones again, each in one collective on TorchDistComm."""
+    r, w = comm.rank, comm.size
+    big = comm.allgather(np.arange(50_000 * (r + 1), dtype=np.int64))
+    assert all(np.array_equal(b, np.arange(50_000 * (i + 1))) for i, b in enumerate(big))
+    huge = comm.allgather({"rank": r, "blob": bytes([r]) * (3 << 20)})
+    assert [h["rank"] for h in huge] == list(range(w)) and all(h["blob"] == bytes([i]) * (3 << 20)
+                                                                 for i, h in enumerate(huge))
+    empty = comm.allgather(np.empty((0, 3), dtype=np.float32))
+    assert all(e.shape == (0, 3) and e.dtype == np.float32 for e in empty)
+    grids = comm.allgather(np.full((2, 3), r + 1j, dtype=np.complex128))
+    assert all(np.array_equal(g, np.full((2, 3), i + 1j)) and g.flags.aligned for i, g in enumerate(grids))
+    calls = []
+    if isinstance(comm, TorchDistComm):
+        real = comm._gather_flat
+        comm._gather_flat = lambda *args: (calls.append(1), real(*args))
+    feedback = [{"indices": np.arange(32) + 32 * r, "losses": np.full(32, r, dtype=np.float32)}]
+    for _ in range(3):
+        got = comm.allgather(feedback)
+        assert [int(g[0]["losses"][0]) for g in got] == list(range(w))
+    if isinstance(comm, TorchDistComm):
+        del comm._gather_flat
+        assert len(calls) == 3, f"{len(calls)} collectives for 3 small all-gathers"
 
 
 def check_sampler(comm, n=120, batch=7):
@@ -205,6 +232,7 @@ def job(out, opts):
             for s, b in enumerate(batches[r]):
                 arrays[f"r{r}_s{s}"] = b
         result["steps"] = len(batches[0])
+        result["ddp_comm"] = type(get_communicator()).__name__  # what the loop's sampler found
     comm = get_communicator()
     everyone = comm.allgather(result)
     if comm.rank == 0:
