@@ -110,7 +110,9 @@ class SelectionBatchSampler:
         seed: :meth:`verify` checks that.
     comm:
         A :class:`~batchsel.integrations.comm.Communicator`; default chosen by
-        :func:`~batchsel.integrations.comm.get_communicator`. With explicit ``rank`` and
+        :func:`~batchsel.integrations.comm.get_communicator` (under mpiexec with
+        torch.distributed set up from MPI: MPI, whose shared-memory collectives carry a
+        step's feedback faster than gloo; under torchrun: torch.distributed). With explicit ``rank`` and
         ``world_size`` that do not match the environment (e.g. simulating ranks in one
         process) there is none, and feedback stays local.
     sync_every:
