@@ -45,10 +45,13 @@ afresh; tests/test_smdl_cache.py). The similarities to the coverage set change w
 set at every batch; ``coverage_every=n`` keeps the set and sigma^2 for ``n`` batches and
 reuses the similarities of the rows still in the pool too (other picks). B = 128 from a
 pool of 1024, d = 64, on one core: about 0.3 ms for the similarity product of the whole pool
-(the core's FMA peak); per batch, interleaved with a training
+(the core's FMA peak) and 0.17 ms for its exp; per batch, interleaved with a training
 step (``benchmarks/bench_selectors.py``, 2 cores, load 0.6-7, one and two processes, one
 and default threads): 1.35-1.7 ms median (the numpy implementation, same runs:
-2.2-3.0 ms), with ``coverage_every=8`` 0.8-1.15 ms.
+2.2-3.0 ms), with ``coverage_every=8`` 0.8-1.15 ms. After the training step the caches are
+cold: the product and exp take 0.6 ms, greedy 0.2 ms, and every Python-level numpy call
+costs ten times what it costs warm (building the batch's generator about 0.18 ms, its
+three draws 0.15-0.2 ms).
 
 With the paper's weights, ``l_m = 0.5`` makes half of the objective closeness to the mean:
 batches avoid outliers but are *less* diverse than random ones when classes lie at
@@ -337,6 +340,66 @@ def _all_finite(nans: int, w_r: float, w_f: float, modular: np.ndarray) -> bool:
     return finite
 
 
+# The similarity product's sides. Pool row i is ``x[rows[i]]`` with squared norm ``sq[i]``:
+# the batch kernel reads the rows where the run's cache keeps them, without gathering them.
+@numba.njit(cache=True, nogil=True)
+def _inverse_sigma2(x: np.ndarray, rows: np.ndarray, sq: np.ndarray) -> np.float32:
+    """``1 / sigma^2`` (1 if sigma^2 is not > 1e-12), sigma^2 the pool's mean pairwise
+    squared distance ``2 (mean(sq) - |mean(x)|^2)``, rounded as numpy computed it."""
+    p, d = rows.shape[0], x.shape[1]
+    sq_mean = np.float64(np.float32(np.float64(np.float32(pairwise_sum(sq, 0, p))) / p))
+    col = np.zeros(d, dtype=np.float64)  # numpy's axis-0 mean: rows added in order
+    for i in range(p):
+        r = rows[i]
+        for j in range(d):
+            col[j] += np.float64(x[r, j])
+    for j in range(d):
+        col[j] = col[j] / p
+        col[j] = col[j] * col[j]
+    sigma2 = 2.0 * (sq_mean - pairwise_sum(col, 0, d))
+    return np.float32(1.0 / sigma2 if sigma2 > 1e-12 else 1.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _left_side(x: np.ndarray, rows: np.ndarray, sq: np.ndarray, scale: np.float32) -> np.ndarray:
+    """The pool rows' side of the product: ``[2 x_i / sigma^2, -|x_i|^2 / sigma^2, -1 / sigma^2]``."""
+    n, d = rows.shape[0], x.shape[1]
+    two_scale = np.float32(2.0) * scale
+    left = np.empty((n, d + 2), dtype=np.float32)
+    for i in range(n):
+        r = rows[i]
+        for j in range(d):
+            left[i, j] = x[r, j] * two_scale
+        left[i, d] = -scale * sq[i]
+        left[i, d + 1] = -scale
+    return left
+
+
+@numba.njit(cache=True, nogil=True)
+def _right_side(x: np.ndarray, rows: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """The coverage rows' side, transposed: columns ``[x_c, 1, |x_c|^2]`` for pool positions ``cov``."""
+    d, q = x.shape[1], cov.shape[0]
+    right_t = np.empty((d + 2, q), dtype=np.float32)
+    for c in range(q):
+        r = rows[cov[c]]
+        for j in range(d):
+            right_t[j, c] = x[r, j]
+        right_t[d, c] = 1.0
+        right_t[d + 1, c] = sq[cov[c]]
+    return right_t
+
+
+@numba.njit(cache=True, nogil=True)
+def _similarity_rows(x: np.ndarray, rows: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`_similarity_kernel` for the pool rows ``x[rows]``."""
+    left = _left_side(x, rows, sq, _inverse_sigma2(x, rows, sq))
+    right_t = _right_side(x, rows, sq, cov)
+    sim_t = np.empty((rows.shape[0], cov.shape[0]), dtype=np.float32)
+    gemm_fma(left, right_t, sim_t)
+    nans = exp_f32_clipped(sim_t.ravel())  # clipped at 0: rounding can make a squared distance negative
+    return sim_t, nans
+
+
 @numba.njit(cache=True, nogil=True)
 def _similarity_kernel(x: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
     """``exp(-|x_i - x_c|^2 / sigma^2)`` for every pool row i (``x``, squared norms ``sq``)
@@ -344,47 +407,18 @@ def _similarity_kernel(x: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[
     distance; one GEMM on augmented rows gives ``-|x_i - x_c|^2 / sigma^2`` directly (no
     p x q temporaries), clipped at 0 (rounding can make a squared distance negative).
     Returns them and how many are NaN."""
-    p, d = x.shape
-    q = cov.shape[0]
-    sq_sum = np.float32(pairwise_sum(sq, 0, p))
-    sq_mean = np.float64(np.float32(np.float64(sq_sum) / p))
-    col = np.zeros(d, dtype=np.float64)  # numpy's axis-0 mean: rows added in order
-    for i in range(p):
-        for j in range(d):
-            col[j] += np.float64(x[i, j])
-    for j in range(d):
-        col[j] = col[j] / p
-        col[j] = col[j] * col[j]
-    sigma2 = 2.0 * (sq_mean - pairwise_sum(col, 0, d))
-    scale = np.float32(1.0 / sigma2 if sigma2 > 1e-12 else 1.0)
-    two_scale = np.float32(2.0) * scale
-    left = np.empty((p, d + 2), dtype=np.float32)
-    for i in range(p):
-        for j in range(d):
-            left[i, j] = x[i, j] * two_scale
-        left[i, d] = -scale * sq[i]
-        left[i, d + 1] = -scale
-    right_t = np.empty((d + 2, q), dtype=np.float32)
-    for c in range(q):
-        for j in range(d):
-            right_t[j, c] = x[cov[c], j]
-        right_t[d, c] = 1.0
-        right_t[d + 1, c] = sq[cov[c]]
-    sim_t = np.empty((p, q), dtype=np.float32)
-    gemm_fma(left, right_t, sim_t)
-    nans = exp_f32_clipped(sim_t.ravel())  # clipped at 0: rounding can make a squared distance negative
-    return sim_t, nans
+    return _similarity_rows(x, np.arange(x.shape[0]), sq, cov)
 
 
 @numba.njit(cache=True, nogil=True)
-def _coverage_similarity(x: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
-    """Similarities of the pool rows ``x`` to the coverage positions ``cov`` (drawn, in any
-    order; none drawn: the whole pool) and their NaN count; coverage points do not cover
-    themselves (see the module docstring)."""
-    p = x.shape[0]
+def _coverage_similarity(x: np.ndarray, rows: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
+    """Similarities of the pool rows ``x[rows]`` (squared norms ``sq``) to the coverage
+    positions ``cov`` (drawn, in any order; none drawn: the whole pool) and their NaN count;
+    coverage points do not cover themselves (see the module docstring)."""
+    p = rows.shape[0]
     cov = np.arange(p) if cov.shape[0] == 0 else np.sort(cov)
     q = cov.shape[0]
-    sim, nans = _similarity_kernel(x, sq, cov)
+    sim, nans = _similarity_rows(x, rows, sq, cov)
     if q < p:
         for c in range(q):
             sim[cov[c], c] = 0.0
@@ -393,7 +427,7 @@ def _coverage_similarity(x: np.ndarray, sq: np.ndarray, cov: np.ndarray) -> tupl
 
 @numba.njit(cache=True, nogil=True)
 def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: np.ndarray, mean: np.ndarray,
-                 weights: np.ndarray, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
+                 weights: tuple, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
                  sample_size: int, uniforms: np.ndarray, fixed: np.ndarray) -> tuple[np.ndarray, bool]:
     """Greedy's picks for a pool (see :meth:`SubmodularSelector.select_from_pool`): the
     weighted, normalized terms, then :func:`_smdl_greedy`. ``x`` holds the pool's
@@ -434,7 +468,7 @@ def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: n
     nans = 0
     sim_t = np.zeros((p, 0), dtype=np.float32)
     if l_r > 0:
-        sim_t, nans = _coverage_similarity(x, sq, cov)
+        sim_t, nans = _coverage_similarity(x, np.arange(p), sq, cov)
         w_r = _coverage_weight(sim_t, np.arange(p), typical, k, l_r)
     w_f = 0.0
     feats = np.zeros((p, 0), dtype=np.float32)
@@ -536,34 +570,17 @@ def _stretch_setup(source: np.ndarray, rows: np.ndarray, cov: np.ndarray) -> tup
     order) and its coverage positions ``cov``, the right-hand matrix of the similarity
     product (:func:`_similarity_kernel`'s) and ``1 / sigma^2``, sigma^2 the pool's mean
     pairwise squared distance."""
-    p, d = rows.shape[0], source.shape[1]
-    q = cov.shape[0]
-    sq = np.empty(p, dtype=np.float32)
-    col = np.zeros(d, dtype=np.float64)
-    for i in range(p):
-        r = rows[i]
-        sq[i] = einsum_dot(source[r], source[r])
-        for j in range(d):
-            col[j] += np.float64(source[r, j])
-    sq_mean = np.float64(np.float32(np.float64(np.float32(pairwise_sum(sq, 0, p))) / p))
-    for j in range(d):
-        col[j] = col[j] / p
-        col[j] = col[j] * col[j]
-    sigma2 = 2.0 * (sq_mean - pairwise_sum(col, 0, d))
-    scale = np.float32(1.0 / sigma2 if sigma2 > 1e-12 else 1.0)
-    right_t = np.empty((d + 2, q), dtype=np.float32)
-    for c in range(q):
-        r = rows[cov[c]]
-        for j in range(d):
-            right_t[j, c] = source[r, j]
-        right_t[d, c] = 1.0
-        right_t[d + 1, c] = sq[cov[c]]
+    sq = np.empty(rows.shape[0], dtype=np.float32)
+    for i in range(rows.shape[0]):
+        sq[i] = einsum_dot(source[rows[i]], source[rows[i]])
+    scale = _inverse_sigma2(source, rows, sq)
+    right_t = _right_side(source, rows, sq, cov)
     return right_t, scale
 
 
 @numba.njit(cache=True, nogil=True)
 def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, mean: np.ndarray,
-                      weights: np.ndarray, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
+                      weights: tuple, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
                       sample_size: int, uniforms: np.ndarray, order: np.ndarray, m: int, p: int,
                       shard: np.ndarray, due: int, c_pos: np.ndarray, c_slot: np.ndarray, c_count: np.ndarray,
                       cx: np.ndarray, csq: np.ndarray, cdist: np.ndarray, cfeats: np.ndarray, cfnan: np.ndarray,
@@ -604,7 +621,10 @@ def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, me
     mu = np.empty(d, dtype=np.float32)
     for j in range(d):
         mu[j] = np.float32(mean[j])
-    free_slot = 0
+    # the rows not cached take free slots and are read first: a loop of copies alone keeps
+    # many of the (random) rows' reads in flight, one that also computed waited for each row
+    new_slots = np.empty(p, dtype=np.int64)
+    n_new, free_slot = 0, 0
     for i in range(p):
         if pslot[i] >= 0:
             continue
@@ -617,6 +637,11 @@ def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, me
         row = cx[sl]
         for j in range(d):
             row[j] = source[r, j]
+        new_slots[n_new] = sl
+        n_new += 1
+    for t in range(n_new):
+        sl = new_slots[t]
+        row = cx[sl]
         csq[sl] = einsum_dot(row, row)
         f = cfeats[sl]
         for j in range(d):
@@ -657,34 +682,26 @@ def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, me
     sim = np.zeros((p, 0), dtype=np.float32)
     srows = rows
     if l_r > 0 and stamp < 0:
-        xp = np.empty((p, d), dtype=np.float32)
         sqp = np.empty(p, dtype=np.float32)
         for i in range(p):
-            sl = rows[i]
-            sqp[i] = csq[sl]
-            for j in range(d):
-                xp[i, j] = cx[sl, j]
-        sim, nans = _coverage_similarity(xp, sqp, cov)
+            sqp[i] = csq[rows[i]]
+        sim, nans = _coverage_similarity(cx, rows, sqp, cov)
         srows = np.arange(p)
     elif l_r > 0:
         sim = csim
         q = csim.shape[1]
         todo = np.empty(p, dtype=np.int64)
+        todo_slots = np.empty(p, dtype=np.int64)
+        todo_sq = np.empty(p, dtype=np.float32)
         r = 0
         for i in range(p):
             if cstamp[pslot[i]] != stamp:
                 todo[r] = i
+                todo_slots[r] = pslot[i]
+                todo_sq[r] = csq[pslot[i]]
                 r += 1
         if r > 0:
-            sc = np.float32(scale)
-            two_scale = np.float32(2.0) * sc
-            left = np.empty((r, d + 2), dtype=np.float32)
-            for t in range(r):
-                sl = pslot[todo[t]]
-                for j in range(d):
-                    left[t, j] = cx[sl, j] * two_scale
-                left[t, d] = -sc * csq[sl]
-                left[t, d + 1] = -sc
+            left = _left_side(cx, todo_slots[:r], todo_sq, np.float32(scale))
             fresh = np.empty((r, q), dtype=np.float32)
             gemm_fma(left, right_t, fresh)
             bad = exp_f32_clipped(fresh.ravel())
@@ -996,7 +1013,7 @@ class SubmodularSelector(OnlineSelector):
             if cache.stretch != stamp:
                 self._new_stretch(run, cache, t, stamp)
         batch, finite = _smdl_step(
-            source, src_pool, self.entropy_, self.mean_, np.asarray(self.weights), self._log_classes(), k, typical, cov,
+            source, src_pool, self.entropy_, self.mean_, self.weights, self._log_classes(), k, typical, cov,
             sample, uniforms, order, m, p, shard, due, cache.pos, cache.slot, cache.count, cache.x, cache.sq,
             cache.dist, cache.feats, cache.fnan, cache.sim, cache.stamp, stamp, cache.right_t, cache.scale,
             cache.cov_pos, cache.zero_self)
@@ -1101,7 +1118,7 @@ class SubmodularSelector(OnlineSelector):
             x, source = np.empty((0, emb.shape[1]), dtype=np.float32), emb
         else:
             x = source = self._read_rows(pool)
-        return (x, source, self.entropy_, pool, self.mean_, np.asarray(self.weights), self._log_classes(), int(k),
+        return (x, source, self.entropy_, pool, self.mean_, self.weights, self._log_classes(), int(k),
                 typical, cov, int(sample), uniforms, fixed)
 
     def __repr__(self) -> str:
