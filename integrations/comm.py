@@ -452,8 +452,8 @@ def get_communicator(kind: str = "auto") -> Communicator:
     """The communicator for this process.
 
     ``kind="auto"`` chooses, in order: when a torch.distributed process group is already
-    initialized (the one the DDP loop uses), :class:`MPIComm` if MPI is initialized too
-    over the same ranks (as :func:`~batchsel.integrations.init_torch_distributed_from_mpi`
+    initialized (the one the DDP loop uses), :class:`MPIComm` if mpiexec launched the
+    process and MPI is initialized too over the same ranks (as :func:`~batchsel.integrations.init_torch_distributed_from_mpi`
     leaves it under mpiexec: MPI's shared-memory collectives exchange a step's feedback
     in ~0.1 ms, gloo's in ~0.5 ms on one node), else :class:`TorchDistComm`;
     :class:`MPIComm` when mpiexec's variables (``OMPI_COMM_WORLD_SIZE``, ``PMI_SIZE``,
@@ -476,7 +476,7 @@ def get_communicator(kind: str = "auto") -> Communicator:
     mpi_up = mpi_module is not None and mpi_module.Is_initialized() and not mpi_module.Is_finalized()
     if _torch_dist_initialized():
         dist = sys.modules["torch.distributed"]
-        if (mpi_up and mpi_module.COMM_WORLD.Get_size() == dist.get_world_size()
+        if (mpi_up and launched_by_mpi() and mpi_module.COMM_WORLD.Get_size() == dist.get_world_size()
                 and mpi_module.COMM_WORLD.Get_rank() == dist.get_rank()):
             # the abort hook stays the caller's choice (init_torch_distributed_from_mpi's)
             return MPIComm(abort_on_exception=False)
