@@ -108,6 +108,15 @@ def _gather_payload(obj: Any) -> tuple[np.ndarray, np.ndarray]:
     return header, payload
 
 
+def _from_payload(header: np.ndarray, payload: np.ndarray) -> Any:
+    """The object :func:`_gather_payload` made ``(header, payload)`` of (``payload``: its
+    bytes, exactly ``header[-1]`` of them); an array comes back as a view of them."""
+    if header[0]:
+        (dtype, shape), = _decode_headers(header[:-1])
+        return payload.view(dtype).reshape(shape)
+    return pickle.loads(payload)
+
+
 class _Comm(Communicator):
     """What the implementations below share besides the :class:`Communicator` contract
     (and its default ``abort``): a readable repr."""
@@ -257,11 +266,7 @@ class MPIComm(_Comm):
             buf = np.empty(int(h[-1]), dtype=np.uint8)
             for start in range(0, buf.size, _GATHER_CHUNK_BYTES):
                 self.comm.Recv([buf[start:start + _GATHER_CHUNK_BYTES], self._MPI.BYTE], source=r, tag=_GATHER_TAG)
-            if h[0]:
-                (dtype, shape), = _decode_headers(h[:-1])
-                out.append(buf.view(dtype).reshape(shape))
-            else:
-                out.append(pickle.loads(buf))
+            out.append(_from_payload(h, buf))
         return out
 
     def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
@@ -393,15 +398,7 @@ class TorchDistComm(_Comm):
             self._gather_flat(recv, send, state)
             bodies = recv.numpy().reshape(self.size, padded)
         state["capacity"] = min(max(_MIN_CAPACITY, 1 << max(largest - 1, 0).bit_length()), _MAX_CAPACITY)
-        out: list = []
-        for h, body in zip(headers, bodies):
-            data = body[:h[-1]]
-            if h[0]:
-                (dtype, shape), = _decode_headers(h[:-1])
-                out.append(data.view(dtype).reshape(shape))
-            else:
-                out.append(pickle.loads(data))
-        return out
+        return [_from_payload(h, body[:h[-1]]) for h, body in zip(headers, bodies)]
 
     def gather(self, obj: Any, root: int = 0) -> list | None:
         """Every rank's ``obj`` on ``root`` (by rank), ``None`` elsewhere
