@@ -259,15 +259,20 @@ def clustered_with_outliers(n=2000, d=16, seed=0):
     return x.astype(np.float32)
 
 
-def test_smdl_does_not_defer_outliers_to_the_end_of_the_epoch():
+@pytest.mark.parametrize("weights, most", [((0.2, 0.1, 0.5, 0.2), 0.5), (None, 0.6)])
+def test_smdl_does_not_defer_outliers_to_the_end_of_the_epoch(weights, most):
     """The 10% of examples farthest from the mean (greedy's least wanted with the paper's
     weights) are spread over the epoch: mean position (0 first batch, 1 last) near random's
-    0.5 and no batch made of them. Before: mean position 0.93, last batches all outliers."""
+    0.5, few in the last batch, and no batch made of them. Before: mean position 0.93, last
+    batches all outliers. Coverage alone (the default) takes the scattered outliers of its
+    fresh picks together (the batch's due examples already cover the clusters): worst batch
+    about 40 % of them here (random about 20 %), without a measured cost in training
+    (bench_quality's ``outliers`` regime), so its bound is looser."""
     x = clustered_with_outliers()
     dist = np.linalg.norm(x - x.mean(0), axis=1)
     far = np.zeros(len(x), dtype=bool)
     far[np.argsort(-dist)[: len(x) // 10]] = True
-    sel = SubmodularSelector(x, 64, seed=0)
+    sel = SubmodularSelector(x, 64, seed=0, **({} if weights is None else {"weights": weights}))
     positions, worst, last = [], [], []
     for epoch in range(3):
         batches = list(sel.iter_batches(epoch))
@@ -277,7 +282,7 @@ def test_smdl_does_not_defer_outliers_to_the_end_of_the_epoch():
         worst.append(max(shares))
         last.append(shares[-1])
     assert 0.45 < np.mean(positions) < 0.6
-    assert max(worst) < 0.5 and np.mean(last) < 0.35
+    assert max(worst) < most and np.mean(last) < 0.35
 
 
 @pytest.mark.parametrize("max_delay", [0, 1, 3])
