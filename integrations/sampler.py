@@ -237,6 +237,7 @@ class SelectionBatchSampler:
         self._iter_pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         # feedback is gathered across ranks only for selectors that use it (not RandomSelector)
         self._uses_feedback = bool(selector.uses_feedback)
+        self._feedback_fields = frozenset(getattr(selector, "feedback_fields", _FEEDBACK))
         self._buffer: list[Observation] = []  # feedback not yet all-gathered
         # gathered feedback goes to the selector through this; while an iteration with
         # prefetch runs, each selection ahead applies what came before it (call order decides)
@@ -496,9 +497,13 @@ class SelectionBatchSampler:
         arrays or tensors (detached here). A selector that does not override
         ``Selector.observe`` (e.g. RandomSelector) costs nothing here.
 
-        In a multi-rank job with a selector that uses feedback, it is buffered and
-        all-gathered every ``sync_every`` calls (a collective); every rank's selector
-        then observes every rank's feedback, in the same order.
+        Only what the selector reads (its ``feedback_fields``) is kept; a call whose
+        feedback is all unread is dropped (SubmodularSelector at its default weights reads
+        embeddings only, so logits cost nothing). In a multi-rank job with a selector
+        that uses feedback, the rest is buffered and all-gathered every ``sync_every``
+        calls (a collective); every rank's selector then observes every rank's feedback,
+        in the same order. So every rank calls ``observe`` alike: as often, with the same
+        kinds of feedback.
         """
         if not self._uses_feedback:
             return
@@ -508,11 +513,15 @@ class SelectionBatchSampler:
         # a copy: feedback held back (prefetch, sync_every) must not change with the caller's array
         obs: Observation = {"indices": np.array(idx, dtype=np.int64).reshape(-1)}
         for name, value in zip(_FEEDBACK, (losses, logits, embeddings)):
+            if name not in self._feedback_fields:
+                value = None  # the selector would not read it: neither converted nor shared
             if value is not None:
                 value = _to_numpy(value)
                 if value.shape[:1] != (idx.size,):
                     raise ValueError(f"{name} has shape {value.shape}, expected {idx.size} rows (one per index)")
             obs[name] = value
+        if all(obs[name] is None for name in _FEEDBACK) and any(v is not None for v in (losses, logits, embeddings)):
+            return  # nothing the selector reads (the same on every rank that calls alike)
         if self.comm is None or self.world_size == 1:
             if self.world_size > 1 and not self._warned_local:
                 logger.warning("no communicator: rank %d's feedback is not shared with the other ranks", self.rank)

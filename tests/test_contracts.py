@@ -205,6 +205,22 @@ def test_uses_feedback_is_what_observe_does(kind, data):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_feedback_outside_feedback_fields_changes_nothing(kind, data):
+    """A sampler drops the feedback a selector does not list in ``feedback_fields``: it
+    must be feedback that ``observe`` ignores."""
+    sel, ref = make(kind, data), make(kind, data)
+    rng = np.random.default_rng(1)
+    given = {"losses": rng.random(N) * 10, "logits": rng.normal(size=(N, 5)) * 5,
+             "embeddings": rng.normal(size=(N, 4)).astype(np.float32)}
+    unread = {k: v for k, v in given.items() if k not in sel.feedback_fields}
+    sel.observe(np.arange(N), **unread)
+    assert sel.plan(1, 2) == ref.plan(1, 2)
+    if sel.uses_feedback:  # what it lists does change the batches
+        sel.observe(np.arange(N), **{k: v for k, v in given.items() if k in sel.feedback_fields})
+        assert sel.plan(1, 2) != ref.plan(1, 2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_supports_start_resumes_without_replaying(kind, data):
     full = [b.tolist() for b in make(kind, data).iter_batches(2, 1, 2)]
     for start in (1, len(full) - 1):

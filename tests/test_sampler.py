@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from batchsel import RandomSelector, SelectionBatchSampler
+from batchsel import LossRankSelector, RandomSelector, SelectionBatchSampler, SubmodularSelector
 from batchsel.integrations import WeightedDataset
 from batchsel.integrations.comm import Communicator, SingleProcessComm, get_communicator
 from batchsel.selectors import CoresetSelector, LossRankSelector, SubmodularSelector
@@ -242,6 +242,7 @@ class FakeComm(Communicator):
 
     def allgather(self, obj):
         self.calls += 1
+        self.sent = obj
         return [obj, self.peer]
 
 
@@ -257,6 +258,27 @@ def test_observe_converts_checks_and_forwards():
     comm = FakeComm(peer=[])
     sampler_for(RandomSelector(20, 4), rank=0, world_size=2, comm=comm).observe([1], losses=[1.0])
     assert comm.calls == 0  # RandomSelector ignores feedback: no collective
+
+
+def test_observe_shares_only_the_feedback_the_selector_reads():
+    """SMDL at its default weights reads embeddings only: logits are neither shared nor a
+    collective; with the uncertainty term they are. Loss-rank reads losses only."""
+    x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+    logits = np.zeros((2, 5), np.float32)
+    for sel, given, calls in ((SubmodularSelector(x, 4), {"logits": logits}, 0),
+                              (SubmodularSelector(x, 4), {"embeddings": x[:2]}, 1),
+                              (SubmodularSelector(x, 4, weights=(1, 1, 0, 0)), {"logits": logits}, 1),
+                              (LossRankSelector(40, 4), {"logits": logits}, 0),
+                              (LossRankSelector(40, 4), {"losses": [1.0, 2.0], "logits": logits}, 1)):
+        comm = FakeComm(peer=[])
+        s = SelectionBatchSampler(sel, comm=comm)
+        s.observe([1, 2], **given)
+        assert comm.calls == calls, (sel.feedback_fields, list(given))
+    comm = FakeComm(peer=[])
+    s = SelectionBatchSampler(LossRankSelector(40, 4), comm=comm)
+    s.observe([1, 2], losses=[1.0, 2.0], logits=logits)
+    sent = comm.sent[0]
+    assert sent["logits"] is None and sent["losses"].tolist() == [1.0, 2.0]
 
 
 def test_sync_every_gathers_feedback_from_all_ranks_in_order():

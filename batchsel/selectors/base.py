@@ -155,6 +155,10 @@ class Selector:
     #: overrides ``observe`` without declaring it gets True (gathering what is not needed
     #: costs a collective; not gathering what is needed makes the ranks' plans diverge).
     uses_feedback: bool = False
+    #: the feedback :meth:`observe` reads, of ``("losses", "logits", "embeddings")``: a
+    #: sampler drops the rest before sharing it, and shares nothing (no collective) for a
+    #: call that gives none of these
+    feedback_fields: tuple[str, ...] = ("losses", "logits", "embeddings")
     #: True when ``iter_batches(epoch, rank, world_size, start=t)`` yields exactly the
     #: batches from number ``t`` on without drawing the earlier ones again (resume). A
     #: subclass that overrides ``iter_batches`` without declaring it gets True when its

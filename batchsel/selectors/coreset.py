@@ -105,6 +105,7 @@ class CoresetSelector(Selector):
     """
 
     uses_feedback = True  # observe(embeddings=...) refreshes the vectors the coreset is fit to
+    feedback_fields = ("embeddings",)
     supports_start = True
 
     def __init__(

@@ -79,6 +79,7 @@ class LossRankSelector(OnlineSelector):
     """
 
     uses_feedback = True
+    feedback_fields = ("losses",)
     supports_start = True
 
     def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, pressure: float = 100.0,
