@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from batchsel import LossRankSelector, RandomSelector, SelectionBatchSampler, SubmodularSelector
+from batchsel import RandomSelector, SelectionBatchSampler
 from batchsel.integrations import WeightedDataset
 from batchsel.integrations.comm import Communicator, SingleProcessComm, get_communicator
 from batchsel.selectors import CoresetSelector, LossRankSelector, SubmodularSelector
