@@ -368,7 +368,8 @@ def test_selection_kernels_release_the_gil():
     from batchsel import _heap
     from batchsel.selectors import loss_rank, submodular
 
-    for kernel in (submodular._smdl_greedy, submodular._gain, submodular._add, loss_rank._loss_rank_batch,
+    for kernel in (submodular._smdl_greedy, submodular._smdl_draws, submodular._gain, submodular._add,
+                   loss_rank._loss_rank_batch, submodular._choice,
                    loss_rank._sort_shard,
                    _heap.lazy_pop, _heap.heapify):
         assert kernel.targetoptions.get("nogil"), kernel.__name__

@@ -179,6 +179,8 @@ class NumpySMDL(SubmodularSelector):
         free = k - len(fixed)
         if free == 0:
             return fixed.copy()
+        # the batch's random numbers are the selector's own (counter-based, compiled)
+        typical, cov_drawn, sample, uniforms = self._draws(p, k, len(fixed), rng)
         l_u, l_r, l_m, l_f = self.weights
         x = np.asarray(self.embeddings[pool], dtype=np.float32)
         modular = np.zeros(p, dtype=np.float64)
@@ -193,13 +195,12 @@ class NumpySMDL(SubmodularSelector):
             diff = x - self.mean_.astype(np.float32)
             dist = np.sqrt(np.einsum("ij,ij->i", diff, diff)).astype(np.float64)
             modular += _scaled(dist.max() - dist, l_m / k)
-        typical = rng.choice(p, size=k, replace=False)
         w_r = w_f = 0.0
         sim_t = np.zeros((p, 0), dtype=np.float32)
         feats = np.zeros((p, 0), dtype=np.float32)
         if l_r > 0:
             q = p if self.coverage_size is None else min(self.coverage_size, p)
-            cov = np.arange(p) if q == p else np.sort(rng.choice(p, size=q, replace=False))
+            cov = np.arange(p) if q == p else np.sort(cov_drawn)
             sim_t = _numpy_similarity(x, cov)
             if q < p:
                 sim_t[cov, np.arange(q)] = 0.0
@@ -210,12 +211,6 @@ class NumpySMDL(SubmodularSelector):
             np.exp(feats, out=feats)
             feats /= feats.sum(axis=1, keepdims=True)
             w_f = l_f / float(np.sqrt(feats[typical].sum(axis=0)).sum())
-        if self.optimizer == "stochastic":
-            rest = p - len(fixed)
-            sample = min(rest, max(1, math.ceil(rest / free * math.log(1.0 / self.epsilon))))
-            uniforms = rng.random((free, sample))
-        else:
-            sample, uniforms = 0, np.zeros((0, 0))
         picks = _greedy_before(sim_t, modular, feats, w_r, w_f, int(free), int(sample), uniforms, fixed)
         return np.concatenate([fixed, picks])
 
@@ -417,3 +412,24 @@ def test_memory_mapped_embeddings_give_the_same_batches(tmp_path):
     assert isinstance(mapped.embeddings, np.memmap)
     inmem = SubmodularSelector(x, 32, seed=1, pool_size=256)
     assert all(np.array_equal(a, b) for a, b in zip(mapped.iter_batches(0), inmem.iter_batches(0)))
+
+
+def test_compiled_draws_are_distinct_uniform_and_keyed():
+    """A batch's draws (typical batch, coverage set, greedy's uniforms): distinct positions
+    of the pool, each position as likely as any other, uniforms in [0, 1), the same for the
+    same key and independent streams for different keys."""
+    from batchsel.selectors.submodular import _smdl_draws
+
+    counts = np.zeros(12)
+    for key in range(3000):
+        typical, cov, u = _smdl_draws(key, 12, 4, 6, 3, 5)
+        assert len(set(typical.tolist())) == 4 and len(set(cov.tolist())) == 6
+        assert typical.min() >= 0 and typical.max() < 12 and u.shape == (3, 5)
+        assert (u >= 0).all() and (u < 1).all()
+        counts[typical] += 1
+    expected = 3000 * 4 / 12
+    assert np.abs(counts - expected).max() < 5 * np.sqrt(expected)  # 1000 +- 5 sd
+    a, b = _smdl_draws(7, 100, 10, 20, 4, 8), _smdl_draws(7, 100, 10, 20, 4, 8)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    c = _smdl_draws(8, 100, 10, 20, 4, 8)
+    assert not np.array_equal(a[0], c[0]) and not np.array_equal(a[2], c[2])

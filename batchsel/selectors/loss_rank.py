@@ -39,6 +39,7 @@ import numpy as np
 from numba import njit
 
 from .._checks import check_indices, check_int, check_rows
+from ._counter_rng import _batch_key, _run_key, _stream_key, _substream, _uniform
 from .base import OnlineSelector
 
 logger = logging.getLogger(__name__)
@@ -154,15 +155,6 @@ class LossRankSelector(OnlineSelector):
                 f"pressure={self._pressure:g}, seed={self.seed})")
 
 
-# Counter-based random numbers (splitmix64: a 64-bit mix of a key plus a counter), so a
-# batch is drawn inside one compiled call that never needs the GIL: no numpy Generator is
-# built or called per batch (building one from (seed, epoch, rank, t) alone cost 12 us).
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
-_INV53 = 1.0 / 9007199254740992.0  # 2 ** -53
-_MASK63 = (1 << 63) - 1
 # substreams of a batch's key: rank draws, the race over the ranks left, tie breaks
 _RANKS, _RACE, _TIES = 1, 2, 3
 # rank draws tried by rejection before the ranks still missing are drawn by a race over
@@ -170,24 +162,6 @@ _RANKS, _RACE, _TIES = 1, 2, 3
 # probability mass, the race bounds the work when repeats become the rule (k close to n
 # under high pressure)
 _DRAW_FACTOR, _DRAW_EXTRA = 4, 64
-
-
-@njit(inline="always")
-def _mix64(z):  # pragma: no cover - numba
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    return z ^ (z >> _S31)
-
-
-@njit(inline="always")
-def _substream(key, which):  # pragma: no cover - numba
-    return _mix64(np.uint64(key) ^ _mix64(np.uint64(which) * _GAMMA))
-
-
-@njit(inline="always")
-def _uniform(stream, i):  # pragma: no cover - numba
-    """The ``i``-th number in [0, 1) of ``stream`` (53 random bits)."""
-    return np.float64(_mix64(stream + np.uint64(i + 1) * _GAMMA) >> _S11) * _INV53
 
 
 @njit(cache=True, nogil=True)
@@ -376,22 +350,6 @@ def _loss_rank_batch(losses, shard, sv, sp, cur, k, log_q, key):  # pragma: no c
     return out
 
 
-def _run_key(seed: int, epoch: int, rank: int) -> int:
-    """The 63-bit key of (seed, epoch, rank), hashed by numpy's SeedSequence (any size of
-    seed); batch ``t`` of the run uses ``_batch_key(key, t)``."""
-    return int(np.random.SeedSequence([int(seed), int(epoch), int(rank)]).generate_state(1, np.uint64)[0]) >> 1
-
-
-def _batch_key(run_key: int, t: int) -> int:
-    # distinct for distinct t (an odd multiplier); the kernels mix it before any use
-    return (run_key ^ (int(t) * 0x9E3779B97F4A7C15)) & _MASK63
-
-
-def _stream_key(rng: Any) -> int:
-    """A batch's key: the int itself, or 63 bits drawn from a numpy Generator."""
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
-        return int(rng) & _MASK63
-    return int(rng.integers(0, 1 << 63))
 
 
 def _log_q(pressure: float, n: int) -> float:

@@ -31,13 +31,15 @@ greedy draws a fresh sample of ``ceil(|P| / B * ln(1 / epsilon))`` candidates at
 pick; ``optimizer="lazy"`` is exact greedy. Ties go to the smallest example index. The
 cost per batch is ``O(|P| |Q| d + B * sample * (|Q| + d))``, bounded by the pool, never by N.
 
-A batch is one compiled call (numba, without the GIL, without BLAS): the terms, the
-similarity product, greedy, the run's bookkeeping and the read of the pool's embeddings;
-Python only draws the batch's random numbers. So it neither oversubscribes the cores
-with BLAS threads next to other processes nor holds the GIL a sampler's prefetch thread
-needs. Its float32 arithmetic is numpy's and OpenBLAS's, operation for operation
-(:mod:`batchsel.functions._kernels`), so the picks are those of the numpy implementation it
-replaced (tests/test_smdl_kernel.py). The pool is a window sliding through the shard (see
+A batch is two compiled calls (numba, without the GIL, without BLAS): its random numbers,
+from a counter-based stream keyed by (seed, epoch, rank, batch) (loss-rank's,
+:mod:`batchsel.selectors._counter_rng`; no numpy Generator per batch), then the terms, the
+similarity product, greedy, the run's bookkeeping and the read of the pool's embeddings.
+So it neither oversubscribes the cores with BLAS threads next to other processes nor
+holds the GIL a sampler's prefetch thread needs. Its float32 arithmetic is numpy's and
+OpenBLAS's, operation for operation (:mod:`batchsel.functions._kernels`), so given the same
+random numbers the picks are those of the numpy implementation it replaced
+(tests/test_smdl_kernel.py). The pool is a window sliding through the shard (see
 "Order within the epoch"), so only about B of its rows are new at each batch: a run keeps
 each pool row's embedding, squared norm, distance to the mean and features, computed once
 (functions of the row alone, so the values and the picks are those of computing them
@@ -46,13 +48,13 @@ set at every batch; ``coverage_every=n`` keeps the set and sigma^2 for ``n`` bat
 reuses the similarities of the rows still in the pool too (other picks). B = 128 from a
 pool of 1024, d = 64, on one core: about 0.3 ms for the similarity product of the whole pool
 (the core's FMA peak) and 0.17 ms for its exp; per batch at the default weights,
-interleaved with a training step (``benchmarks/bench_selectors.py``, 2 cores, load 0.5-1.8,
-one and two processes, one and default threads): 1.18-1.46 ms median (the numpy
-implementation, same runs: 1.8 ms; the paper's weights, whose feature term greedy also
-evaluates: 1.35-1.7 ms in earlier runs), with ``coverage_every=8`` 0.6-0.95 ms. After the
-training step the caches are cold: the product and exp take 0.6 ms, greedy 0.2 ms, and
-every Python-level numpy call costs ten times what it costs warm (building the batch's
-generator about 0.18 ms, its three draws 0.15-0.2 ms).
+interleaved with a training step (``benchmarks/bench_selectors.py``, 2 cores, load 1.2-1.7,
+one and two processes, one and default threads): 0.94-1.05 ms median (the numpy
+implementation, same runs: 1.5-2.0 ms; with numpy's Generator for the draws, before:
+1.18-1.46 ms), with ``coverage_every=8`` 0.52-0.66 ms. After the training step the caches
+are cold: the product and exp take 0.6 ms, greedy 0.2 ms, and every Python-level numpy
+call costs ten times what it costs warm (building a numpy Generator took about 0.18 ms and
+its three draws 0.15-0.2 ms, hence the compiled draws).
 
 With the paper's weights, ``l_m = 0.5`` makes half of the objective closeness to the mean:
 batches avoid outliers but are *less* diverse than random ones when classes lie at
@@ -115,9 +117,12 @@ standard errors (``benchmarks/results/smdl_default/``):
 
 Checks besides the validation search: the ``outliers`` regime and a 2-class task
 (digits parity, 5 regimes), validation, 10 seeds: coverage alone never below random by 2
-standard errors (worst -0.15 +- 0.11); the test split, 10 seeds: all 12 cases within noise
-(-1.1 +- 1.0 long-tailed CNN to +0.5), steps to random's accuracy 0.91-1.22x; 20 seeds on
-the two CNN cases the paper weights lost: long-tailed +0.12 +- 0.61, redundant -0.32 +- 0.39.
+standard errors (worst -0.15 +- 0.11); the test split, 10 seeds, with the compiled draws:
+within noise in 11 cases, better in 1 (clean digits +0.18 +- 0.06), worst -0.54 +- 0.55
+(redundant CNN), steps to random's accuracy 0.90-1.34x (with numpy's draws: all 12 within
+noise, -1.1 +- 1.0 to +0.5); 20 seeds on the two CNN cases the paper weights lost (numpy's
+draws): long-tailed +0.12 +- 0.61, redundant -0.32 +- 0.39. The search itself ran with
+numpy's draws (the same distributions).
 No setting reaches random's accuracy in fewer steps beyond seed noise on these tasks.
 
 ``max_delay=2`` is from the earlier search (paper weights, 3 seeds: ``max_delay=8`` +0.27
@@ -138,6 +143,7 @@ import numpy as np
 from .._checks import check_indices, check_int, check_rows, check_scale, load_embeddings
 from .._heap import before, heap_build, heap_pop, heap_push
 from ..functions._kernels import einsum_dot, exp_f32, exp_f32_clipped, gemm_fma, pairwise_sum
+from ._counter_rng import _batch_key, _choice, _run_key, _stream_key, _substream, _uniform
 from .base import OnlineSelector, epoch_rng
 
 logger = logging.getLogger(__name__)
@@ -792,6 +798,28 @@ class _RowCache:
         self.zero_self = False
 
 
+# streams of a batch's key
+_TYPICAL, _COVERAGE, _GREEDY = 1, 2, 3
+
+
+@numba.njit(cache=True, nogil=True)
+def _smdl_draws(key, p, k, q, free, sample):  # pragma: no cover - numba
+    """A batch's draws: ``k`` distinct pool positions (the typical batch), ``q`` (the
+    coverage set) and ``free x sample`` uniforms for stochastic greedy."""
+    scratch = np.empty(p, dtype=np.int64)
+    typical = np.empty(k, dtype=np.int64)
+    _choice(_substream(key, _TYPICAL), p, k, scratch, typical)
+    cov = np.empty(q, dtype=np.int64)
+    if q > 0:
+        _choice(_substream(key, _COVERAGE), p, q, scratch, cov)
+    uniforms = np.empty((free, sample), dtype=np.float64)
+    stream = _substream(key, _GREEDY)
+    for i in range(free):
+        for j in range(sample):
+            uniforms[i, j] = _uniform(stream, i * sample + j)
+    return typical, cov, uniforms
+
+
 # what _draws passes when the coverage set is the whole pool / greedy is exact (never written)
 _NO_POSITIONS = np.zeros(0, dtype=np.int64)
 _NO_UNIFORMS = np.zeros((0, 0), dtype=np.float64)
@@ -1086,6 +1114,13 @@ class SubmodularSelector(OnlineSelector):
         run["ends"] = np.cumsum(run["sizes"]).tolist()  # where each batch's turn ends (see _due)
         return run
 
+    def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> int:
+        # batch t's key (an int): its draws are compiled (_smdl_draws), no Generator is built
+        key = run.get("key")
+        if key is None:
+            key = run["key"] = _run_key(self.seed, run["epoch"], rank)
+        return _batch_key(key, t)
+
     def _restore_run(self, run: dict[str, Any]) -> None:
         super()._restore_run(run)  # may re-cut the sizes
         m = run["m"]
@@ -1113,20 +1148,21 @@ class SubmodularSelector(OnlineSelector):
             raise ValueError(_NOT_FINITE)
         return np.concatenate([fixed, picks])
 
-    def _draws(self, p: int, k: int, nfixed: int, rng: np.random.Generator, draw_coverage: bool = True) -> tuple:
+    def _draws(self, p: int, k: int, nfixed: int, rng: Any, draw_coverage: bool = True) -> tuple:
         """A batch's random draws for a pool of ``p`` with ``nfixed`` examples in the batch
-        from the start and ``k - nfixed >= 1`` to pick, in the order they have always been
-        made: the batch that fixes the scales, the coverage set (not drawn when it is the
-        whole pool; the kernel sorts it), stochastic greedy's uniforms (and its sample size)."""
-        typical = rng.choice(p, size=k, replace=False)
-        cov = _NO_POSITIONS
+        from the start and ``k - nfixed >= 1`` to pick, from its key (an int, or 63 bits of
+        a numpy Generator): the batch that fixes the scales, the coverage set (not drawn
+        when it is the whole pool; the kernel sorts it), stochastic greedy's uniforms (and
+        its sample size). Each comes from its own stream of the key, in one compiled call."""
+        q = 0
         if draw_coverage and self.weights[1] > 0 and self.coverage_size is not None and self.coverage_size < p:
-            cov = rng.choice(p, size=self.coverage_size, replace=False)
-        if self.optimizer != "stochastic":
-            return typical, cov, 0, _NO_UNIFORMS
+            q = self.coverage_size
         free, rest = k - nfixed, p - nfixed
-        sample = min(rest, max(1, math.ceil(rest / free * math.log(1.0 / self.epsilon))))
-        return typical, cov, sample, rng.random((free, sample))
+        sample = 0
+        if self.optimizer == "stochastic":
+            sample = min(rest, max(1, math.ceil(rest / free * math.log(1.0 / self.epsilon))))
+        typical, cov, uniforms = _smdl_draws(_stream_key(rng), p, k, q, free if sample else 0, sample)
+        return typical, (cov if q else _NO_POSITIONS), sample, (uniforms if sample else _NO_UNIFORMS)
 
     def _read_rows(self, pool: np.ndarray) -> np.ndarray:
         """The pool's embeddings for an array type other than a plain array or memmap (a
