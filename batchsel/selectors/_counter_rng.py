@@ -39,7 +39,6 @@ def _uniform(stream, i):  # pragma: no cover - numba
     return np.float64(_mix64(stream + np.uint64(i + 1) * _GAMMA) >> _S11) * _INV53
 
 
-
 @njit(cache=True, nogil=True)
 def _choice(stream, n, k, scratch, out):  # pragma: no cover - numba
     """``k`` distinct numbers of ``0..n-1`` in random order into ``out`` (partial

@@ -350,8 +350,6 @@ def _loss_rank_batch(losses, shard, sv, sp, cur, k, log_q, key):  # pragma: no c
     return out
 
 
-
-
 def _log_q(pressure: float, n: int) -> float:
     """log of the ratio of consecutive ranks' probabilities: ``p_r ∝ exp(r * log_q)``."""
     return -math.log(pressure) / max(n - 1, 1)
