@@ -949,9 +949,6 @@ class SubmodularSelector(OnlineSelector):
         if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
             raise ValueError(f"weights must be finite, >= 0 and not all 0, got {weights!r}")
         self.weights = tuple(float(v) for v in w)
-        # only U reads the logits: without it a sampler shares no logits (and, without
-        # refreshed embeddings, no collective at all)
-        self.feedback_fields = ("logits", "embeddings") if self.weights[0] > 0 else ("embeddings",)
         self.pool_size = 8 * self.batch_size if pool_size is None else check_int(pool_size, "pool_size", minimum=1)
         if self.pool_size < self.batch_size:
             raise ValueError(f"pool_size must be >= batch_size ({self.batch_size}), got {pool_size}")
@@ -970,6 +967,12 @@ class SubmodularSelector(OnlineSelector):
         self.num_classes_: int | None = None
         self._refreshed = False
         self.mean_ = self._mean()
+
+    @property
+    def feedback_fields(self) -> tuple[str, ...]:  # type: ignore[override]
+        # only U reads the logits: without it a sampler shares no logits (and, without
+        # refreshed embeddings, no collective at all)
+        return ("logits", "embeddings") if self.weights[0] > 0 else ("embeddings",)
 
     def _mean(self) -> np.ndarray:
         total = np.zeros(self.embeddings.shape[1], dtype=np.float64)
