@@ -52,10 +52,10 @@ start). torch.distributed (gloo) is set up from MPI
 (``batchsel.integrations.init_torch_distributed_from_mpi``); every rank builds the same
 model from the seed, wraps it in ``DistributedDataParallel`` (gradients averaged in
 backward) and draws its batches from ``SelectionBatchSampler(selector, rank=r,
-world_size=N, sync_every=1, prefetch=...)``, whose ``observe`` all-gathers every rank's
-feedback each step (counted as selecting) over the communicator a DDP script's sampler
+world_size=N, prefetch=...)``, whose ``observe`` all-gathers every rank's feedback
+every 4 steps (the sampler's default; counted as selecting) over the communicator a DDP script's sampler
 finds (``--feedback-comm auto``: mpi4py, since MPI is up over the same ranks; ``torch``:
-torch.distributed's gloo group, as under torchrun; ``--sync-every K``: every K steps). Batches: each rank
+torch.distributed's gloo group, as under torchrun; ``--sync-every K``: every K steps instead). Batches: each rank
 trains on the task's B per step, so a step is one optimizer step on N x B examples (the
 learning rate is the task's, unscaled) and an epoch has 1/N as many steps; the step
 budget is the task's, so runs see N times the examples of one process and their metrics
@@ -76,6 +76,7 @@ from or written to their cache) and other first-use costs are not charged to see
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import os
@@ -95,6 +96,9 @@ sys.path.insert(0, str(ROOT))
 import batchsel  # noqa: E402
 from batchsel.integrations import SelectionBatchSampler  # noqa: E402
 from batchsel.io import atomic_write  # noqa: E402
+
+# the sampler's default sync_every (what --mpi runs share feedback with unless --sync-every)
+SYNC_EVERY = inspect.signature(SelectionBatchSampler).parameters["sync_every"].default
 
 REGIMES = ("clean", "noise", "longtail", "redundant")  # the default run, the README's table
 EXTRA_REGIMES = ("outliers",)
@@ -325,14 +329,14 @@ def metric(model: torch.nn.Module, split: Split, balanced: bool) -> float:
 
 
 def train_run(task: Task, method: str, train: Split, evaluation: Split, num_classes: int, seed: int,
-              steps: int, balanced: bool, comm: Any = None, sync_every: int = 1) -> dict[str, Any]:
+              steps: int, balanced: bool, comm: Any = None, sync_every: int | None = None) -> dict[str, Any]:
     """Train ``task``'s model on ``train`` with ``method``'s batches for ``steps`` steps;
     the curve is ``[(step, wall seconds so far, metric)]`` every ``task.eval_every`` steps.
 
     ``comm`` (``--mpi``: the communicator of an initialized torch.distributed group): this
     rank trains a DistributedDataParallel copy of the model on its own batches of B (rank r
-    of the sampler's world), feedback is all-gathered by the sampler every step
-    (``sync_every``), every rank evaluates the same model outside the timed wall, and
+    of the sampler's world), feedback is all-gathered by the sampler every ``sync_every``
+    steps (None: the sampler's default), every rank evaluates the same model outside the timed wall, and
     the figures returned are the slowest rank's (wall seconds, curve walls: maxima over
     ranks; selecting seconds: the mean over ranks; per rank in ``rank_*``)."""
     torch.manual_seed(seed)  # the same initial weights for every method of a seed (and on every rank)
@@ -352,8 +356,9 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     weighted = base == "coreset"
     # prefetch=N (a variant option): selection runs N batches ahead in the sampler's thread
     rank, world = (0, 1) if comm is None else (comm.rank, comm.size)
-    sampler = SelectionBatchSampler(selector, rank=rank, world_size=world, comm=comm, sync_every=sync_every,
-                                    weighted=weighted, prefetch=int(options.get("prefetch", 0)))
+    shared = {} if sync_every is None else {"sync_every": sync_every}
+    sampler = SelectionBatchSampler(selector, rank=rank, world_size=world, comm=comm, weighted=weighted,
+                                    prefetch=int(options.get("prefetch", 0)), **shared)
     if comm is not None:
         sampler.verify()  # every rank built the same selector (data, seed, settings): else it raises
         comm.barrier()  # untimed: the ranks start the loop together
@@ -636,8 +641,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="with --mpi: the communicator the samplers all-gather feedback over: auto (what a "
                              "DDP script's sampler finds: get_communicator('auto'), mpi4py here), torch "
                              "(torch.distributed's gloo group, as under torchrun) or mpi (mpi4py)")
-    parser.add_argument("--sync-every", type=int, default=1,
-                        help="with --mpi: the samplers' sync_every (feedback all-gathered every K steps)")
+    parser.add_argument("--sync-every", type=int, default=None,
+                        help="with --mpi: the samplers' sync_every (feedback all-gathered every K steps; "
+                             "default: the sampler's, 4)")
     parser.add_argument("--warmup", action="store_true",
                         help="first, per task, an untimed run of eval_every steps of every method but the "
                              "filters (JIT compilation and first-use costs are not charged to seed 0)")
@@ -675,7 +681,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--seeds must be >= 2 (standard errors), got {args.seeds}")
     if args.mpi < 0 or args.mpi == 1:
         parser.error(f"--mpi must be >= 2 ranks (leave it out for one process), got {args.mpi}")
-    if args.sync_every < 1:
+    if args.sync_every is not None and args.sync_every < 1:
         parser.error(f"--sync-every must be >= 1, got {args.sync_every}")
     stem = args.out or str(ROOT / "benchmarks" / "out" / f"bench_quality{'_quick' if args.quick else ''}"
                                                          f"{f'_mpi{args.mpi}' if args.mpi else ''}")
@@ -717,7 +723,7 @@ def main(argv: list[str] | None = None) -> dict:
                                           else "accuracy"}
             if lead:
                 world = "" if comm is None else (f", {comm.size} ranks x B={TASKS[task_name].batch_size}, feedback over "
-                                                 f"{type(comm).__name__} ({args.feedback_comm}) every {args.sync_every} step(s)")
+                                                 f"{type(comm).__name__} ({args.feedback_comm}) every {args.sync_every or SYNC_EVERY} step(s)")
                 print_table(task_name, regime, summary, methods, args.seeds,
                             f"{'balanced accuracy' if balanced else 'accuracy'} on {args.split} after {steps} steps, "
                             f"{len(train.y)} training examples{world}; load average {os.getloadavg()[0]:.2f}")
@@ -742,7 +748,8 @@ def launch_ranks(args: argparse.Namespace, stem: str) -> dict:
     forwarded = ["--tasks", args.tasks, "--regimes", args.regimes, "--methods", args.methods,
                  "--seeds", args.seeds, "--split", args.split, "--steps-scale", repr(args.steps_scale),
                  "--threads", args.threads, "--out", stem, "--mpi", args.mpi, "--mpi-worker", args.bind_to,
-                 "--feedback-comm", args.feedback_comm, "--sync-every", args.sync_every,
+                 "--feedback-comm", args.feedback_comm,
+                 *(["--sync-every", args.sync_every] if args.sync_every is not None else []),
                  *(["--quick"] if args.quick else []), *(["--warmup"] if args.warmup else [])]
     for text in args.variant:
         forwarded += ["--variant", text]

@@ -271,11 +271,11 @@ def test_observe_shares_only_the_feedback_the_selector_reads():
                               (LossRankSelector(40, 4), {"logits": logits}, 0),
                               (LossRankSelector(40, 4), {"losses": [1.0, 2.0], "logits": logits}, 1)):
         comm = FakeComm(peer=[])
-        s = SelectionBatchSampler(sel, comm=comm)
+        s = SelectionBatchSampler(sel, comm=comm, sync_every=1)
         s.observe([1, 2], **given)
         assert comm.calls == calls, (sel.feedback_fields, list(given))
     comm = FakeComm(peer=[])
-    s = SelectionBatchSampler(LossRankSelector(40, 4), comm=comm)
+    s = SelectionBatchSampler(LossRankSelector(40, 4), comm=comm, sync_every=1)
     s.observe([1, 2], losses=[1.0, 2.0], logits=logits)
     sent = comm.sent[0]
     assert sent["logits"] is None and sent["losses"].tolist() == [1.0, 2.0]
@@ -291,6 +291,19 @@ def test_sync_every_gathers_feedback_from_all_ranks_in_order():
     s.observe([2], losses=[0.2])
     assert comm.calls == 1
     assert sel.observed[[1, 2, 7]].tolist() == [1, 1, 2] and sel.scores[7] == 0.9
+
+
+def test_feedback_is_shared_every_fourth_call_by_default():
+    """One small all-gather costs more than a small model's step over gloo: by default the
+    sampler gathers four calls' feedback at once (benchmarks/results/sync_every/)."""
+    sel = online_selector(20, 4, kind="tiny")
+    comm = FakeComm(peer=[])
+    s = SelectionBatchSampler(sel, comm=comm)
+    assert s.sync_every == 4
+    for i in range(8):
+        s.observe([i], losses=[0.1 * i])
+        assert comm.calls == (i + 1) // 4
+    assert len(comm.sent) == 4 and sel.observed[:8].tolist() == [1] * 8
 
 
 def test_verify_compares_fingerprints():

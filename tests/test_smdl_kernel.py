@@ -262,6 +262,26 @@ def test_gemm_fma_is_openblas_sgemm_bit_for_bit(shape):
             assert np.array_equal(out, a @ b.T)
 
 
+@pytest.mark.parametrize("shape", [(1001, 66, 250), (7, 5, 31), (64, 130, 33), (9, 3, 1)])
+def test_gemm_fma_edges_are_the_tiles_chains(shape):
+    """The rows and columns beyond whole 8 x 32 tiles go through the tile on zero-padded
+    copies: every output is the value the padded, tile-aligned product gives it."""
+    p, depth, q = shape
+    rng = np.random.default_rng(q)
+    a = rng.normal(size=(p, depth)).astype(np.float32)
+    b_t = rng.normal(size=(depth, q)).astype(np.float32)
+    out = np.full((p, q), np.nan, dtype=np.float32)
+    _kernels.gemm_fma(a, b_t, out)
+    padded = np.zeros((-(-p // 8) * 8, depth), dtype=np.float32)
+    padded[:p] = a
+    right = np.zeros((depth, -(-q // 32) * 32), dtype=np.float32)
+    right[:, :q] = b_t
+    full = np.empty((padded.shape[0], right.shape[1]), dtype=np.float32)
+    _kernels.gemm_fma(padded, right, full)
+    assert np.array_equal(out, full[:p, :q])
+    assert np.allclose(out, a.astype(np.float64) @ b_t.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
 @bit_for_bit
 def test_exp_f32_is_numpys_exp_bit_for_bit():
     rng = np.random.default_rng(1)

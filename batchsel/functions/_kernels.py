@@ -292,20 +292,29 @@ def gemm_fma(left, right_t, out):
     for i in range(0, p_end, _TILE_ROWS):
         for j in range(0, q_end, width):
             _gemm_tile(left, right_t, out, i, j)
-    # the edges the tiles leave (the last columns of every row, the last rows): the same
-    # chains, kept in the output row and updated a k at a time (LLVM vectorizes over j)
-    for i in range(p):
-        j0 = q_end if i < p_end else 0
-        if j0 == q:
-            continue
-        row = out[i]
-        for j in range(j0, q):
-            row[j] = 0.0
-        for k in range(depth):
-            a = left[i, k]
-            b = right_t[k]
-            for j in range(j0, q):
-                row[j] = fma32(a, b[j], row[j])
+    # The edges the tiles leave (the last q % 32 columns of every row, the last p % 8
+    # rows) go through the same tile on zero-padded copies: the same chains (a zero row or
+    # column changes no other output), where a loop over them cost ~25x more per output
+    # (1024 x 66 x 30: 1.09 ms, x 32: 0.04 ms).
+    rows, cols = p - p_end, q - q_end
+    if cols > 0:
+        right_edge = np.zeros((depth, width), dtype=np.float32)
+        right_edge[:, :cols] = right_t[:, q_end:]
+        edge = np.empty((p_end, width), dtype=np.float32)
+        for i in range(0, p_end, _TILE_ROWS):
+            _gemm_tile(left, right_edge, edge, i, 0)
+        out[:p_end, q_end:] = edge[:, :cols]
+    if rows > 0:
+        left_edge = np.zeros((_TILE_ROWS, depth), dtype=np.float32)
+        left_edge[:rows] = left[p_end:]
+        bottom = np.empty((_TILE_ROWS, q_end), dtype=np.float32)
+        for j in range(0, q_end, width):
+            _gemm_tile(left_edge, right_t, bottom, 0, j)
+        out[p_end:, :q_end] = bottom[:rows]
+        if cols > 0:
+            corner = np.empty((_TILE_ROWS, width), dtype=np.float32)
+            _gemm_tile(left_edge, right_edge, corner, 0, 0)
+            out[p_end:, q_end:] = corner[:rows, :cols]
 
 
 _EXP_XMAX = np.float32(88.72283935546875)
