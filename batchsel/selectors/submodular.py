@@ -114,6 +114,10 @@ standard errors (``benchmarks/results/smdl_default/``):
   the gain under label noise with it;
 - the paper's (0.2, 0.1, 0.5, 0.2), the default before: +0.01 pt, worst -1.29 pt
   (redundant CNN; on its test split -0.97 +- 0.33 at 20 seeds, worse than random).
+- coverage alone with a coverage set kept across batches (a hashed 1 in 4 of the examples,
+  similarities reused while both stay in the pool: 0.96 -> 0.76 ms a batch; not kept):
+  -0.12 pt, worst -1.59, worse in 2 (clean mnist1d MLP, redundant CNN): batches covering
+  the same set are alike (``benchmarks/results/smdl_sliding_coverage/``).
 
 Checks besides the validation search: the ``outliers`` regime and a 2-class task
 (digits parity, 5 regimes), validation, 10 seeds: coverage alone never below random by 2
