@@ -25,6 +25,8 @@ waits for the selections in flight before it hands out, saves or loads anything.
 """
 from __future__ import annotations
 
+import logging
+import os
 import queue
 import threading
 import time
@@ -37,12 +39,32 @@ import numpy as np
 Observation = dict[str, "np.ndarray | None"]
 Item = TypeVar("Item")
 
+logger = logging.getLogger(__name__)
+
 # what the thread hands back when the source has no item left
 _END = object()
 # a woken thread that has not started its request after this many seconds is starved; the
 # training thread then runs up to _MAX_SKIP requests without waking it (see _SelectionThread)
 _STARVED = 1e-4
 _MAX_SKIP = 64
+
+
+# environment variables that give the number of ranks on this node (torchrun, Open MPI, MPICH)
+_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+
+
+def cores_of_this_rank() -> int:
+    """The cores this process can count on: its CPU affinity if it is bound to some of the
+    machine's cores (mpiexec binds each rank to one core by default), else the machine's
+    cores shared by the ranks on this node (torchrun or mpiexec ``--bind-to none``)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity API (macOS): the machine's
+        cores = os.cpu_count() or 1
+    if cores < (os.cpu_count() or cores):
+        return cores  # bound: these cores are this rank's
+    local = next((int(v) for v in (os.environ.get(k) for k in _LOCAL_SIZE_VARS) if v and v.isdigit()), 1)
+    return max(1, cores // max(1, local))
 
 
 class _Request:
@@ -86,7 +108,8 @@ class _SelectionThread:
     way, more than the selection itself costs with a small model.
     """
 
-    def __init__(self, source: Iterator[Any], apply: Callable[[list[Observation]], None]) -> None:
+    def __init__(self, source: Iterator[Any], apply: Callable[[list[Observation]], None],
+                 threaded: bool = True) -> None:
         self._source, self._apply = source, apply
         self._lock = threading.Lock()           # guards _queued and _busy
         self._queued: deque[_Request] = deque()  # made, not started, oldest first
@@ -97,9 +120,13 @@ class _SelectionThread:
         self._skip = 0     # requests still to make without waking the thread
         self._backoff = 0  # how many were skipped after the latest starved request
         self._ready: deque[tuple[bool, Any]] = deque()  # collected early (drain), not handed out
-        # the thread holds this object, never the iteration: dropping the iteration closes it
-        self.thread = threading.Thread(target=self._serve, name="batchsel-prefetch", daemon=True)
-        self.thread.start()
+        # the thread holds this object, never the iteration: dropping the iteration closes it.
+        # Without one (threaded=False) every request runs on the training thread when its
+        # result is needed: the same calls in the same order, so the same items.
+        self.thread: threading.Thread | None = None
+        if threaded:
+            self.thread = threading.Thread(target=self._serve, name="batchsel-prefetch", daemon=True)
+            self.thread.start()
 
     @property
     def in_flight(self) -> int:
@@ -117,7 +144,7 @@ class _SelectionThread:
             self._busy = False
             more = bool(self._queued)
         request.finished.release()
-        if more and threading.current_thread() is not self.thread:
+        if more and self.thread is not None and threading.current_thread() is not self.thread:
             self._wake.put(None)  # ran here: the thread serves the ones queued behind it
 
     def _serve(self) -> None:
@@ -148,7 +175,9 @@ class _SelectionThread:
                 return
         with self._lock:
             self._queued.append(request)
-        if self._skip:
+        if self.thread is None:
+            pass  # no thread: the training thread runs it when it needs the result
+        elif self._skip:
             self._skip -= 1  # the thread was starved lately: the training thread will run it
         else:
             request.woken = time.perf_counter()
@@ -195,7 +224,7 @@ class _SelectionThread:
         of calls gives, once this returns) and end the thread. Idempotent."""
         if self._closed:
             return
-        on_thread = threading.current_thread() is self.thread
+        on_thread = self.thread is not None and threading.current_thread() is self.thread
         if not on_thread:
             self.drain()
             self._ready.clear()
@@ -203,7 +232,7 @@ class _SelectionThread:
         with self._lock:
             self._closed = True
         self._wake.put(None)
-        if not on_thread:
+        if self.thread is not None and not on_thread:
             self.thread.join()
 
 
@@ -227,12 +256,18 @@ class BackgroundSelection:
         ``depth`` items ahead: handing one out starts the selection of the one ``depth``
         places later, with the feedback observed until then. The thread ends when the items
         do, when this iterator is closed or garbage collected, or at :meth:`stop`; an
-        exception in it is raised here, at the item it was selecting."""
+        exception in it is raised here, at the item it was selecting. A process with fewer
+        than two cores of its own (:func:`cores_of_this_rank`) starts no thread: each
+        selection runs on the calling thread when its item is needed, with the same
+        feedback, so the items are the same."""
         if not depth:
             self._flush()  # feedback held back by a prefetch run (or its saved state)
             yield from source
             return
-        worker = self._thread = _SelectionThread(source, self._apply)
+        cores = cores_of_this_rank()
+        if cores < 2:  # a thread would take turns with the training step on one core: no gain
+            logger.info("prefetch=%d on %d core for this process: selecting ahead on the training thread", depth, cores)
+        worker = self._thread = _SelectionThread(source, self._apply, threaded=cores >= 2)
         try:
             for _ in range(depth):  # the first one is waited for at once
                 worker.request(self._take())
@@ -291,4 +326,4 @@ class BackgroundSelection:
             self._apply(self._take())
 
 
-__all__ = ["BackgroundSelection", "Observation"]
+__all__ = ["BackgroundSelection", "Observation", "cores_of_this_rank"]

@@ -140,9 +140,13 @@ class SelectionBatchSampler:
         exception in it is raised in the training thread at the next batch. The compiled
         selection kernels release the GIL, so selection and a torch step can use two cores;
         it hides selection only where a core is free for it (not when torch's threads
-        take every core, nor under mpiexec's default binding of a rank to one core: use
-        ``--bind-to none`` and fewer torch threads), and little next to a step that is mostly
-        Python (a tiny model), as the selection's numpy glue needs the GIL too. A selection
+        take every core), and little next to a step that is mostly Python (a tiny model),
+        as the selection's numpy glue needs the GIL too. A process with fewer than two
+        cores of its own (bound to one, as mpiexec binds each rank by default, or sharing
+        the machine's with the other ranks of its node:
+        :func:`~batchsel.integrations.prefetch.cores_of_this_rank`) starts no thread and
+        selects each batch ahead on the training thread when it is needed: the same
+        batches, without a thread taking turns with the step on one core. A selection
         the thread has not started when its batch is needed runs on the training thread:
         no wait for the scheduler; after such a miss the next few selections run there too
         (a thread waiting for the GIL takes it by force after 5 ms and the training thread

@@ -17,12 +17,22 @@ import torch
 from batchsel import RandomSelector, SelectionBatchSampler
 from batchsel.index import knn_graph
 from batchsel.integrations.comm import Communicator
+from batchsel.integrations.prefetch import cores_of_this_rank
 from batchsel.selectors import CoresetSelector, GraphBlockSelector, LossRankSelector, SubmodularSelector
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mp_scripts"))
 from common import TinyOnline, fake_loss  # noqa: E402
 
 N, B = 48, 4
+
+
+@pytest.fixture(autouse=True)
+def two_cores(monkeypatch):
+    """These tests are about the thread: they run it whatever cores this machine gives the
+    test process (one core of its own starts none: see the last tests)."""
+    import batchsel.integrations.prefetch as prefetch_module
+
+    monkeypatch.setattr(prefetch_module, "cores_of_this_rank", lambda: 2)
 
 
 def smdl(seed=0):
@@ -391,3 +401,42 @@ def test_bad_feedback_raises_where_its_selection_would_have_run():
     assert len(prefetch_threads()) == before
     s.set_epoch(1)
     assert len(list(s)) == len(s)  # the sampler still works
+
+
+def test_one_core_of_its_own_selects_ahead_on_the_training_thread(monkeypatch):
+    """Bound to one core (mpiexec's default binding) a thread would only take turns with
+    the step: no thread is started, each selection runs when its batch is needed, with the
+    same feedback, so the batches are those of the thread."""
+    import batchsel.integrations.prefetch as prefetch_module
+
+    for kind in ("loss_rank", "submodular"):
+        threaded = run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1, prefetch=1))
+        monkeypatch.setattr(prefetch_module, "cores_of_this_rank", lambda: 1)
+        before = len(prefetch_threads())
+        s = SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1, prefetch=1)
+        it = iter(s)
+        next(it)
+        assert len(prefetch_threads()) == before  # no thread
+        it.close()
+        assert run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1, prefetch=1)) == threaded
+        monkeypatch.setattr(prefetch_module, "cores_of_this_rank", lambda: 2)
+
+
+def test_cores_of_this_rank_reads_binding_and_ranks_per_node(monkeypatch):
+    import batchsel.integrations.prefetch as prefetch_module
+
+    for var in prefetch_module._LOCAL_SIZE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    cases = [({0}, {}, 1),                                   # bound to one core
+             ({0, 1}, {"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 2),  # bound to two: its own
+             ({0, 1, 2, 3}, {}, 4),                          # alone, unbound
+             ({0, 1, 2, 3}, {"LOCAL_WORLD_SIZE": "2"}, 2),    # torchrun, 2 ranks share 4 cores
+             ({0, 1, 2, 3}, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 1)]
+    for affinity, env, cores in cases:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, a=affinity: a, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        assert cores_of_this_rank() == cores, (affinity, env)
+        for k in env:
+            monkeypatch.delenv(k)
