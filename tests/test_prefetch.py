@@ -29,10 +29,12 @@ N, B = 48, 4
 @pytest.fixture(autouse=True)
 def two_cores(monkeypatch):
     """These tests are about the thread: they run it whatever cores this machine gives the
-    test process (one core of its own starts none: see the last tests)."""
+    test process, and for selections however cheap (one core of its own starts none, and
+    cheap selections stay on the training thread: see the last tests)."""
     import batchsel.integrations.prefetch as prefetch_module
 
     monkeypatch.setattr(prefetch_module, "cores_of_this_rank", lambda: 2)
+    monkeypatch.setattr(prefetch_module, "_CHEAP", 0.0)
 
 
 def smdl(seed=0):
@@ -440,3 +442,32 @@ def test_cores_of_this_rank_reads_binding_and_ranks_per_node(monkeypatch):
         assert cores_of_this_rank() == cores, (affinity, env)
         for k in env:
             monkeypatch.delenv(k)
+
+
+def test_cheap_selections_stay_on_the_training_thread(monkeypatch):
+    """A selection that costs less than handing it to the thread and back runs on the
+    training thread when its batch is needed (the same batches); a dear one is handed to
+    the thread."""
+    import batchsel.integrations.prefetch as prefetch_module
+
+    for cheap, sleep in ((1.0, 0.0), (1e-4, 0.005)):
+        monkeypatch.setattr(prefetch_module, "_CHEAP", cheap)
+        where = []
+        sel = LossRankSelector(N, B, seed=4)
+        draw = sel._next_batch
+
+        def tracked(run, rng, draw=draw):
+            where.append(threading.current_thread().name)
+            time.sleep(sleep)
+            return draw(run, rng)
+
+        sel._next_batch = tracked
+        step = lambda: time.sleep(0.01)  # noqa: E731 - a training step the thread can select beside
+        batches = run_epochs(SelectionBatchSampler(sel, rank=0, world_size=1, prefetch=1), epochs=1, sleep=step)
+        on_thread = where[1:].count("batchsel-prefetch")  # the first one is timed on the thread
+        if sleep:
+            assert on_thread >= len(where) // 2, where
+        else:
+            assert on_thread == 0, where
+        assert batches == run_epochs(SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1,
+                                                           prefetch=1), epochs=1)
