@@ -146,7 +146,8 @@ class SelectionBatchSampler:
         the machine's with the other ranks of its node:
         :func:`~batchsel.integrations.prefetch.cores_of_this_rank`) starts no thread and
         selects each batch ahead on the training thread when it is needed: the same
-        batches, without a thread taking turns with the step on one core. A selection
+        batches, without a thread taking turns with the step on one core. So do selections
+        cheaper than handing them to the thread (under 0.1 ms, e.g. loss-rank's). A selection
         the thread has not started when its batch is needed runs on the training thread:
         no wait for the scheduler; after such a miss the next few selections run there too
         (a thread waiting for the GIL takes it by force after 5 ms and the training thread
