@@ -110,3 +110,10 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    # The job's result is written. Interpreter teardown after the Trainer and accelerate
+    # still aborted now and then in a C++ destructor ("terminate called without an active
+    # exception", rank 0, SIGABRT: 1 run in 6 here, and in earlier releases despite
+    # destroy_process_group); skip it, it has nothing left to check.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
