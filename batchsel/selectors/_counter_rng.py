@@ -62,6 +62,19 @@ def _batch_key(run_key: int, t: int) -> int:
     return (run_key ^ (int(t) * 0x9E3779B97F4A7C15)) & _MASK63
 
 
+class CounterKeyedBatches:
+    """Mixin for an online selector whose compiled kernel draws a batch's numbers itself:
+    batch ``t`` gets an int key of (seed, epoch, rank, t) instead of a numpy Generator
+    (``OnlineSelector._batch_rng``'s default). The run's key is computed once, on first use
+    (so also for a run restored from a state)."""
+
+    def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> int:
+        key = run.get("key")
+        if key is None:
+            key = run["key"] = _run_key(self.seed, run["epoch"], rank)
+        return _batch_key(key, t)
+
+
 def _stream_key(rng: Any) -> int:
     """A batch's key: the int itself, or 63 bits drawn from a numpy Generator."""
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):

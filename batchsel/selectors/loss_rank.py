@@ -39,13 +39,13 @@ import numpy as np
 from numba import njit
 
 from .._checks import check_indices, check_int, check_rows
-from ._counter_rng import _batch_key, _run_key, _stream_key, _substream, _uniform
+from ._counter_rng import CounterKeyedBatches, _stream_key, _substream, _uniform
 from .base import OnlineSelector
 
 logger = logging.getLogger(__name__)
 
 
-class LossRankSelector(OnlineSelector):
+class LossRankSelector(CounterKeyedBatches, OnlineSelector):
     """Rank-based online batch selection with selection pressure ``s_e`` (DESIGN 2.2).
 
     Parameters
@@ -119,15 +119,6 @@ class LossRankSelector(OnlineSelector):
         logp = -math.log(self._pressure) * np.arange(n) / (n - 1)
         p = np.exp(logp - logp.max())
         return p / p.sum()
-
-    def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
-        run = super()._new_run(epoch, rank, world_size)
-        run["key"] = _run_key(self.seed, epoch, rank)
-        return run
-
-    def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> int:
-        # batch t's key (an int): the kernel draws its own numbers from it, with no Generator
-        return _batch_key(run["key"], t)
 
     def _next_batch(self, run: dict[str, Any], rng: Any) -> np.ndarray:
         shard = run["shard"]

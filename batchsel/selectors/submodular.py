@@ -147,7 +147,7 @@ import numpy as np
 from .._checks import check_indices, check_int, check_rows, check_scale, load_embeddings
 from .._heap import before, heap_build, heap_pop, heap_push
 from ..functions._kernels import einsum_dot, exp_f32, exp_f32_clipped, gemm_fma, pairwise_sum
-from ._counter_rng import _batch_key, _choice, _run_key, _stream_key, _substream, _uniform
+from ._counter_rng import CounterKeyedBatches, _choice, _stream_key, _substream, _uniform
 from .base import OnlineSelector, epoch_rng
 
 logger = logging.getLogger(__name__)
@@ -849,7 +849,7 @@ def entropy_of_logits(logits: np.ndarray) -> np.ndarray:
     return np.negative(h, out=h)
 
 
-class SubmodularSelector(OnlineSelector):
+class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
     """Submodular mini-batch selection (SMDL, DESIGN section 2.1), online.
 
     Parameters
@@ -1120,13 +1120,6 @@ class SubmodularSelector(OnlineSelector):
         run["order"] = run["order"][::-1].copy()  # descending: the pool is a suffix of order[:m]
         run["ends"] = np.cumsum(run["sizes"]).tolist()  # where each batch's turn ends (see _due)
         return run
-
-    def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> int:
-        # batch t's key (an int): its draws are compiled (_smdl_draws), no Generator is built
-        key = run.get("key")
-        if key is None:
-            key = run["key"] = _run_key(self.seed, run["epoch"], rank)
-        return _batch_key(key, t)
 
     def _restore_run(self, run: dict[str, Any]) -> None:
         super()._restore_run(run)  # may re-cut the sizes
