@@ -1,88 +1,92 @@
-"""Regime benchmark: where does a batchsel method reach an accuracy sooner than random batches?
+"""Regime benchmark, budgeted: does a batchsel method reach random batches' accuracy in less
+wall time, when every run's learning rate is decayed over its own budget?
 
-Every method runs at its defaults, through the public API (a selector in a
-``SelectionBatchSampler``, losses and logits fed back with ``observe`` after each step), with
-random batches (``RandomSelector`` = ``DistributedSampler`` + ``BatchSampler``) as the anchor
-in the same run, seeds interleaved so that machine-load drift hits every method alike.
+This is the comparison a user makes for a run of fixed length (Kaddour et al., "No Train No
+Gain", NeurIPS 2023: gains measured against a constant learning rate vanish against a
+baseline whose schedule is fully decayed within the same compute budget). Every method runs
+at its defaults through the public API (a selector in a ``SelectionBatchSampler``, losses
+and logits fed back with ``observe`` after each step, or a ``CandidateFilter`` scoring
+candidate batches); random batches (``RandomSelector`` = ``DistributedSampler`` +
+``BatchSampler``) run at the same budgets in the same process, interleaved.
 
-Datasets and models (each a fixed train / validation / test split; inputs standardized with
-training statistics; the inputs are the embeddings the selectors see):
+Protocol, per task and regime:
 
-- ``digits-mlp``: scikit-learn digits (1797 x 64), MLP 64-64-10, SGD lr 0.05, momentum 0.9;
-- ``mnist1d-mlp``: mnist1d (5000 x 40, generated offline by the ``mnist1d`` package),
-  MLP 40-128-128-10, Adam lr 1e-3;
-- ``mnist1d-cnn``: the same data, a 1-D CNN (3 strided convolutions of 32 channels), Adam.
+- **budgets**: fractions (``--budgets``, default 0.3, 0.5, 0.7, 1.0) of random's full run of
+  ``task.steps`` steps, in *wall seconds*. Random's budget f is ``round(f * steps)`` steps.
+  A method's budget f is fixed in steps for reproducibility: a calibration run of each method
+  (seed 0, after an untimed warm-up) measures its set-up seconds S (selector, irreducible-loss
+  model) and seconds per step w, and its budget is ``(f * W_random - S) / w`` steps, so that
+  its wall matches random's at the same fraction. Every run's wall is measured (set-up,
+  selection, scoring forwards, data indexing and the step; the one evaluation excluded) and
+  the figures use the measured walls, re-based on random's full-budget wall;
+- **schedule**: every run's learning rate warms up linearly over its first 5 % of steps and
+  decays to zero by its last step (cosine), whatever the method;
+- **figures**, per method and budget: the final metric; its paired difference to random at
+  the same budget (mean +- standard error over seeds: seed s of every method shares the
+  regime's data and the initial weights); the wall fraction actually spent; and **wall
+  saved** = 1 minus the wall fraction of the smallest budget from which on (that budget and
+  every larger one) the method reaches random's full-budget metric within 2 standard errors
+  of the paired difference. Random's own shortened runs get the same figure: where random at
+  0.7 already reaches its full-budget metric, the full budget was too long, and a method's
+  saving beyond random's is the difference (column ``beyond random``).
+
+Tasks (inputs standardized with training statistics; the inputs are the embeddings the
+selectors see):
+
+- the fast tier (steps of 0.3-1.5 ms, as cheap as one selection): ``digits-mlp`` (scikit-learn
+  digits, MLP 64-64-10, SGD 0.05 momentum 0.9, 300 steps), ``mnist1d-mlp`` (mnist1d 4000,
+  MLP 40-128-128-10, Adam 1e-3, 2000 steps), ``mnist1d-cnn`` (1-D CNN, Adam 2e-3, 3000 steps);
+- **tasks where the step dominates** (10-30 ms a step at B=128, >= 10x one selection at
+  default threads; ``--calibrate-only`` prints the figures): ``mnist1d-resnet``, a residual
+  1-D CNN (3 blocks of 32 channels, batch norm) and ``mnist1d-transformer``, a 2-layer
+  pre-norm transformer encoder over patches of 4 (d=64, 4 heads), both on mnist1d drawn at
+  25,000 examples with the generator's seed 1 (16,000 / 4,000 / 5,000 train / val / test),
+  AdamW 2e-3, 600 steps of 128.
 
 Regimes (built from the training split afresh for every seed; evaluation labels stay clean):
+``clean``; ``noise`` (25 % of the training labels replaced by another class); ``longtail``
+(class c keeps ``10 ** (-c / (C - 1))`` of its examples, balanced accuracy); ``redundant``
+(near-duplicates, Gaussian noise of 0.05 feature standard deviations: on the fast tier half
+the set copies 10 examples; on the large tasks 40 % of the set copies 10 % of the
+originals, as scraped data does); ``outliers`` (not in the default run: 10 % of the inputs
+moved 3 standard deviations).
 
-- ``clean``;
-- ``noise``: 25 % of the training labels replaced by a different class, uniformly;
-- ``longtail``: class c keeps ``n_c * 10 ** (-c / (C - 1))`` of its examples (imbalance
-  ratio 10); the metric becomes balanced accuracy (mean per-class recall);
-- ``redundant``: the training set padded with near-duplicates (Gaussian noise of 0.05 of a
-  feature's standard deviation) of 10 examples, so that half of it is redundant;
-- ``outliers`` (not in the default run; ``--regimes outliers``): 10 % of the training
-  inputs moved far from the data (Gaussian noise of 3 feature standard deviations added),
-  labels kept: hard, outlying examples, where a selector that bunches or defers them shows.
+Outputs: tables per task and regime on stdout, ``benchmarks/out/bench_quality[_quick].json``
+(every run), ``.md`` (the overview of wall saved and every budget's figures) and one PNG per
+regime (``<stem>_<regime>.png``: metric against wall seconds, a curve per method through its
+budgets). ``--render`` merges the JSON of runs made in parallel (e.g. one task per process).
 
-Figures per dataset, regime and method (the anchor is random's mean final metric):
+Run ``python benchmarks/bench_quality.py`` (5 seeds, every task and regime: hours on 2
+cores; split tasks over processes and ``--render``) or ``--quick`` (2 seeds, digits, budgets
+0.5 and 1.0; what CI runs). ``--split val`` reports on the validation split: defaults are
+chosen there, never on the test split. ``--threads`` sets torch's threads (0: torch's
+default, as users run it).
 
-- final metric, and its difference to random: mean +- standard error over seeds of the
-  paired difference (seed s of every method shares the regime data and the initial weights);
-- steps to reach random's final metric (first evaluation at or above it), the ratio to
-  random's own steps (per seed, mean +- s.e. over the seeds where both reach it) and the
-  seeds that never reach it;
-- wall seconds to reach it (training + selection, evaluation excluded) and the ratio;
-- the share of the wall time spent selecting (drawing batches and ``observe``).
-
-Outputs: a table per dataset and regime, ``benchmarks/out/bench_quality[_quick].json`` (every
-curve and figure), ``.png`` (mean curves per regime, against steps and against wall seconds)
-and ``.md`` (one markdown table of everything, as in the README).
-
-Run ``python benchmarks/bench_quality.py`` (5 seeds, all datasets and regimes, about 10
-minutes on 2 cores) or ``--quick`` (2 seeds, digits only, shorter runs; what CI runs).
-``--split val`` reports on the validation split instead of the test split: defaults are
-chosen there, never on the test split. Torch runs with one thread (``--threads``).
-
-``--mpi N`` runs the same benchmark data-parallel, as a user of a CPU cluster runs it: this
+``--mpi N`` runs the same protocol data-parallel, as a user of a CPU cluster runs it: this
 process launches ``mpiexec -n N`` on this script itself (``--bind-to core``, Open MPI's
-default for 2 ranks, or ``--bind-to none``; see ``benchmarks/_mpilaunch.py``), and every
-rank runs the same tasks, regimes, seeds and methods in the same order (checked at the
-start). torch.distributed (gloo) is set up from MPI
-(``batchsel.integrations.init_torch_distributed_from_mpi``); every rank builds the same
-model from the seed, wraps it in ``DistributedDataParallel`` (gradients averaged in
-backward) and draws its batches from ``SelectionBatchSampler(selector, rank=r,
-world_size=N, prefetch=...)``, whose ``observe`` all-gathers every rank's feedback
-every 4 steps (the sampler's default; counted as selecting) over the communicator a DDP script's sampler
-finds (``--feedback-comm auto``: mpi4py, since MPI is up over the same ranks; ``torch``:
-torch.distributed's gloo group, as under torchrun; ``--sync-every K``: every K steps instead). Batches: each rank
-trains on the task's B per step, so a step is one optimizer step on N x B examples (the
-learning rate is the task's, unscaled) and an epoch has 1/N as many steps; the step
-budget is the task's, so runs see N times the examples of one process and their metrics
-are not those of the one-process table: compare methods within one run. Every rank
-evaluates the (identical, checked after each run) model, outside the timed wall, with a
-barrier after each evaluation; a run's wall seconds are the slowest rank's (curves:
-the maximum over ranks at each evaluation), its selecting seconds the ranks' mean; the
-JSON keeps each rank's (``rank_wall_seconds``, ``rank_select_seconds``,
-``rank_observe_seconds``: the all-gather part). Rank 0 prints and writes the outputs
-(default stem ``bench_quality[_quick]_mpiN``). Candidate filters (``*-filter``,
-``rho-*``) run too: each rank fits the same irreducible-loss model and filters its own
-candidate batches.
-
-``--warmup`` (one process or ``--mpi``) first trains every method but the filters for
-``eval_every`` untimed steps per task, so that JIT compilation (numba kernels, loaded
-from or written to their cache) and other first-use costs are not charged to seed 0.
+default for 2 ranks, or ``--bind-to none``; see ``benchmarks/_mpilaunch.py``); every rank
+runs the same tasks, regimes, seeds, budgets and methods in the same order (checked at the
+start). torch.distributed (gloo) is set up from MPI; every rank builds the same model from
+the seed, wraps it in ``DistributedDataParallel`` and draws its batches of B from
+``SelectionBatchSampler(selector, rank=r, world_size=N)``, whose ``observe`` all-gathers the
+ranks' feedback every 4 steps (the sampler's default; ``--sync-every``) over the communicator
+a DDP script's sampler finds (``--feedback-comm auto``: mpi4py under mpiexec; ``torch``:
+gloo, as under torchrun). A step is one optimizer step on N x B examples (learning rate
+unscaled), so metrics are not those of one process: compare methods within one run. Budgets
+use the slowest rank's calibration; a run's wall is the slowest rank's, its selecting seconds
+the ranks' mean (per rank in ``rank_*``); every rank evaluates the model, checked identical.
 """
 from __future__ import annotations
 
 import argparse
 import inspect
 import json
+import logging
 import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -104,7 +108,6 @@ REGIMES = ("clean", "noise", "longtail", "redundant")  # the default run, the RE
 EXTRA_REGIMES = ("outliers",)
 NOISE_RATE = 0.25
 IMBALANCE = 10.0
-DUPLICATE_SOURCES = 10
 DUPLICATE_NOISE = 0.05
 OUTLIER_RATE = 0.1
 OUTLIER_NOISE = 3.0
@@ -141,7 +144,8 @@ def _standardized(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: n
 
 
 def load_dataset(name: str) -> Dataset:
-    """``digits`` (1078 / 270 / 449 train / val / test) or ``mnist1d`` (3200 / 800 / 1000)."""
+    """``digits`` (1078 / 270 / 449 train / val / test), ``mnist1d`` (3200 / 800 / 1000) or
+    ``mnist1d-25k`` (16000 / 4000 / 5000, another generator seed)."""
     if name not in _DATA_CACHE:
         if name in ("digits", "digits-parity"):
             from sklearn.datasets import load_digits
@@ -156,14 +160,24 @@ def load_dataset(name: str) -> Dataset:
 
             d = make_dataset(get_dataset_args())  # generated offline from the package's templates, seed 42
             x_tr, y_tr, x_te, y_te = d["x"], d["y"], d["x_test"], d["y_test"]
+        elif name == "mnist1d-25k":
+            from mnist1d.data import get_dataset_args, make_dataset
+
+            spec = get_dataset_args()
+            spec.num_samples, spec.seed = 25_000, 1  # 80 % train (then 20 % of it val), 20 % test
+            d = make_dataset(spec)
+            x_tr, y_tr, x_te, y_te = d["x"], d["y"], d["x_test"], d["y_test"]
         else:
-            raise ValueError(f"unknown dataset {name!r}; choose digits, digits-parity or mnist1d")
+            raise ValueError(f"unknown dataset {name!r}; choose digits, digits-parity, mnist1d or mnist1d-25k")
         _DATA_CACHE[name] = _standardized(name, x_tr, y_tr, x_te, y_te)
     return _DATA_CACHE[name]
 
 
-def make_regime(regime: str, train: Split, num_classes: int, seed: int) -> tuple[Split, dict[str, Any]]:
-    """The training set of ``regime`` for ``seed`` and what was done to it."""
+def make_regime(regime: str, train: Split, num_classes: int, seed: int, duplicate_sources: float = 10,
+                duplicate_share: float = 0.5) -> tuple[Split, dict[str, Any]]:
+    """The training set of ``regime`` for ``seed`` and what was done to it. ``redundant``:
+    ``duplicate_share`` of the padded set are near-duplicates of ``duplicate_sources``
+    examples (a count, or a share of the training set when below 1)."""
     rng = np.random.default_rng([seed, 1234])
     x, y = train.x, train.y
     if regime == "clean":
@@ -182,9 +196,11 @@ def make_regime(regime: str, train: Split, num_classes: int, seed: int) -> tuple
         keep = np.sort(np.concatenate(keep))
         return Split(x[keep], y[keep]), {"kept": keep}
     if regime == "redundant":
-        sources = rng.choice(len(y), size=DUPLICATE_SOURCES, replace=False)
-        which = sources[rng.integers(0, DUPLICATE_SOURCES, size=len(y))]
-        dup = x[which] + DUPLICATE_NOISE * rng.standard_normal((len(y), x.shape[1])).astype(np.float32)
+        n_sources = round(duplicate_sources * len(y)) if duplicate_sources < 1 else int(duplicate_sources)
+        n_dup = round(duplicate_share / (1 - duplicate_share) * len(y))
+        sources = rng.choice(len(y), size=n_sources, replace=False)
+        which = sources[rng.integers(0, n_sources, size=n_dup)]
+        dup = x[which] + DUPLICATE_NOISE * rng.standard_normal((n_dup, x.shape[1])).astype(np.float32)
         return Split(np.concatenate([x, dup]), np.concatenate([y, y[which]])), {"sources": sources}
     if regime == "outliers":
         moved = rng.choice(len(y), size=round(OUTLIER_RATE * len(y)), replace=False)
@@ -197,15 +213,17 @@ def make_regime(regime: str, train: Split, num_classes: int, seed: int) -> tuple
 # -- models ----------------------------------------------------------------------------
 @dataclass
 class Task:
-    """A dataset with a model, an optimizer and a step budget."""
+    """A dataset with a model, an optimizer (its peak learning rate) and random's full step
+    budget; ``duplicate_*``: the redundant regime's near-duplicates (see make_regime)."""
     name: str
     dataset: str
     model: Callable[[int, int], torch.nn.Module]
     optimizer: Callable[[Any], torch.optim.Optimizer]
     steps: int
     quick_steps: int
-    eval_every: int
     batch_size: int = 32
+    duplicate_sources: float = 10
+    duplicate_share: float = 0.5
 
 
 class CNN1d(torch.nn.Module):
@@ -223,6 +241,50 @@ class CNN1d(torch.nn.Module):
         return self.head(self.features(x.unsqueeze(1)))
 
 
+class ResidualBlock1d(torch.nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv1d(channels, channels, 3, padding=1), torch.nn.BatchNorm1d(channels), torch.nn.ReLU(),
+            torch.nn.Conv1d(channels, channels, 3, padding=1), torch.nn.BatchNorm1d(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + self.body(x))
+
+
+class ResNet1d(torch.nn.Module):
+    """A residual 1-D CNN: a stem convolution, ``blocks`` residual blocks, global mean pool."""
+
+    def __init__(self, length: int, num_classes: int, channels: int = 32, blocks: int = 3) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv1d(1, channels, 5, padding=2),
+                                        torch.nn.BatchNorm1d(channels), torch.nn.ReLU())
+        self.blocks = torch.nn.Sequential(*(ResidualBlock1d(channels) for _ in range(blocks)))
+        self.head = torch.nn.Linear(channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x.unsqueeze(1))).mean(-1))
+
+
+class SequenceTransformer(torch.nn.Module):
+    """A pre-norm transformer encoder over the sequence cut into patches, mean-pooled."""
+
+    def __init__(self, length: int, num_classes: int, patch: int = 4, width: int = 64, layers: int = 2) -> None:
+        super().__init__()
+        if length % patch:
+            raise ValueError(f"sequence length {length} is not a multiple of the patch {patch}")
+        self.patch = patch
+        self.embed = torch.nn.Linear(patch, width)
+        self.position = torch.nn.Parameter(0.02 * torch.randn(1, length // patch, width))
+        layer = torch.nn.TransformerEncoderLayer(width, 4, 2 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.embed(x.reshape(x.shape[0], -1, self.patch)) + self.position
+        return self.head(self.encoder(tokens).mean(1))
+
+
 def mlp(*widths: int) -> Callable[[int, int], torch.nn.Module]:
     def build(d_in: int, num_classes: int) -> torch.nn.Module:
         layers, d = [], d_in
@@ -235,17 +297,25 @@ def mlp(*widths: int) -> Callable[[int, int], torch.nn.Module]:
 
 TASKS = {
     "digits-mlp": Task("digits-mlp", "digits", mlp(64), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-                       steps=300, quick_steps=150, eval_every=10),
+                       steps=300, quick_steps=150),
     "mnist1d-mlp": Task("mnist1d-mlp", "mnist1d", mlp(128, 128), lambda p: torch.optim.Adam(p, lr=1e-3),
-                        steps=2000, quick_steps=400, eval_every=50),
+                        steps=2000, quick_steps=400),
     "mnist1d-cnn": Task("mnist1d-cnn", "mnist1d", lambda d, c: CNN1d(d, c), lambda p: torch.optim.Adam(p, lr=2e-3),
-                        steps=3000, quick_steps=400, eval_every=50),
+                        steps=3000, quick_steps=400),
+    # the step dominates: 10-30 ms at B=128, >= 10x one selection (--calibrate-only)
+    "mnist1d-resnet": Task("mnist1d-resnet", "mnist1d-25k", lambda d, c: ResNet1d(d, c),
+                           lambda p: torch.optim.AdamW(p, lr=2e-3), steps=600, quick_steps=100, batch_size=128,
+                           duplicate_sources=0.1, duplicate_share=0.4),
+    "mnist1d-transformer": Task("mnist1d-transformer", "mnist1d-25k", lambda d, c: SequenceTransformer(d, c),
+                                lambda p: torch.optim.AdamW(p, lr=2e-3), steps=600, quick_steps=100,
+                                batch_size=128, duplicate_sources=0.1, duplicate_share=0.4),
     # a 2-class task (even / odd digits), not in the default run: checks that a rule chosen on
     # the 10-class tasks carries over to 2 classes
     "parity-mlp": Task("parity-mlp", "digits-parity", mlp(64), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-                       steps=300, quick_steps=150, eval_every=10),
+                       steps=300, quick_steps=150),
 }
-DEFAULT_TASKS = ("digits-mlp", "mnist1d-mlp", "mnist1d-cnn")
+DEFAULT_TASKS = ("digits-mlp", "mnist1d-mlp", "mnist1d-cnn", "mnist1d-resnet", "mnist1d-transformer")
+STEP_DOMINATED = ("mnist1d-resnet", "mnist1d-transformer")
 
 
 # -- methods ---------------------------------------------------------------------------
@@ -273,6 +343,7 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int) -> batc
 FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradnorm"},
            "rho-filter": {"score": "rho"}, "rho-diverse": {"score": "rho", "diversity": 1.0}}
 METHODS = ("random", "smdl", "loss-rank", "coreset", *FILTERS)
+DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "loss-filter", "gradnorm-filter", "rho-filter")
 LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
           "loss-filter": "loss filter", "gradnorm-filter": "gradnorm filter", "rho-filter": "RHO-LOSS filter",
           "rho-diverse": "RHO + diversity"}
@@ -320,6 +391,12 @@ def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
 
 
 # -- one run ---------------------------------------------------------------------------
+
+
+# -- one run ---------------------------------------------------------------------------
+WARMUP_SHARE = 0.05  # of a run's steps: linear warm-up, then cosine decay to zero at its last step
+
+
 def metric(model: torch.nn.Module, split: Split, balanced: bool) -> float:
     with torch.no_grad():
         pred = model(torch.from_numpy(split.x)).argmax(1).numpy()
@@ -328,26 +405,40 @@ def metric(model: torch.nn.Module, split: Split, balanced: bool) -> float:
     return float(np.mean([(pred[split.y == c] == c).mean() for c in np.unique(split.y)]))
 
 
+def lr_schedule(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The optimizer's learning rate warmed up linearly over the first ``WARMUP_SHARE`` of
+    ``steps`` and decayed (cosine) to zero once ``steps`` steps are taken: a run of known length."""
+    warm = max(1, round(WARMUP_SHARE * steps))
+
+    def factor(taken: int) -> float:
+        if taken < warm:
+            return (taken + 1) / warm
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (taken - warm + 1) / (steps - warm + 1))))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def train_run(task: Task, method: str, train: Split, evaluation: Split, num_classes: int, seed: int,
               steps: int, balanced: bool, comm: Any = None, sync_every: int | None = None) -> dict[str, Any]:
-    """Train ``task``'s model on ``train`` with ``method``'s batches for ``steps`` steps;
-    the curve is ``[(step, wall seconds so far, metric)]`` every ``task.eval_every`` steps.
+    """Train ``task``'s model on ``train`` with ``method``'s batches for ``steps`` steps, its
+    learning rate decayed over them, and evaluate it once at the end.
 
-    ``comm`` (``--mpi``: the communicator of an initialized torch.distributed group): this
-    rank trains a DistributedDataParallel copy of the model on its own batches of B (rank r
-    of the sampler's world), feedback is all-gathered by the sampler every ``sync_every``
-    steps (None: the sampler's default), every rank evaluates the same model outside the timed wall, and
-    the figures returned are the slowest rank's (wall seconds, curve walls: maxima over
-    ranks; selecting seconds: the mean over ranks; per rank in ``rank_*``)."""
+    The wall seconds count the set-up (selector, sampler, candidate filter with its
+    irreducible-loss model), every batch drawn, scored and fed back, and every step; not the
+    evaluation. ``comm`` (``--mpi``: the communicator of an initialized torch.distributed
+    group): this rank trains a DistributedDataParallel copy of the model on its own batches
+    of B, feedback is all-gathered by the sampler every ``sync_every`` steps (None: the
+    sampler's default), and the figures returned are the slowest rank's (wall and set-up
+    seconds: maxima over ranks; selecting seconds: the mean; per rank in ``rank_*``)."""
     torch.manual_seed(seed)  # the same initial weights for every method of a seed (and on every rank)
     model = task.model(train.x.shape[1], num_classes)
     net = model
     if comm is not None:  # gradients averaged over the ranks in backward, as a DDP user's are
         net = torch.nn.parallel.DistributedDataParallel(model)
     opt = task.optimizer(model.parameters())
+    schedule = lr_schedule(opt, steps)
     t0 = time.perf_counter()
     filt = make_filter(method, train, task.batch_size, seed, task)  # fits the IL model: part of the cost
-    setup = time.perf_counter() - t0
     fitted = filt  # keeps the IL figures when the guard drops the filter
     if filt is not None and filt.guard_ == "uniform":
         filt = None  # the IL model is near chance: random batches of B, exactly the anchor's
@@ -359,11 +450,13 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     shared = {} if sync_every is None else {"sync_every": sync_every}
     sampler = SelectionBatchSampler(selector, rank=rank, world_size=world, comm=comm, weighted=weighted,
                                     prefetch=int(options.get("prefetch", 0)), **shared)
+    setup = time.perf_counter() - t0
     if comm is not None:
         sampler.verify()  # every rank built the same selector (data, seed, settings): else it raises
         comm.barrier()  # untimed: the ranks start the loop together
     x, y = torch.from_numpy(train.x), torch.from_numpy(train.y)
-    curve, step, epoch, select, wall, observed = [], 0, 0, setup, setup, 0.0
+    step, epoch, select, observed = 0, 0, setup, 0.0
+    loop_start = time.perf_counter()
     while step < steps:
         sampler.set_epoch(epoch)
         batches = iter(sampler)
@@ -388,45 +481,75 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
             opt.zero_grad()
             loss.backward()  # under DDP: the gradient all-reduce
             opt.step()
+            schedule.step()
             t2 = time.perf_counter()
             if filt is None:
                 sampler.observe(ib, losses=losses.detach(), logits=logits.detach())  # under --mpi: all-gathered
             t3 = time.perf_counter()
             select += (t1 - t0) + (t3 - t2)
             observed += t3 - t2  # part of select: under --mpi, the feedback's all-gather
-            wall += t3 - t0
             step += 1
-            if step % task.eval_every == 0 or step == steps:
-                model.eval()
-                curve.append((step, wall, metric(model, evaluation, balanced)))
-                model.train()
-                if comm is not None:
-                    comm.barrier()  # untimed: evaluation does not leak into the next step's wall
         epoch += 1
     batches.close()  # stops a prefetch thread still selecting ahead
+    wall = setup + time.perf_counter() - loop_start
+    model.eval()
+    final = metric(model, evaluation, balanced)
     extra = {} if fitted is None else {"il_accuracy": fitted.il_accuracy_, "il_skill": fitted.il_skill_,
-                                       "guard": fitted.guard_, "il_seconds": setup}
+                                       "guard": fitted.guard_}
     if comm is not None:
         # the slower rank sets the pace: walls are maxima over ranks; the ranks must hold the same model
-        mine = np.array([wall, select, observed, *(w for _, w, _ in curve)], dtype=np.float64)
-        every = np.stack(comm.allgather(mine))
+        every = np.stack(comm.allgather(np.array([wall, select, observed, setup], dtype=np.float64)))
         params = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
         checks = comm.allgather(np.array([params.sum(dtype=np.float64), np.abs(params).sum(dtype=np.float64)]))
         if not all(np.array_equal(c, checks[0]) for c in checks):
             raise RuntimeError(f"ranks ended {task.name} / {method} / seed {seed} with different models: {checks}")
-        walls = every[:, 3:].max(0)
-        curve = [(s, float(w), m) for (s, _, m), w in zip(curve, walls)]
         extra.update(rank_wall_seconds=every[:, 0].tolist(), rank_select_seconds=every[:, 1].tolist(),
                      rank_observe_seconds=every[:, 2].tolist())
-        wall, select, observed = float(every[:, 0].max()), float(every[:, 1].mean()), float(every[:, 2].mean())
-    return {"curve": curve, "final": curve[-1][2], "wall_seconds": wall, "select_seconds": select,
-            "observe_seconds": observed, "epochs": epoch, "steps": step, **extra}
+        wall, select, observed, setup = (float(every[:, 0].max()), float(every[:, 1].mean()),
+                                         float(every[:, 2].mean()), float(every[:, 3].max()))
+    return {"final": final, "wall_seconds": wall, "setup_seconds": setup, "select_seconds": select,
+            "observe_seconds": observed, "epochs": epoch, "steps": step,
+            "last_lr": opt.param_groups[0]["lr"], **extra}
+
+
+# -- budgets ---------------------------------------------------------------------------
+def calibrate(task: Task, methods: list[str], train: Split, evaluation: Split, num_classes: int, steps: int,
+              balanced: bool, comm: Any = None, sync_every: int | None = None,
+              warm_up: bool = True) -> dict[str, dict[str, float]]:
+    """Each method's set-up seconds and seconds per step, from a run of ``steps`` steps
+    (seed 0) after an untimed warm-up of 10 steps (JIT compilation, first-use costs); under
+    ``--mpi`` the slowest rank's, so every rank derives the same budgets.
+
+    A method's step is random's training step (the same model on B examples) plus its own
+    selecting per step (drawing, scoring forwards, ``observe``): timing noise in the
+    training step, which is the same for all, then cancels out of the budgets."""
+    costs = {}
+    for m in methods:
+        if warm_up:
+            train_run(task, m, train, evaluation, num_classes, 0, min(10, steps), balanced, comm, sync_every)
+        run = train_run(task, m, train, evaluation, num_classes, 0, steps, balanced, comm, sync_every)
+        costs[m] = {"setup_seconds": run["setup_seconds"],
+                    "measured_step_seconds": (run["wall_seconds"] - run["setup_seconds"]) / run["steps"],
+                    "select_seconds_per_step": (run["select_seconds"] - run["setup_seconds"]) / run["steps"]}
+    training = costs["random"]["measured_step_seconds"] - costs["random"]["select_seconds_per_step"]
+    for c in costs.values():
+        c["step_seconds"] = training + c["select_seconds_per_step"]
+    return costs
+
+
+def budget_steps(costs: dict[str, dict[str, float]], method: str, full_steps: int, fraction: float) -> int:
+    """The steps of ``method``'s run at ``fraction`` of random's full wall: random's is
+    ``fraction * full_steps``; another method's fills the same seconds at its own cost."""
+    if method == "random":
+        return max(1, round(fraction * full_steps))
+    anchor, own = costs["random"], costs[method]
+    seconds = fraction * (anchor["setup_seconds"] + full_steps * anchor["step_seconds"])
+    return max(1, round((seconds - own["setup_seconds"]) / own["step_seconds"]))
 
 
 # -- figures ---------------------------------------------------------------------------
-def first_reaching(curve: list, target: float) -> tuple[int, float] | None:
-    """(step, wall seconds) of the first evaluation at or above ``target``."""
-    return next(((s, w) for s, w, m in curve if m >= target - 1e-12), None)
+def budget_key(fraction: float) -> str:
+    return f"{fraction:g}"
 
 
 def mean_se(values: list[float]) -> tuple[float | None, float | None]:
@@ -436,140 +559,171 @@ def mean_se(values: list[float]) -> tuple[float | None, float | None]:
     return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else 0.0
 
 
-def summarize(runs: dict[str, list[dict]], methods: list[str]) -> dict[str, Any]:
-    """Figures of one (task, regime); runs[method][i] is seed i."""
-    target = float(np.mean([r["final"] for r in runs["random"]]))
-    base_hits = [first_reaching(r["curve"], target) for r in runs["random"]]
+def summarize(runs: dict[str, dict[str, list[dict]]], methods: list[str], budgets: list[float]) -> dict[str, Any]:
+    """Figures of one (task, regime); ``runs[method][budget_key][i]`` is seed i. The target
+    is random's mean full-budget metric; wall fractions are of random's mean full-budget wall."""
+    full = runs["random"][budget_key(1.0)]
+    target = float(np.mean([r["final"] for r in full]))
+    anchor_wall = float(np.mean([r["wall_seconds"] for r in full]))
     rows = {}
     for m in methods:
-        finals = [r["final"] for r in runs[m]]
-        diffs = [a - b["final"] for a, b in zip(finals, runs["random"])]
-        hits = [first_reaching(r["curve"], target) for r in runs[m]]
-        step_ratios = [h[0] / b[0] for h, b in zip(hits, base_hits) if h and b]
-        wall_ratios = [h[1] / b[1] for h, b in zip(hits, base_hits) if h and b]
-        wall = [r["wall_seconds"] for r in runs[m]]
-        rows[m] = {
-            "final_mean": float(np.mean(finals)), "final_per_seed": finals,
-            "diff_mean": mean_se(diffs)[0], "diff_se": mean_se(diffs)[1],
-            "steps_to_target_per_seed": [h[0] if h else None for h in hits],
-            "wall_to_target_per_seed": [h[1] if h else None for h in hits],
-            "steps_to_target_mean": mean_se([h[0] for h in hits if h])[0],
-            "not_reached": sum(h is None for h in hits),
-            "steps_ratio": mean_se(step_ratios)[0], "steps_ratio_se": mean_se(step_ratios)[1],
-            "wall_to_target_ratio": mean_se(wall_ratios)[0], "wall_to_target_ratio_se": mean_se(wall_ratios)[1],
-            "wall_seconds_mean": float(np.mean(wall)),
-            "wall_ratio": float(np.mean(wall) / np.mean([r["wall_seconds"] for r in runs["random"]])),
-            "select_share": float(sum(r["select_seconds"] for r in runs[m]) / max(sum(wall), 1e-12)),
-            # the part of it in observe (under --mpi: the feedback's all-gather, waiting for the other ranks)
-            "observe_share": float(sum(r.get("observe_seconds", 0.0) for r in runs[m]) / max(sum(wall), 1e-12)),
-            "epochs": runs[m][0]["epochs"],
-        }
-    return {"target": target, "rows": rows}
+        cells = {}
+        for f in budgets:
+            mine, same = runs[m][budget_key(f)], runs["random"][budget_key(f)]
+            finals = [r["final"] for r in mine]
+            diff, diff_se = mean_se([a - b["final"] for a, b in zip(finals, same)])
+            gap, gap_se = mean_se([a - b["final"] for a, b in zip(finals, full)])
+            walls = [r["wall_seconds"] for r in mine]
+            cells[budget_key(f)] = {
+                "final_mean": float(np.mean(finals)), "final_per_seed": finals,
+                "diff_mean": diff, "diff_se": diff_se,  # against random at the same budget
+                "gap_mean": gap, "gap_se": gap_se,  # against random's full budget (the target)
+                "reached": gap + 2 * gap_se >= 0,
+                "wall_fraction": float(np.mean(walls)) / anchor_wall,
+                "wall_fraction_per_seed": [w / anchor_wall for w in walls],
+                "steps": mine[0]["steps"], "epochs": mine[0]["epochs"],
+                "select_share": float(sum(r["select_seconds"] for r in mine) / max(sum(walls), 1e-12)),
+                "better": diff > max(0.0, 2 * diff_se), "worse": diff < min(0.0, -2 * diff_se),
+            }
+        reached_at = None  # the smallest budget from which on every budget reaches the target
+        for f in sorted(budgets, reverse=True):
+            if not cells[budget_key(f)]["reached"]:
+                break
+            reached_at = f
+        saved = None if reached_at is None else 1.0 - cells[budget_key(reached_at)]["wall_fraction"]
+        rows[m] = {"budgets": cells, "reached_at": reached_at, "wall_saved": saved,
+                   "worse_at": [f for f in budgets if cells[budget_key(f)]["worse"]],
+                   "better_at": [f for f in budgets if cells[budget_key(f)]["better"]]}
+    own = rows["random"]["wall_saved"]
+    for m in methods:
+        saved = rows[m]["wall_saved"]
+        rows[m]["beyond_random"] = None if saved is None else saved - own
+    return {"target": target, "random_wall_seconds": anchor_wall, "rows": rows}
 
 
-def verdict(row: dict, seeds: int) -> str:
-    """``faster``: reaches random's metric in <= 0.7x its steps on every seed, the ratio
-    beyond seed noise (mean + 2 s.e. < 1); ``better`` / ``worse``: final metric beyond 2 s.e."""
-    tags = []
-    if row["not_reached"] == 0 and row["steps_ratio"] is not None and row["steps_ratio"] <= 0.7 \
-            and row["steps_ratio"] + 2 * row["steps_ratio_se"] < 1.0:
-        tags.append("faster")
-    if row["diff_se"] is not None and row["diff_mean"] > 2 * row["diff_se"] and row["diff_se"] > 0:
-        tags.append("better")
-    if row["diff_se"] is not None and row["diff_mean"] < -2 * row["diff_se"] and row["diff_se"] > 0:
-        tags.append("WORSE")
-    return ",".join(tags) or "-"
+def _saved_text(row: dict) -> str:
+    if row["wall_saved"] is None:
+        return "never"
+    return f"{100 * row['wall_saved']:.0f} %"
 
 
-def print_table(task: str, regime: str, summary: dict, methods: list[str], seeds: int, metric_name: str) -> None:
+def print_table(task: str, regime: str, summary: dict, methods: list[str], budgets: list[float],
+                header: str) -> None:
     rows = summary["rows"]
-    print(f"\n{task} / {regime}: {seeds} seeds, {metric_name}; target = random's final {summary['target']:.4f}")
-    head = (f"{'method':<20}{'final':>8}{'diff vs random (pt)':>22}{'steps to target':>17}{'x random':>14}"
-            f"{'missed':>8}{'wall to target':>16}{'wall x':>8}{'selecting':>11}{'verdict':>10}")
+    print(f"\n{task} / {regime}: {header}\ntarget = random's full-budget {100 * summary['target']:.2f}, "
+          f"random's full wall {summary['random_wall_seconds']:.2f} s; per budget: metric, "
+          f"difference to random at that budget (pt, +- s.e.), wall fraction spent")
+    head = f"{'method':<20}" + "".join(f"{'budget ' + budget_key(f):>30}" for f in budgets) + \
+        f"{'wall saved':>12}{'beyond random':>15}"
     print(head)
     print("-" * len(head))
     for m in methods:
-        r = rows[m]
-        fmt = lambda v, se, p=2: "-" if v is None else f"{v:.{p}f}+-{se:.{p}f}"  # noqa: E731
-        steps = "-" if r["steps_to_target_mean"] is None else f"{r['steps_to_target_mean']:.0f}"
-        print(f"{LABELS.get(m, m):<20}{100 * r['final_mean']:>8.2f}"
-              f"{fmt(None if r['diff_mean'] is None else 100 * r['diff_mean'], 100 * (r['diff_se'] or 0)):>22}"
-              f"{steps:>17}{fmt(r['steps_ratio'], r['steps_ratio_se'] or 0):>14}{r['not_reached']:>5}/{seeds:<2}"
-              f"{fmt(r['wall_to_target_ratio'], r['wall_to_target_ratio_se'] or 0):>16}{r['wall_ratio']:>8.2f}"
-              f"{100 * r['select_share']:>10.1f}%{verdict(r, seeds):>10}")
+        cells = []
+        for f in budgets:
+            c = rows[m]["budgets"][budget_key(f)]
+            diff = "" if m == "random" else f" {100 * c['diff_mean']:+.1f}+-{100 * c['diff_se']:.1f}"
+            cells.append(f"{100 * c['final_mean']:.1f}{diff} @{c['wall_fraction']:.2f}")
+        beyond = rows[m]["beyond_random"]
+        print(f"{LABELS.get(m, m):<20}" + "".join(f"{c:>30}" for c in cells) + f"{_saved_text(rows[m]):>12}"
+              f"{'-' if beyond is None else f'{100 * beyond:+.0f} pt':>15}")
 
 
-def markdown(results: dict, methods: list[str], seeds: int) -> str:
-    """One table of every task, regime and method (for the README): final metric and
-    difference to random, steps and wall seconds to random's final metric (x random)."""
-    lines = ["| task | regime | method | final % | vs random (pt) | steps to random's final (x random) "
-             "| wall to it (x random) | wall, same steps (x random) | selecting | verdict |",
+def overview(results: dict, methods: list[str]) -> str:
+    """(task, regime) x method: wall saved at random's full-budget metric (within 2 s.e.),
+    the method's beyond random's own shortened runs in brackets; W / B: worse / better than
+    random at some equal wall budget, beyond 2 s.e."""
+    others = [m for m in methods if m != "random"]
+    lines = ["| task, regime | random: full-budget metric, wall saved | " +
+             " | ".join(LABELS.get(m, m) for m in others) + " |", "| --- | --- |" + " --- |" * len(others)]
+    for task, by_regime in results.items():
+        for regime, res in by_regime.items():
+            rows = res["summary"]["rows"]
+            cells = []
+            for m in others:
+                row = rows[m]
+                text = _saved_text(row)
+                if row["beyond_random"] is not None:
+                    text += f" ({100 * row['beyond_random']:+.0f})"
+                tag = ("W" if row["worse_at"] else "") + ("B" if row["better_at"] else "")
+                cells.append(text + (f" **{tag}**" if tag else ""))
+            lines.append(f"| {task}, {regime} | {100 * res['summary']['target']:.1f} %, "
+                         f"{_saved_text(rows['random'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(results: dict, methods: list[str], budgets: list[float]) -> str:
+    """Every figure: per task, regime, method and budget, the metric, its difference to
+    random at that budget and to random's full budget, the steps and the wall fraction."""
+    lines = ["| task | regime | method | budget | steps | wall x random's full | metric % "
+             "| vs random, same budget (pt) | vs random's full budget (pt) | selecting |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for task, by_regime in results.items():
         for regime, res in by_regime.items():
             for m in methods:
-                r = res["summary"]["rows"][m]
-                missed = f", {r['not_reached']}/{seeds} missed" if r["not_reached"] else ""
-                steps = "never" if r["steps_ratio"] is None else \
-                    f"{r['steps_ratio']:.2f} ± {r['steps_ratio_se']:.2f}{missed}"
-                wall = "never" if r["wall_to_target_ratio"] is None else \
-                    f"{r['wall_to_target_ratio']:.2f} ± {r['wall_to_target_ratio_se']:.2f}"
-                diff = "" if m == "random" else f"{100 * r['diff_mean']:+.2f} ± {100 * r['diff_se']:.2f}"
-                lines.append(f"| {task} | {regime} | {LABELS.get(m, m)} | {100 * r['final_mean']:.2f} | {diff} "
-                             f"| {steps} | {wall} | {r['wall_ratio']:.2f} | {100 * r['select_share']:.0f} % "
-                             f"| {verdict(r, seeds)} |")
+                for f in budgets:
+                    c = res["summary"]["rows"][m]["budgets"][budget_key(f)]
+                    same = "" if m == "random" else f"{100 * c['diff_mean']:+.2f} ± {100 * c['diff_se']:.2f}"
+                    flag = " **W**" if c["worse"] else (" **B**" if c["better"] else "")
+                    lines.append(f"| {task} | {regime} | {LABELS.get(m, m)} | {budget_key(f)} | {c['steps']} "
+                                 f"| {c['wall_fraction']:.2f} | {100 * c['final_mean']:.2f} | {same}{flag} "
+                                 f"| {100 * c['gap_mean']:+.2f} ± {100 * c['gap_se']:.2f}"
+                                 f"{' (reached)' if c['reached'] else ''} | {100 * c['select_share']:.0f} % |")
     return "\n".join(lines) + "\n"
 
 
-def overview(results: dict, methods: list[str], seeds: int) -> str:
-    """(task, regime) x method: final difference to random in points / steps to random's
-    final metric (x random), and the verdict (F faster, B better, W worse)."""
-    others = [m for m in methods if m != "random"]
-    short = {"faster": "F", "better": "B", "WORSE": "W"}
-    lines = ["| task, regime | random | " + " | ".join(LABELS.get(m, m) for m in others) + " |",
-             "| --- | --- |" + " --- |" * len(others)]
+def costs_markdown(results: dict, methods: list[str]) -> str:
+    """Each task's calibration (clean regime, or the first one run): ms per step, of it
+    selecting, and random's step over the method's selection per step."""
+    lines = ["| task | threads | method | set-up s | ms per step (measured) | ms per step (budgets) "
+             "| selecting ms per step | random's step / selecting |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for task, by_regime in results.items():
-        for regime, res in by_regime.items():
-            cells = []
-            for m in others:
-                row = res["summary"]["rows"][m]
-                ratio = "never" if row["steps_ratio"] is None else f"{row['steps_ratio']:.2f}x"
-                tag = "".join(short[v] for v in verdict(row, seeds).split(",") if v in short)
-                cells.append(f"{100 * row['diff_mean']:+.1f} / {ratio}" + (f" **{tag}**" if tag else ""))
-            lines.append(f"| {task}, {regime} | {100 * res['summary']['target']:.1f} % | " + " | ".join(cells) + " |")
+        regime = "clean" if "clean" in by_regime else next(iter(by_regime))
+        costs, threads = by_regime[regime]["costs"], by_regime[regime].get("threads", "?")
+        step = costs["random"]["step_seconds"]
+        for m in methods:
+            c = costs[m]
+            sel = c["select_seconds_per_step"]
+            lines.append(f"| {task} | {threads} | {LABELS.get(m, m)} | {c['setup_seconds']:.2f} "
+                         f"| {1e3 * c['measured_step_seconds']:.2f} | {1e3 * c['step_seconds']:.2f} | {1e3 * sel:.3f} "
+                         f"| {'-' if m == 'random' else f'{step / max(sel, 1e-9):.0f}x'} |")
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict, methods: list[str], path: str) -> None:
+def plot(results: dict, methods: list[str], budgets: list[float], stem: str) -> list[str]:
+    """One PNG per regime, ``<stem>_<regime>.png``: a panel per task, the metric against wall
+    seconds, a curve per method through its budgets (mean over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     tasks = list(results)
-    regimes = list(next(iter(results.values())))
-    fig, axes = plt.subplots(2 * len(tasks), len(regimes), figsize=(4 * len(regimes), 3.2 * 2 * len(tasks)),
-                             squeeze=False)
-    for ti, task in enumerate(tasks):
-        for ri, regime in enumerate(regimes):
-            runs = results[task][regime]["runs"]
-            for row, xcol, xlabel in ((2 * ti, 0, "steps"), (2 * ti + 1, 1, "wall seconds")):
-                ax = axes[row][ri]
-                for m in methods:
-                    curves = np.array([[pt[xcol] for pt in r["curve"]] for r in runs[m]])
-                    vals = np.array([[pt[2] for pt in r["curve"]] for r in runs[m]])
-                    ax.plot(curves.mean(0), vals.mean(0), label=LABELS.get(m, m))
-                ax.axhline(results[task][regime]["summary"]["target"], color="grey", lw=0.6, ls=":")
-                ax.set_title(f"{task} / {regime}", fontsize=9)
-                ax.set_xlabel(xlabel, fontsize=8)
-                lo = min(results[task][regime]["summary"]["target"] - 0.15, 0.9)
-                ax.set_ylim(max(lo, 0.0), 1.0)
-                ax.tick_params(labelsize=7)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=80)
-    plt.close(fig)
+    regimes = sorted({r for by_regime in results.values() for r in by_regime})
+    paths = []
+    for regime in regimes:
+        present = [t for t in tasks if regime in results[t]]
+        fig, axes = plt.subplots(1, len(present), figsize=(4.2 * len(present), 3.4), squeeze=False)
+        for ax, task in zip(axes[0], present):
+            res = results[task][regime]
+            for m in methods:
+                runs = res["runs"][m]
+                walls = [np.mean([r["wall_seconds"] for r in runs[budget_key(f)]]) for f in budgets]
+                values = [np.mean([r["final"] for r in runs[budget_key(f)]]) for f in budgets]
+                ax.plot(walls, values, marker="o", ms=3, lw=1.2 if m != "random" else 2.2, label=LABELS.get(m, m))
+            ax.axhline(res["summary"]["target"], color="grey", lw=0.6, ls=":")
+            ax.set_title(f"{task} / {regime}", fontsize=9)
+            ax.set_xlabel("wall seconds (budget)", fontsize=8)
+            ax.set_ylabel(res["metric"], fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[0][0].legend(fontsize=6)
+        fig.tight_layout()
+        path = f"{stem}_{regime}.png"
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=80)
+        plt.close(fig)
+        paths.append(path)
+    return paths
 
 
 # -- main ------------------------------------------------------------------------------
@@ -583,26 +737,37 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def write_outputs(stem: str, payload: dict, methods: list[str], seeds: int) -> None:
+def write_outputs(stem: str, payload: dict, methods: list[str], budgets: list[float]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
     with atomic_write(stem + ".json", "w") as f:
         json.dump(_jsonable(payload), f)
-    plot(payload["results"], methods, stem + ".png")
+    pngs = plot(payload["results"], methods, budgets, stem)
     with atomic_write(stem + ".md", "w") as f:
-        f.write(overview(payload["results"], methods, seeds) + "\n" + markdown(payload["results"], methods, seeds))
-    print(f"wrote {stem}.json, {stem}.png and {stem}.md")
+        f.write(overview(payload["results"], methods) + "\n" + costs_markdown(payload["results"], methods) + "\n"
+                + markdown(payload["results"], methods, budgets))
+    print(f"wrote {stem}.json, {stem}.md and {', '.join(os.path.basename(p) for p in pngs)}")
+
+
+def parse_budgets(text: str) -> list[float]:
+    try:
+        budgets = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise ValueError(f"--budgets must be comma-separated fractions, got {text!r}") from None
+    if not budgets or budgets[-1] != 1.0 or budgets[0] <= 0:
+        raise ValueError(f"--budgets must be fractions in (0, 1] that include 1 (random's full run), got {text!r}")
+    return budgets
 
 
 def render(paths: list[str], stem: str) -> dict:
-    """Merge the results of several runs with the same methods and seeds."""
+    """Merge the results of several runs with the same methods, seeds and budgets."""
     results, args, total = {}, None, 0.0
     for path in paths:
         with open(path) as f:
             payload = json.load(f)
-        if args is not None and (payload["args"]["methods"], payload["args"]["seeds"]) != \
-                (args["methods"], args["seeds"]):
-            raise ValueError(f"{path} ran methods={payload['args']['methods']!r}, seeds={payload['args']['seeds']}; "
-                             f"{paths[0]} ran methods={args['methods']!r}, seeds={args['seeds']}")
+        keys = ("methods", "seeds", "budgets", "split")
+        if args is not None and any(payload["args"][k] != args[k] for k in keys):
+            raise ValueError(f"{path} ran {({k: payload['args'][k] for k in keys})}; {paths[0]} ran "
+                             f"{({k: args[k] for k in keys})}")
         args = args or payload["args"]
         for task, by_regime in payload["results"].items():
             results.setdefault(task, {}).update(by_regime)
@@ -612,7 +777,7 @@ def render(paths: list[str], stem: str) -> dict:
         VARIANTS[name], LABELS[name] = (method, options), name
     methods = [m.strip() for m in args["methods"].split(",") if m.strip()]
     write_outputs(stem, {"args": args, "results": results, "total_seconds": total, "merged_from": paths},
-                  methods, args["seeds"])
+                  methods, parse_budgets(args["budgets"]))
     return results
 
 
@@ -620,22 +785,28 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"comma-separated, from {list(TASKS)}")
     parser.add_argument("--regimes", default=",".join(REGIMES))
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                        help=f"comma-separated, from {list(METHODS)} (every method at its defaults; "
+                             "rho-diverse is RHO-LOSS with diversity 1)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=METHOD:k=v;k=v",
                         help="a method with other settings, run as NAME (add NAME to --methods)")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--budgets", default="0.3,0.5,0.7,1.0",
+                        help="wall budgets as fractions of random's full run (must include 1)")
     parser.add_argument("--split", choices=("test", "val"), default="test",
                         help="evaluate on the test split (report) or the validation split (choose defaults)")
-    parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every task's step budget")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument("--quick", action="store_true", help="2 seeds, digits only, short runs (CI)")
+    parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every task's full step budget")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--quick", action="store_true", help="2 seeds, digits only, budgets 0.5 and 1 (CI)")
+    parser.add_argument("--calibrate-only", action="store_true",
+                        help="measure every method's cost per step (clean regime) and write the cost table only")
     parser.add_argument("--out", default=None, help="output stem (default benchmarks/out/bench_quality[_quick])")
     parser.add_argument("--render", nargs="+", metavar="JSON", default=None,
                         help="train nothing: merge these outputs (e.g. tasks run in parallel) into --out's "
-                             ".json / .png / .md")
+                             ".json / .md / .png")
     parser.add_argument("--mpi", type=int, default=0, metavar="N",
                         help="run every method data-parallel on N ranks under mpiexec (launched from here; DDP "
-                             "over gloo, per-rank batch B, feedback all-gathered every step); default output stem "
+                             "over gloo, per-rank batch B); default output stem "
                              "benchmarks/out/bench_quality[_quick]_mpiN")
     parser.add_argument("--feedback-comm", choices=("auto", "torch", "mpi"), default="auto",
                         help="with --mpi: the communicator the samplers all-gather feedback over: auto (what a "
@@ -644,12 +815,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sync-every", type=int, default=None,
                         help="with --mpi: the samplers' sync_every (feedback all-gathered every K steps; "
                              "default: the sampler's, 4)")
-    parser.add_argument("--warmup", action="store_true",
-                        help="first, per task, an untimed run of eval_every steps of every method but the "
-                             "filters (JIT compilation and first-use costs are not charged to seed 0)")
     parser.add_argument("--bind-to", default="core",
-                        help="with --mpi: mpiexec's --bind-to (core, Open MPI's default for 2 ranks: a rank's "
-                             "prefetch thread shares its core; none: the OS places it)")
+                        help="with --mpi: mpiexec's --bind-to (core, Open MPI's default for 2 ranks; none: the "
+                             "OS places the ranks)")
     # a rank under mpiexec; its value is the parent's --bind-to (recorded in the outputs): Open MPI's
     # launcher scans the whole command line and refuses a second --bind-to, even the script's
     parser.add_argument("--mpi-worker", default=None, metavar="BIND", help=argparse.SUPPRESS)
@@ -660,6 +828,12 @@ def main(argv: list[str] | None = None) -> dict:
         args.seeds = min(args.seeds, 2)
         if args.tasks == ",".join(DEFAULT_TASKS):
             args.tasks = "digits-mlp"
+        if args.budgets == parser.get_default("budgets"):
+            args.budgets = "0.5,1.0"
+    try:
+        budgets = parse_budgets(args.budgets)
+    except ValueError as exc:
+        parser.error(str(exc))
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -679,11 +853,16 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--methods must include the anchor 'random', got {methods!r}")
     if args.seeds < 2:
         parser.error(f"--seeds must be >= 2 (standard errors), got {args.seeds}")
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
     if args.mpi < 0 or args.mpi == 1:
         parser.error(f"--mpi must be >= 2 ranks (leave it out for one process), got {args.mpi}")
     if args.sync_every is not None and args.sync_every < 1:
         parser.error(f"--sync-every must be >= 1, got {args.sync_every}")
+    if args.calibrate_only:
+        regimes = regimes[:1] if "clean" not in regimes else ["clean"]
     stem = args.out or str(ROOT / "benchmarks" / "out" / f"bench_quality{'_quick' if args.quick else ''}"
+                                                         f"{'_costs' if args.calibrate_only else ''}"
                                                          f"{f'_mpi{args.mpi}' if args.mpi else ''}")
     if args.mpi and not args.mpi_worker:
         return launch_ranks(args, stem)
@@ -694,7 +873,11 @@ def main(argv: list[str] | None = None) -> dict:
         args.bind_to = args.mpi_worker
         comm = join_ranks(args)
     lead = comm is None or comm.rank == 0  # prints and writes the outputs
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    # the RHO-LOSS guard warns on every run where it draws uniformly; each run records it ("guard")
+    logging.getLogger("batchsel.filters").setLevel(logging.ERROR)
+    threads = torch.get_num_threads()
 
     start = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
@@ -702,38 +885,54 @@ def main(argv: list[str] | None = None) -> dict:
         task = TASKS[task_name]
         data = load_dataset(task.dataset)
         evaluation = data.test if args.split == "test" else data.val
-        steps = max(task.eval_every, round((task.quick_steps if args.quick else task.steps) * args.steps_scale))
+        full_steps = max(10, round((task.quick_steps if args.quick else task.steps) * args.steps_scale))
         results[task_name] = {}
-        if args.warmup:  # untimed: compiles the kernels and touches every code path once
-            for m in methods:
-                if VARIANTS.get(m, (m, {}))[0] not in FILTERS:
-                    train_run(task, m, data.train, evaluation, data.num_classes, 0, task.eval_every, False, comm,
-                              args.sync_every)
-        for regime in regimes:
+        for ri, regime in enumerate(regimes):
             balanced = regime == "longtail"
-            runs: dict[str, list[dict]] = {m: [] for m in methods}
+            regime_of = lambda seed: make_regime(regime, data.train, data.num_classes, seed,  # noqa: E731
+                                                 task.duplicate_sources, task.duplicate_share)[0]
+            calibration = regime_of(0)
+            costs = calibrate(task, methods, calibration, evaluation, data.num_classes,
+                              max(50, round(0.15 * full_steps)), balanced, comm, args.sync_every, warm_up=ri == 0)
+            plan = {m: {budget_key(f): budget_steps(costs, m, full_steps, f) for f in budgets} for m in methods}
+            entry = {"costs": costs, "threads": threads, "steps": plan, "full_steps": full_steps,
+                     "train_size": len(calibration.y), "metric": "balanced accuracy" if balanced else "accuracy"}
+            results[task_name][regime] = entry
+            if args.calibrate_only:
+                continue
+            runs: dict[str, dict[str, list[dict]]] = {m: {budget_key(f): [] for f in budgets} for m in methods}
             for seed in range(args.seeds):
-                train, _ = make_regime(regime, data.train, data.num_classes, seed)
-                for m in methods:  # interleaved: load drift hits every method alike
-                    runs[m].append(train_run(task, m, train, evaluation, data.num_classes, seed, steps, balanced,
-                                             comm, args.sync_every))
-            summary = summarize(runs, methods)
-            results[task_name][regime] = {"summary": summary, "runs": runs, "steps": steps,
-                                          "train_size": len(train.y), "metric": "balanced accuracy" if balanced
-                                          else "accuracy"}
+                train = regime_of(seed)
+                for f in budgets:
+                    for m in methods:  # interleaved: load drift hits every method alike
+                        runs[m][budget_key(f)].append(
+                            train_run(task, m, train, evaluation, data.num_classes, seed, plan[m][budget_key(f)],
+                                      balanced, comm, args.sync_every))
+            entry.update(summary=summarize(runs, methods, budgets), runs=runs)
             if lead:
-                world = "" if comm is None else (f", {comm.size} ranks x B={TASKS[task_name].batch_size}, feedback over "
-                                                 f"{type(comm).__name__} ({args.feedback_comm}) every {args.sync_every or SYNC_EVERY} step(s)")
-                print_table(task_name, regime, summary, methods, args.seeds,
-                            f"{'balanced accuracy' if balanced else 'accuracy'} on {args.split} after {steps} steps, "
-                            f"{len(train.y)} training examples{world}; load average {os.getloadavg()[0]:.2f}")
+                world = "" if comm is None else (f", {comm.size} ranks x B={task.batch_size}, feedback over "
+                                                 f"{type(comm).__name__} ({args.feedback_comm}) every "
+                                                 f"{args.sync_every or SYNC_EVERY} step(s)")
+                print_table(task_name, regime, entry["summary"], methods, budgets,
+                            f"{args.seeds} seeds, {entry['metric']} on {args.split}, random's full budget "
+                            f"{full_steps} steps, {len(calibration.y)} training examples, {threads} torch "
+                            f"thread(s){world}; load average {os.getloadavg()[0]:.2f}")
                 sys.stdout.flush()
     total = time.perf_counter() - start
     if lead:
         print(f"\ntotal {total:.0f} s")
         payload = {"args": vars(args), "results": results, "total_seconds": total,
                    "world_size": 1 if comm is None else comm.size}
-        write_outputs(stem, payload, methods, args.seeds)
+        if args.calibrate_only:
+            os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
+            table = costs_markdown(results, methods)
+            print(table)
+            with atomic_write(stem + ".md", "w") as f:
+                f.write(table)
+            with atomic_write(stem + ".json", "w") as f:
+                json.dump(_jsonable(payload), f)
+        else:
+            write_outputs(stem, payload, methods, budgets)
     if comm is not None:
         comm.barrier()  # no rank leaves (and tears the process group down) before the outputs are written
     return results
@@ -746,11 +945,11 @@ def launch_ranks(args: argparse.Namespace, stem: str) -> dict:
     from _mpilaunch import mpiexec_command, run_mpiexec
 
     forwarded = ["--tasks", args.tasks, "--regimes", args.regimes, "--methods", args.methods,
-                 "--seeds", args.seeds, "--split", args.split, "--steps-scale", repr(args.steps_scale),
-                 "--threads", args.threads, "--out", stem, "--mpi", args.mpi, "--mpi-worker", args.bind_to,
-                 "--feedback-comm", args.feedback_comm,
+                 "--seeds", args.seeds, "--budgets", args.budgets, "--split", args.split,
+                 "--steps-scale", repr(args.steps_scale), "--threads", args.threads, "--out", stem,
+                 "--mpi", args.mpi, "--mpi-worker", args.bind_to, "--feedback-comm", args.feedback_comm,
                  *(["--sync-every", args.sync_every] if args.sync_every is not None else []),
-                 *(["--quick"] if args.quick else []), *(["--warmup"] if args.warmup else [])]
+                 *(["--quick"] if args.quick else []), *(["--calibrate-only"] if args.calibrate_only else [])]
     for text in args.variant:
         forwarded += ["--variant", text]
     cmd = mpiexec_command(args.mpi, args.bind_to, Path(__file__).resolve(), forwarded)

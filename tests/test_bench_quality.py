@@ -1,5 +1,6 @@
-"""The regime benchmark: its regimes are what they claim, and its --quick mode (what CI runs)
-produces every figure, the JSON and the PNG."""
+"""The budgeted regime benchmark: its regimes are what they claim, every run's learning rate
+decays over its own budget, wall saved is computed as stated, and its --quick mode (what CI
+runs) produces every figure, the JSON and the PNGs."""
 import importlib.util
 import json
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +68,76 @@ def test_redundant_half_is_near_duplicates_of_ten_examples(bench):
     np.testing.assert_array_equal(red.y[n:], data.train.y[info["sources"]][nearest])
 
 
-def test_quick_mode_reports_every_method_and_regime(tmp_path):
+def test_redundant_large_tasks_copy_a_tenth_of_the_originals(bench):
+    """The step-dominated tasks' redundancy: 40 % of the padded set are near-duplicates of
+    10 % of the originals (many sources, as scraped data has), not copies of 10."""
+    data = bench.load_dataset("digits")
+    n = len(data.train.y)
+    red, info = bench.make_regime("redundant", data.train, 10, seed=1, duplicate_sources=0.1, duplicate_share=0.4)
+    assert len(red.y) - n == round(0.4 / 0.6 * n)
+    assert len(info["sources"]) == round(0.1 * n)
+    extra = red.x[n:]
+    sources = data.train.x[info["sources"]]
+    nearest = ((extra[:, None, :] - sources[None]) ** 2).sum(-1).argmin(1)
+    assert np.sqrt(((extra - sources[nearest]) ** 2).mean(1)).max() < 0.1
+    assert len(np.unique(nearest)) > 0.9 * len(sources)  # nearly every source is copied
+
+
+def test_learning_rate_warms_up_and_ends_at_zero_on_every_budget(bench):
+    for steps in (1, 7, 150):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.4)
+        schedule = bench.lr_schedule(opt, steps)
+        seen = []
+        for _ in range(steps):
+            seen.append(opt.param_groups[0]["lr"])
+            opt.step()
+            schedule.step()
+        assert max(seen) == pytest.approx(0.4) and min(seen) > 0  # every step trains
+        assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # decayed over its own budget
+        peak = int(np.argmax(seen))
+        assert all(a <= b for a, b in zip(seen[:peak], seen[1:peak + 1]))  # warm-up rises
+        assert all(a >= b for a, b in zip(seen[peak:], seen[peak + 1:]))  # then decays
+
+
+def test_budget_steps_fill_random_wall_at_each_method_cost(bench):
+    costs = {"random": {"setup_seconds": 0.0, "step_seconds": 0.010},
+             "slow": {"setup_seconds": 1.0, "step_seconds": 0.020}}
+    assert bench.budget_steps(costs, "random", 600, 0.5) == 300
+    # random's full wall 6 s; half of it is 3 s, of which the set-up takes 1 s: 100 steps of 20 ms
+    assert bench.budget_steps(costs, "slow", 600, 0.5) == 100
+    assert bench.budget_steps(costs, "slow", 600, 0.1) == 1  # a set-up past the budget still trains a step
+
+
+def _run(final, wall):
+    return {"final": final, "wall_seconds": wall, "select_seconds": 0.0, "steps": 10, "epochs": 1}
+
+
+def test_wall_saved_is_the_smallest_budget_from_which_the_target_is_reached(bench):
+    budgets = [0.3, 0.5, 0.7, 1.0]
+    noise = [0.0, 0.002, -0.002]  # per seed, so that standard errors are not zero
+    random = {"0.3": [0.80 + e for e in noise], "0.5": [0.85 + e for e in noise],
+              "0.7": [0.895 + e for e in noise], "1": [0.90 + e for e in noise]}
+    fast = {"0.3": [0.86 + e for e in noise], "0.5": [0.905 + e for e in noise],
+            "0.7": [0.91 + e for e in noise], "1": [0.91 + e for e in noise]}
+    flaky = {"0.3": [0.92 + e for e in noise], "0.5": [0.85 + e for e in noise],  # reaches at 0.3 by chance only
+             "0.7": [0.90 + e for e in noise], "1": [0.90 + e for e in noise]}
+    runs = {m: {k: [_run(v, float(k) * 10) for v in vals] for k, vals in table.items()}
+            for m, table in (("random", random), ("fast", fast), ("flaky", flaky))}
+    summary = bench.summarize(runs, ["random", "fast", "flaky"], budgets)
+    assert summary["target"] == pytest.approx(0.90)
+    rows = summary["rows"]
+    assert rows["random"]["reached_at"] == 1.0 and rows["random"]["wall_saved"] == pytest.approx(0.0)
+    assert rows["fast"]["reached_at"] == 0.5 and rows["fast"]["wall_saved"] == pytest.approx(0.5)
+    assert rows["fast"]["beyond_random"] == pytest.approx(0.5)
+    assert rows["flaky"]["reached_at"] == 0.7  # 0.5 misses, so 0.3's hit does not count
+    assert rows["fast"]["better_at"] == [0.3, 0.5, 0.7, 1.0] and not rows["fast"]["worse_at"]
+    assert rows["flaky"]["budgets"]["0.3"]["diff_mean"] == pytest.approx(0.12)
+    # a method that never reaches the target saves nothing
+    runs["never"] = {k: [_run(0.5 + e, float(k) * 10) for e in noise] for k in random}
+    assert bench.summarize(runs, ["random", "never"], budgets)["rows"]["never"]["wall_saved"] is None
+
+
+def test_quick_mode_reports_every_method_regime_and_budget(tmp_path):
     stem = tmp_path / "q"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_quality.py"), "--quick",
                            "--methods", "random,loss-rank", "--regimes", "clean,noise", "--out", str(stem)],
@@ -74,19 +145,29 @@ def test_quick_mode_reports_every_method_and_regime(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(Path(str(stem) + ".json").read_text())["results"]["digits-mlp"]
     for regime in ("clean", "noise"):
-        summary = result[regime]["summary"]
+        summary, runs, steps = result[regime]["summary"], result[regime]["runs"], result[regime]["steps"]
         rows = summary["rows"]
-        assert set(rows) == {"random", "loss-rank"}
-        # the anchor is random's mean final metric, and differences are paired per seed
-        assert summary["target"] == pytest.approx(np.mean(rows["random"]["final_per_seed"]))
-        paired = np.subtract(rows["loss-rank"]["final_per_seed"], rows["random"]["final_per_seed"])
-        assert rows["loss-rank"]["diff_mean"] == pytest.approx(paired.mean())
+        assert set(rows) == {"random", "loss-rank"} and set(rows["random"]["budgets"]) == {"0.5", "1"}
+        # random's budgets are its full run's fractions in steps; every run decayed its rate to zero
+        assert steps["random"] == {"0.5": 75, "1": 150}
+        assert [r["steps"] for r in runs["random"]["1"]] == [150, 150]
+        assert all(r["last_lr"] == 0 for m in runs.values() for b in m.values() for r in b)
+        # the target is random's full-budget mean; differences are paired per seed at equal budget
+        assert summary["target"] == pytest.approx(np.mean([r["final"] for r in runs["random"]["1"]]))
+        cell = rows["loss-rank"]["budgets"]["0.5"]
+        paired = np.subtract([r["final"] for r in runs["loss-rank"]["0.5"]], [r["final"] for r in runs["random"]["0.5"]])
+        assert cell["diff_mean"] == pytest.approx(paired.mean())
+        # wall fractions are measured, re-based on random's full-budget wall
+        anchor = np.mean([r["wall_seconds"] for r in runs["random"]["1"]])
+        assert cell["wall_fraction"] == pytest.approx(np.mean([r["wall_seconds"] for r in runs["loss-rank"]["0.5"]]) / anchor)
         for row in rows.values():
-            assert len(row["final_per_seed"]) == 2 and 0.1 < row["final_mean"] <= 1.0
+            assert all(len(c["final_per_seed"]) == 2 and 0.1 < c["final_mean"] <= 1.0 for c in row["budgets"].values())
     # label noise costs a model accuracy on the clean test labels, whatever the batches
     assert result["noise"]["summary"]["target"] < result["clean"]["summary"]["target"]
-    assert Path(str(stem) + ".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "digits-mlp / noise" in proc.stdout and "verdict" in proc.stdout
+    for regime in ("clean", "noise"):
+        assert Path(f"{stem}_{regime}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "digits-mlp / noise" in proc.stdout and "wall saved" in proc.stdout
+    assert "wall saved" in Path(str(stem) + ".md").read_text()
 
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -113,12 +194,13 @@ def test_mpi_mode_runs_two_ranks_end_to_end(tmp_path):
     assert payload["world_size"] == 2 and payload["args"]["bind_to"] == "core"
     runs = payload["results"]["digits-mlp"]["clean"]["runs"]
     assert set(runs) == {"random", "loss-rank", "lr-pf"}
-    for method_runs in runs.values():
-        assert len(method_runs) == 2
-        for run in method_runs:
+    assert [r["steps"] for r in runs["random"]["1"]] == [30, 30]  # 150 quick steps x 0.2
+    for by_budget in runs.values():
+        assert set(by_budget) == {"0.5", "1"}
+        for run in (r for rs in by_budget.values() for r in rs):
             assert len(run["rank_wall_seconds"]) == 2 and run["wall_seconds"] == max(run["rank_wall_seconds"])
-            assert run["steps"] == 30 and [pt[0] for pt in run["curve"]] == [10, 20, 30]
-            assert 0.1 < run["final"] <= 1.0
+            assert 0.1 < run["final"] <= 1.0 and run["last_lr"] == 0
     # random batches use no feedback: nothing is all-gathered; loss-rank's feedback is
-    assert sum(r["observe_seconds"] for r in runs["random"]) < sum(r["observe_seconds"] for r in runs["loss-rank"])
+    assert sum(r["observe_seconds"] for r in runs["random"]["1"]) < \
+        sum(r["observe_seconds"] for r in runs["loss-rank"]["1"])
     assert Path(str(stem) + ".md").exists()
