@@ -15,8 +15,8 @@ from .streaming import ReferenceFacilityLocation, SieveStreaming
 from .filters import CandidateFilter, gradnorm_scores, loss_scores
 from .irreducible import IrreducibleLoss
 from .plan import EpochPlan, load_plans, save_plans
-from .selectors import (CoresetSelector, GraphBlockSelector, LossRankSelector, RandomSelector, Selector,
-                        SubmodularSelector, submodular_partition)
+from .selectors import (CoresetSelector, GraphBlockSelector, InfoBatchSelector, LossRankSelector, RandomSelector,
+                        Selector, SubmodularSelector, submodular_partition)
 
 __version__ = "0.1.0"
 
@@ -38,7 +38,7 @@ __all__ = [
     "SieveStreaming", "ReferenceFacilityLocation",
     "EpochPlan", "save_plans", "load_plans",
     "Selector", "RandomSelector", "SubmodularSelector", "LossRankSelector", "GraphBlockSelector",
-    "CoresetSelector", "submodular_partition",
+    "CoresetSelector", "InfoBatchSelector", "submodular_partition",
     "CandidateFilter", "IrreducibleLoss", "loss_scores", "gradnorm_scores",
     "GraphRegularizedLoss",
     "SelectionBatchSampler",

@@ -319,9 +319,11 @@ STEP_DOMINATED = ("mnist1d-resnet", "mnist1d-transformer")
 
 
 # -- methods ---------------------------------------------------------------------------
-def make_selector(method: str, train: Split, batch_size: int, seed: int) -> batchsel.Selector:
+def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: int = 1,
+                  world_size: int = 1) -> batchsel.Selector:
     """Every method at its defaults (a ``--variant`` adds keyword arguments); the
-    embeddings are the inputs."""
+    embeddings are the inputs. InfoBatch is built for the fewest epochs that hold
+    ``steps`` batches per rank (the run stops after ``steps``, in its last, unpruned epoch)."""
     base, options = VARIANTS.get(method, (method, {}))
     options = {k: v for k, v in options.items() if k != "prefetch"}  # the sampler's, not the selector's
     n = len(train.y)
@@ -335,6 +337,13 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int) -> batc
         return batchsel.LossRankSelector(n, batch_size, seed=seed, **options)
     if base == "coreset":
         return batchsel.CoresetSelector(train.x, train.y, batch_size, **{"fraction": 0.5, **options}, seed=seed)
+    if base == "infobatch":
+        epochs = 1
+        while True:
+            selector = batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **options)
+            if selector.total_batches(world_size) >= steps:
+                return selector
+            epochs += 1
     raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
 
 
@@ -342,9 +351,13 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int) -> batc
 # a no-grad forward scores them, the step trains on the B kept (its cost counts as selecting).
 FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradnorm"},
            "rho-filter": {"score": "rho"}, "rho-diverse": {"score": "rho", "diversity": 1.0}}
-METHODS = ("random", "smdl", "loss-rank", "coreset", *FILTERS)
-DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "loss-filter", "gradnorm-filter", "rho-filter")
+METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", *FILTERS)
+DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "loss-filter", "gradnorm-filter",
+                   "rho-filter")
+# the batches carry weights: (index, weight) pairs from SelectionBatchSampler(weighted=True)
+WEIGHTED = ("coreset", "infobatch")
 LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
+          "infobatch": "InfoBatch pruning",
           "loss-filter": "loss filter", "gradnorm-filter": "gradnorm filter", "rho-filter": "RHO-LOSS filter",
           "rho-diverse": "RHO + diversity"}
 
@@ -442,11 +455,11 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     fitted = filt  # keeps the IL figures when the guard drops the filter
     if filt is not None and filt.guard_ == "uniform":
         filt = None  # the IL model is near chance: random batches of B, exactly the anchor's
-    selector = make_selector(method, train, filt.candidate_size if filt else task.batch_size, seed)
-    base, options = VARIANTS.get(method, (method, {}))
-    weighted = base == "coreset"
-    # prefetch=N (a variant option): selection runs N batches ahead in the sampler's thread
     rank, world = (0, 1) if comm is None else (comm.rank, comm.size)
+    selector = make_selector(method, train, filt.candidate_size if filt else task.batch_size, seed, steps, world)
+    base, options = VARIANTS.get(method, (method, {}))
+    weighted = base in WEIGHTED
+    # prefetch=N (a variant option): selection runs N batches ahead in the sampler's thread
     shared = {} if sync_every is None else {"sync_every": sync_every}
     sampler = SelectionBatchSampler(selector, rank=rank, world_size=world, comm=comm, weighted=weighted,
                                     prefetch=int(options.get("prefetch", 0)), **shared)
@@ -477,7 +490,12 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
             t1 = time.perf_counter()
             logits = net(x[ib])
             losses = F.cross_entropy(logits, y[ib], reduction="none")
-            loss = (losses * wb).sum() / wb.sum() if wb is not None else losses.mean()
+            if wb is None:
+                loss = losses.mean()
+            elif base == "coreset":  # CRAIG: the weighted mean estimates the full-data loss
+                loss = (losses * wb).sum() / wb.sum()
+            else:  # InfoBatch: up-weighted kept examples, so the expected gradient is the full epoch's
+                loss = (losses * wb).mean()
             opt.zero_grad()
             loss.backward()  # under DDP: the gradient all-reduce
             opt.step()

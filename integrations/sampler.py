@@ -323,12 +323,37 @@ class SelectionBatchSampler:
         self.epoch = check_int(epoch, "epoch", minimum=0)
 
     def __len__(self) -> int:
+        """This rank's batches in the epoch set by :meth:`set_epoch`."""
+        return self._num_batches_of(self.epoch)
+
+    def _num_batches_of(self, epoch: int) -> int:
+        if self.selector.epoch_lengths_vary:  # known before the epoch starts (dynamic pruning)
+            return self.selector.num_batches(self.world_size, epoch=epoch)
         if self._len is None:  # the same every epoch (the selector contract); may cost a plan
             total = self.selector.num_batches(self.world_size)
             if self.drop_last and total and self._last_batch_short():
                 total -= 1
             self._len = total
         return self._len
+
+    def total_batches(self, epochs: int) -> int:
+        """This rank's batches over epochs ``0 .. epochs - 1``: the optimizer steps of the
+        run, to size a learning-rate schedule with (``OneCycleLR(total_steps=...)``).
+        Exact, also where epochs differ in length (:class:`~batchsel.InfoBatchSelector`;
+        ``epochs`` must then be the run the selector was built for, else ``ValueError``).
+
+        >>> from batchsel import RandomSelector
+        >>> SelectionBatchSampler(RandomSelector(10, 4), rank=0, world_size=1).total_batches(epochs=5)
+        15
+        """
+        epochs = check_int(epochs, "epochs", minimum=1)
+        if not self.selector.epoch_lengths_vary:
+            return epochs * len(self)
+        run = self.selector.epochs
+        if epochs != run:
+            raise ValueError(f"epochs={epochs} disagrees with the run of epochs={run} that "
+                             f"{type(self.selector).__name__} was built for (its schedule depends on it)")
+        return sum(self._num_batches_of(e) for e in range(epochs))
 
     def _last_batch_short(self) -> bool:
         # RandomSelector / CoresetSelector: every rank's shard has the same length and is
@@ -483,13 +508,15 @@ class SelectionBatchSampler:
         # object). States written before these were recorded skip them.
         for key, mine in (("rank", self.rank), ("world_size", self.world_size), ("seed", self.selector.seed),
                           ("method", type(self.selector).__name__), ("num_examples", self.selector.num_examples),
-                          ("batch_size", self.selector.batch_size), ("num_batches", len(self))):
+                          ("batch_size", self.selector.batch_size),
+                          ("num_batches", self._num_batches_of(int(state["epoch"])))):
             if key in state and state[key] != mine:
                 raise ValueError(f"the state was saved with {key}={state[key]!r}, this sampler has {mine!r}; "
                                  f"resume with the data and selector settings of the saved run")
         position = check_int(state["position"], "position", minimum=0)
-        if position > len(self):
-            raise ValueError(f"the state's position {position} is past the epoch's {len(self)} batches")
+        if position > self._num_batches_of(int(state["epoch"])):
+            raise ValueError(f"the state's position {position} is past the epoch's "
+                             f"{self._num_batches_of(int(state['epoch']))} batches")
         self._background.stop(flush=False)  # an iteration with prefetch still running: its thread stops first
         self.selector.load_state_dict(state["selector"])
         self._buffer = [dict(o) for o in state["observations"]]

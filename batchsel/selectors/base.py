@@ -164,6 +164,10 @@ class Selector:
     #: subclass that overrides ``iter_batches`` without declaring it gets True when its
     #: ``iter_batches`` takes ``start``.
     supports_start: bool = True
+    #: True when the number of batches differs between epochs (dynamic pruning): then
+    #: ``num_batches(world_size, epoch)`` gives each epoch's, known before the epoch starts,
+    #: and the selector's ``epochs`` is the run it was built for
+    epoch_lengths_vary: bool = False
     #: :meth:`get_params` entries that do not change the batches (where a cache lives),
     #: left out of :meth:`fingerprint` so that ranks may differ in them
     _unplanned_params: tuple[str, ...] = ()
