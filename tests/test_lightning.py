@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 pytest.importorskip("lightning")
@@ -126,3 +127,49 @@ def test_example_runs(tmp_path):
     accuracy = run_example(HERE.parent / "examples" / "train_lightning.py", "--epochs", "1", "--batch-size", "128",
                            cwd=tmp_path)
     assert accuracy > 0.3  # 15 steps; chance is 0.1
+
+
+class TinyPruned(J.Tiny):
+    """InfoBatch batches (weighted, epochs of different lengths) with a OneCycleLR sized
+    from ``sampler.total_batches``, stepped every optimizer step."""
+
+    EPOCHS = 4
+
+    def __init__(self):
+        super().__init__("random")
+        from batchsel import InfoBatchSelector
+
+        self.sampler = SelectionBatchSampler(InfoBatchSelector(J.N, J.BATCH, epochs=self.EPOCHS, seed=3),
+                                             weighted=True)
+        self.lrs: list[float] = []
+
+    def train_dataloader(self):
+        from batchsel.integrations import WeightedDataset
+
+        return DataLoader(WeightedDataset(J.data()), batch_sampler=self.sampler)
+
+    def training_step(self, batch, batch_idx):
+        x, y, idx, w = batch
+        losses = torch.nn.functional.cross_entropy(self.layer(x), y, reduction="none")
+        self.seen.append((self.current_epoch, idx.tolist()))
+        self.lrs.append(self.trainer.optimizers[0].param_groups[0]["lr"])
+        return {"loss": (losses * w).mean(), "losses": losses.detach()}
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.5)
+        total = self.sampler.total_batches(self.EPOCHS)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=total)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def test_pruned_epochs_with_one_cycle_schedule(tmp_path):
+    """Lightning trains every epoch's len(sampler) batches and the schedule ends with the run."""
+    model = TinyPruned()
+    J.trainer(str(tmp_path), epochs=TinyPruned.EPOCHS).fit(model)
+    lengths = [len(by_epoch(model.seen, e)) for e in range(TinyPruned.EPOCHS)]
+    selector = model.sampler.selector
+    assert lengths == [selector.num_batches(epoch=e) for e in range(TinyPruned.EPOCHS)]
+    assert lengths[1] < lengths[0] and sum(lengths) == model.sampler.total_batches(TinyPruned.EPOCHS)
+    assert model.lrs[-1] == pytest.approx(0.5 / 25 / 1e4)  # OneCycleLR's final rate, at the last step
+    assert np.isfinite(selector.losses_).all()  # the feedback reached the selector
+    assert 0 < selector.pruned_share_[1] < 0.5
