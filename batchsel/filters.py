@@ -81,10 +81,11 @@ from ._checks import check_int, check_number, check_seed, load_embeddings, tenso
 logger = logging.getLogger(__name__)
 
 SCORES = ("loss", "gradnorm", "rho")
+PICKS = ("top", "percentile")
 STATE_VERSION = 1
 # settings a checkpoint must agree on (the counters are restored, these are checked)
 _SETTINGS = ("batch_size", "ratio", "score", "irreducible_weight", "diversity", "uniform_fraction", "warmup_steps",
-             "min_il_skill", "min_il_decisive", "reference_accuracy", "seed")
+             "min_il_skill", "min_il_decisive", "reference_accuracy", "seed", "pick", "beta", "window")
 _COUNTERS = ("steps_", "candidates_", "kept_", "kept_uniform_", "forward_seconds_", "select_seconds_",
              "elapsed_seconds_")
 
@@ -260,6 +261,16 @@ class CandidateFilter:
     warmup_steps:
         Over the first ``warmup_steps`` steps the uniform share falls linearly from 1 to
         ``uniform_fraction``.
+    pick:
+        How the examples not drawn uniformly are chosen: ``"top"`` (default) the largest
+        scores; ``"percentile"``, Selective-Backprop's rule (Jiang et al. 2019): candidate
+        i is drawn with probability proportional to ``P_i = CDF(score_i) ** beta``, the
+        CDF over the scores of the last ``window`` candidates seen (this batch's
+        included), without replacement and always ``keep_count(n)`` of them, so every rank
+        backpropagates as many examples. Selective-Backprop's ``beta=1`` keeps half of
+        its candidates on average: ``ratio=2`` keeps as many.
+    beta, window:
+        ``pick="percentile"``'s exponent (> 0) and history length (>= 1).
     min_il_skill, min_il_decisive:
         The guard against a weak irreducible-loss model (``"rho"`` with a fitted
         :class:`~batchsel.irreducible.IrreducibleLoss`, whose ``accuracy_``, ``chance_`` and
@@ -352,6 +363,9 @@ class CandidateFilter:
         min_il_decisive: float = 0.5,
         reference_accuracy: float | None = None,
         seed: int = 0,
+        pick: str = "top",
+        beta: float = 1.0,
+        window: int = 1024,
     ) -> None:
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.ratio = check_number(ratio, "ratio", low=1.0)
@@ -362,6 +376,16 @@ class CandidateFilter:
         self.uniform_fraction = check_number(uniform_fraction, "uniform_fraction", low=0.0, high=1.0)
         self.warmup_steps = check_int(warmup_steps, "warmup_steps", minimum=0)
         self.seed = check_seed(seed)
+        if pick not in PICKS:
+            raise ValueError(f"pick must be one of {PICKS}, got {pick!r}")
+        if pick == "percentile" and self.diversity > 0:
+            raise ValueError(f"pick='percentile' draws by score alone; diversity={self.diversity} needs pick='top'")
+        self.pick = pick
+        self.beta = check_number(beta, "beta", low=0.0)
+        if self.beta == 0:
+            raise ValueError(f"beta must be > 0, got {beta!r}")
+        self.window = check_int(window, "window", minimum=1)
+        self._history = np.empty(0)  # pick="percentile": the latest ``window`` scores, oldest first
         self.irreducible_losses = None if irreducible_losses is None else _check_irreducible(irreducible_losses)
         self.irreducible_weight = irreducible_weight if isinstance(irreducible_weight, str) and \
             irreducible_weight == "auto" else check_number(irreducible_weight, "irreducible_weight", low=0.0)
@@ -508,6 +532,8 @@ class CandidateFilter:
         uniform = np.sort(rng.choice(n, size=m, replace=False)) if m else np.empty(0, np.int64)
         if k - m == 0:
             picked = np.empty(0, np.int64)
+        elif self.pick == "percentile":
+            picked = self._percentile_draw(s, np.setdiff1d(np.arange(n), uniform), k - m, rng)
         elif emb is None:
             rest = np.setdiff1d(np.arange(n), uniform)
             picked = rest[np.argsort(-s[rest], kind="stable")[: k - m]]
@@ -523,6 +549,14 @@ class CandidateFilter:
         self.elapsed_seconds_ += end - self._clock
         self._clock = end
         return keep
+
+    def _percentile_draw(self, s: np.ndarray, rest: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``count`` of the positions ``rest``, drawn without replacement with weights
+        ``CDF(score) ** beta`` over the history (Efraimidis-Spirakis keys ``log(u) / w``)."""
+        self._history = np.concatenate([self._history, s])[-self.window:]
+        cdf = np.searchsorted(np.sort(self._history), s[rest], side="right") / len(self._history)
+        keys = np.log(rng.random(len(rest))) / np.maximum(cdf ** self.beta, 1e-300)
+        return rest[np.argsort(-keys, kind="stable")[:count]]
 
     def _diverse(self, s: np.ndarray, emb: np.ndarray, uniform: np.ndarray, k: int) -> np.ndarray:
         from .functions import FacilityLocation, Mixture, Modular
@@ -579,7 +613,8 @@ class CandidateFilter:
         the timers differ), so rank 0's state can resume every rank."""
         return {"version": STATE_VERSION, "class": type(self).__name__,
                 "settings": {k: getattr(self, k) for k in _SETTINGS},
-                "counters": {k: getattr(self, k) for k in _COUNTERS}}
+                "counters": {k: getattr(self, k) for k in _COUNTERS},
+                "history": self._history.tolist()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (the settings must be this filter's)."""
@@ -593,11 +628,14 @@ class CandidateFilter:
         for key in _COUNTERS:
             value = state["counters"][key]
             setattr(self, key, float(value) if key.endswith("seconds_") else int(value))
+        self._history = np.asarray(state.get("history", []), dtype=np.float64)  # (older states: none)
         self._clock = None  # the wall clock restarts at the next step
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("diversity", "uniform_fraction", "warmup_steps")
                         if getattr(self, k))
+        if self.pick != "top":
+            extra += f", pick={self.pick!r}, beta={self.beta:g}, window={self.window}"
         if self.score == "rho" and self.irreducible_weight != "auto":
             extra = f", irreducible_weight={self.irreducible_weight!r}" + extra
         return (f"CandidateFilter(batch_size={self.batch_size}, ratio={self.ratio:g}, score={self.score!r}"

@@ -350,16 +350,19 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: 
 # In-loop candidate filters (batchsel.CandidateFilter): random candidate batches of ratio x B,
 # a no-grad forward scores them, the step trains on the B kept (its cost counts as selecting).
 FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradnorm"},
-           "rho-filter": {"score": "rho"}, "rho-diverse": {"score": "rho", "diversity": 1.0}}
+           "rho-filter": {"score": "rho"}, "rho-diverse": {"score": "rho", "diversity": 1.0},
+           # Selective-Backprop (Jiang et al. 2019): beta=1, half of 2B candidates by loss percentile
+           "selective-backprop": {"score": "loss", "pick": "percentile", "beta": 1.0, "ratio": 2.0,
+                                  "uniform_fraction": 0.0}}
 METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", *FILTERS)
 DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "loss-filter", "gradnorm-filter",
-                   "rho-filter")
+                   "rho-filter", "selective-backprop")
 # the batches carry weights: (index, weight) pairs from SelectionBatchSampler(weighted=True)
 WEIGHTED = ("coreset", "infobatch")
 LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
           "infobatch": "InfoBatch pruning",
           "loss-filter": "loss filter", "gradnorm-filter": "gradnorm filter", "rho-filter": "RHO-LOSS filter",
-          "rho-diverse": "RHO + diversity"}
+          "rho-diverse": "RHO + diversity", "selective-backprop": "Selective-Backprop"}
 
 
 def make_filter(method: str, train: Split, batch_size: int, seed: int,

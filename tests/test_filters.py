@@ -613,3 +613,26 @@ def test_guarded_filter_needs_neither_logits_nor_embeddings():
     assert f.guard_ == "uniform"
     keep = f.select(np.arange(8), np.zeros(8))  # what a loop passes when it skips the forward
     assert len(keep) == 2 and f.kept_uniform_ == 2
+
+
+def test_percentile_pick_is_selective_backprop():
+    """pick="percentile": always keep_count(n) kept (equal on every rank), high-loss
+    candidates far more often than low-loss ones (P = CDF ** beta), the history bounded by
+    ``window``, and a resumed filter draws what the uninterrupted one did."""
+    filt = CandidateFilter(4, ratio=2, pick="percentile", beta=2.0, window=64, uniform_fraction=0.0, seed=1)
+    counts = np.zeros(8)
+    for t in range(300):
+        keep = filt.select(np.arange(8) + 8 * t, np.arange(8.0))  # score = position
+        assert len(keep) == 4
+        counts[keep] += 1
+    assert counts[7] > 2.5 * counts[1] and (np.diff(counts) >= -20).all()
+    assert len(filt._history) == 64
+    state = filt.state_dict()
+    again = CandidateFilter(4, ratio=2, pick="percentile", beta=2.0, window=64, uniform_fraction=0.0, seed=1)
+    again.load_state_dict(state)
+    scores = np.random.default_rng(0).random(8)
+    assert filt.select(np.arange(8), scores).tolist() == again.select(np.arange(8), scores).tolist()
+    for bad in (dict(pick="best"), dict(pick="percentile", beta=0), dict(pick="percentile", diversity=1.0),
+                dict(pick="percentile", window=0)):
+        with pytest.raises(ValueError):
+            CandidateFilter(4, **bad)
