@@ -302,6 +302,9 @@ TASKS = {
                         steps=2000, quick_steps=400),
     "mnist1d-cnn": Task("mnist1d-cnn", "mnist1d", lambda d, c: CNN1d(d, c), lambda p: torch.optim.Adam(p, lr=2e-3),
                         steps=3000, quick_steps=400),
+    # the demo's task: digits with a step of ~2 ms, several times a loss-rank selection
+    "digits-wide": Task("digits-wide", "digits", mlp(512, 512), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+                        steps=150, quick_steps=150, batch_size=64),
     # the step dominates: 10-30 ms at B=128, >= 10x one selection (--calibrate-only)
     "mnist1d-resnet": Task("mnist1d-resnet", "mnist1d-25k", lambda d, c: ResNet1d(d, c),
                            lambda p: torch.optim.AdamW(p, lr=2e-3), steps=500, quick_steps=100, batch_size=128,

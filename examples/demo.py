@@ -9,6 +9,11 @@
    (examples/semi_supervised.py).
 3. Prints one table (final test accuracy, steps, wall time, share of time selecting) and
    writes a PNG of test accuracy against training steps.
+4. Compares the recommended method with random batches at equal wall budgets, as a user
+   planning a run of fixed length would: half, 0.7 and all of random's wall time, every
+   run's learning rate decayed over its own budget (the budgeted regime benchmark,
+   ``benchmarks/bench_quality.py``, on digits with a wider MLP, clean and redundant, 3
+   seeds; the README's table has 5 seeds and more tasks).
 
     python examples/demo.py [--ranks 2] [--out demo_out] [--quick]
 """
@@ -43,6 +48,20 @@ RUNS = [
     ("RHO-LOSS filter, 25% wrong", "train_filter.py", ["--score", "rho", "--label-noise", "0.25"]),
     ("graph-reg. SSL, 5% labels", "semi_supervised.py", ["--method", "blocks", "--label-fraction", "0.05"]),
 ]
+
+
+# the method the README's budgeted table recommends first (clean or redundant data)
+RECOMMENDED = "loss-rank"
+BENCH = os.path.join(os.path.dirname(HERE), "benchmarks", "bench_quality.py")
+
+
+def budget_comparison(out: str, quick: bool) -> None:
+    """Random batches and RECOMMENDED at equal wall budgets (one process, torch's threads)."""
+    cmd = [sys.executable, BENCH, "--tasks", "digits-wide", "--regimes", "clean" if quick else "clean,redundant",
+           "--methods", f"random,{RECOMMENDED}", "--seeds", "2" if quick else "3",
+           "--budgets", "0.5,1" if quick else "0.5,0.7,1", "--out", os.path.join(out, "budget")]
+    print(f"\n$ python benchmarks/bench_quality.py {' '.join(cmd[2:-2])}", flush=True)
+    subprocess.run(cmd, check=True, timeout=900)
 
 
 def graph_figures(k: int = 10) -> None:
@@ -134,6 +153,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     png = os.path.join(args.out, "accuracy.png")
     plot(results, png)
+    budget_comparison(args.out, args.quick)
     print(f"\nwrote {png}; demo took {time.perf_counter() - start:.0f} s")
 
 

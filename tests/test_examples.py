@@ -44,4 +44,7 @@ def test_demo_quick_trains_every_run_on_two_ranks_and_plots(tmp_path):
     assert "2 rank(s)" in proc.stdout
     png = out / "accuracy.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the recommended method against random at equal wall budgets
+    assert "digits-wide / clean" in proc.stdout and "wall saved" in proc.stdout
+    assert (out / "budget.json").exists() and (out / "budget_clean.png").exists()
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
