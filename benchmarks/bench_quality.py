@@ -26,7 +26,8 @@ Protocol, per task and regime:
   regime's data and the initial weights); the wall fraction actually spent; and **wall
   saved** = 1 minus the wall fraction of the smallest budget from which on (that budget and
   every larger one) the method reaches random's full-budget metric within 2 standard errors
-  of the paired difference. Random's own shortened runs get the same figure: where random at
+  of the paired difference (0 when only the full budget reaches it: that budget's wall is
+  random's by construction). Random's own shortened runs get the same figure: where random at
   0.7 already reaches its full-budget metric, the full budget was too long, and a method's
   saving beyond random's is the difference (column ``beyond random``).
 
@@ -614,7 +615,10 @@ def summarize(runs: dict[str, dict[str, list[dict]]], methods: list[str], budget
             if not cells[budget_key(f)]["reached"]:
                 break
             reached_at = f
-        saved = None if reached_at is None else 1.0 - cells[budget_key(reached_at)]["wall_fraction"]
+        # reached only at the full budget: no saving (its wall is random's by construction; the
+        # few per cent it lands off are the calibration's noise, not a saving or a loss)
+        saved = None if reached_at is None else \
+            0.0 if reached_at == budgets[-1] else 1.0 - cells[budget_key(reached_at)]["wall_fraction"]
         rows[m] = {"budgets": cells, "reached_at": reached_at, "wall_saved": saved,
                    "worse_at": [f for f in budgets if cells[budget_key(f)]["worse"]],
                    "better_at": [f for f in budgets if cells[budget_key(f)]["better"]]}
@@ -800,6 +804,10 @@ def render(paths: list[str], stem: str) -> dict:
         name, method, options = parse_variant(text)
         VARIANTS[name], LABELS[name] = (method, options), name
     methods = [m.strip() for m in args["methods"].split(",") if m.strip()]
+    for by_regime in results.values():  # the figures anew from the runs (as this version computes them)
+        for entry in by_regime.values():
+            if "runs" in entry:
+                entry["summary"] = summarize(entry["runs"], methods, parse_budgets(args["budgets"]))
     write_outputs(stem, {"args": args, "results": results, "total_seconds": total, "merged_from": paths},
                   methods, parse_budgets(args["budgets"]))
     return results
