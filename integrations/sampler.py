@@ -506,17 +506,16 @@ class SelectionBatchSampler:
         # Another dataset size, batch size or batch count puts the saved position at
         # another point of the epoch (offline selectors have no state of their own to
         # object). States written before these were recorded skip them.
+        epoch_length = self._num_batches_of(check_int(state["epoch"], "epoch", minimum=0))
         for key, mine in (("rank", self.rank), ("world_size", self.world_size), ("seed", self.selector.seed),
                           ("method", type(self.selector).__name__), ("num_examples", self.selector.num_examples),
-                          ("batch_size", self.selector.batch_size),
-                          ("num_batches", self._num_batches_of(int(state["epoch"])))):
+                          ("batch_size", self.selector.batch_size), ("num_batches", epoch_length)):
             if key in state and state[key] != mine:
                 raise ValueError(f"the state was saved with {key}={state[key]!r}, this sampler has {mine!r}; "
                                  f"resume with the data and selector settings of the saved run")
         position = check_int(state["position"], "position", minimum=0)
-        if position > self._num_batches_of(int(state["epoch"])):
-            raise ValueError(f"the state's position {position} is past the epoch's "
-                             f"{self._num_batches_of(int(state['epoch']))} batches")
+        if position > epoch_length:
+            raise ValueError(f"the state's position {position} is past the epoch's {epoch_length} batches")
         self._background.stop(flush=False)  # an iteration with prefetch still running: its thread stops first
         self.selector.load_state_dict(state["selector"])
         self._buffer = [dict(o) for o in state["observations"]]
