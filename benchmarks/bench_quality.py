@@ -319,7 +319,6 @@ TASKS = {
                        steps=300, quick_steps=150),
 }
 DEFAULT_TASKS = ("digits-mlp", "mnist1d-mlp", "mnist1d-cnn", "mnist1d-resnet", "mnist1d-transformer")
-STEP_DOMINATED = ("mnist1d-resnet", "mnist1d-transformer")
 
 
 # -- methods ---------------------------------------------------------------------------
