@@ -360,8 +360,6 @@ FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradn
 METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", *FILTERS)
 DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "loss-filter", "gradnorm-filter",
                    "rho-filter", "selective-backprop")
-# the batches carry weights: (index, weight) pairs from SelectionBatchSampler(weighted=True)
-WEIGHTED = ("coreset", "infobatch")
 LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
           "infobatch": "InfoBatch pruning",
           "loss-filter": "loss filter", "gradnorm-filter": "gradnorm filter", "rho-filter": "RHO-LOSS filter",
@@ -464,7 +462,7 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     rank, world = (0, 1) if comm is None else (comm.rank, comm.size)
     selector = make_selector(method, train, filt.candidate_size if filt else task.batch_size, seed, steps, world)
     base, options = VARIANTS.get(method, (method, {}))
-    weighted = base in WEIGHTED
+    weighted = selector.weighted_plans  # (index, weight) pairs: coresets, InfoBatch
     # prefetch=N (a variant option): selection runs N batches ahead in the sampler's thread
     shared = {} if sync_every is None else {"sync_every": sync_every}
     sampler = SelectionBatchSampler(selector, rank=rank, world_size=world, comm=comm, weighted=weighted,
@@ -496,12 +494,8 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
             t1 = time.perf_counter()
             logits = net(x[ib])
             losses = F.cross_entropy(logits, y[ib], reduction="none")
-            if wb is None:
-                loss = losses.mean()
-            elif base == "coreset":  # CRAIG: the weighted mean estimates the full-data loss
-                loss = (losses * wb).sum() / wb.sum()
-            else:  # InfoBatch: up-weighted kept examples, so the expected gradient is the full epoch's
-                loss = (losses * wb).mean()
+            # weighted plans: CRAIG's weighted mean, InfoBatch's mean of up-weighted losses
+            loss = losses.mean() if wb is None else selector.weighted_loss(losses, wb)
             opt.zero_grad()
             loss.backward()  # under DDP: the gradient all-reduce
             opt.step()

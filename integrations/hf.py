@@ -30,6 +30,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from transformers import Trainer, TrainerCallback
@@ -42,28 +43,36 @@ from .sampler import SelectionBatchSampler
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "batchsel_sampler.pt"
+# the Trainer's methods that size its run and epochs (overridden where epoch lengths vary)
+_EPOCH_HOOKS = ("set_initial_training_values", "_init_training_state", "_run_epoch")
 
 
 class IndexedDataset(Dataset):
-    """Items of a dict-style dataset with their own position added under ``key``.
+    """Items of a dict-style dataset with their own position added under ``key``; a key
+    ``(index, weight)`` (a weighted batch sampler's) adds the weight under ``weight_key``.
 
     >>> IndexedDataset([{"x": 1.0}, {"x": 2.0}], "idx")[1]
     {'x': 2.0, 'idx': 1}
+    >>> IndexedDataset([{"x": 1.0}, {"x": 2.0}], "idx", "w")[(1, 2.0)]
+    {'x': 2.0, 'idx': 1, 'w': 2.0}
     """
 
-    def __init__(self, dataset: Any, key: str) -> None:
+    def __init__(self, dataset: Any, key: str, weight_key: str = "batchsel_weight") -> None:
         self.dataset = dataset
         self.key = key
+        self.weight_key = weight_key
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def __getitem__(self, key: Any) -> dict[str, Any]:
+        index, weight = key if isinstance(key, tuple) else (key, None)
         item = self.dataset[index]
         if not isinstance(item, Mapping):
             raise TypeError(f"the Trainer's dataset must give dicts (model inputs by name), got a "
                             f"{type(item).__name__} for item {index}")
-        return {**item, self.key: index}
+        extra = {} if weight is None else {self.weight_key: float(weight)}
+        return {**item, self.key: index, **extra}
 
 
 class _EpochLoader(DataLoader):
@@ -74,18 +83,20 @@ class _EpochLoader(DataLoader):
 
 
 def per_example_feedback(outputs: Any, labels: Any) -> dict[str, torch.Tensor]:
-    """Per-example cross-entropy losses (and 2-D logits) from a model's outputs: logits of
-    shape (B, C) with labels (B,), or token logits (B, T, C) with labels (B, T) (mean
-    over the tokens not labelled -100)."""
+    """Per-example cross-entropy losses (and 2-D logits, detached) from a model's outputs:
+    logits of shape (B, C) with labels (B,), or token logits (B, T, C) with labels (B, T)
+    (mean over the tokens not labelled -100). The losses keep their gradient: a weighted
+    selector's training loss is their weighted mean."""
     logits = outputs.get("logits") if isinstance(outputs, Mapping) else None
     if logits is None and isinstance(outputs, (tuple, list)) and len(outputs) > 1:
         logits = outputs[1]
     if logits is None or labels is None:
         raise ValueError("per-example feedback needs the model's logits and the batch's labels; pass "
                          "feedback=fn(outputs, labels) -> {'losses': ...} to the Trainer")
-    logits = logits.detach().float()
+    logits = logits.float()
     if logits.dim() == 2 and labels.dim() == 1:
-        return {"losses": torch.nn.functional.cross_entropy(logits, labels, reduction="none"), "logits": logits}
+        return {"losses": torch.nn.functional.cross_entropy(logits, labels, reduction="none"),
+                "logits": logits.detach()}
     if logits.dim() == 3 and labels.dim() == 2:
         tokens = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none",
                                                    ignore_index=-100)
@@ -108,9 +119,9 @@ class _SaveSamplerState(TrainerCallback):
             return
         # Batches finished in this epoch, counted as the Trainer counts them when it
         # resumes; the sampler has handed out more (gradient-accumulation prefetch).
-        per_epoch = max(-(-len(sampler) // args.gradient_accumulation_steps), 1)
-        done = (state.global_step % per_epoch) * args.gradient_accumulation_steps
-        if done == 0 and state.global_step > 0:
+        epoch, steps = self.trainer._batchsel_position(state.global_step)
+        done = steps * args.gradient_accumulation_steps
+        if done == 0 and state.global_step > 0 and epoch > sampler.epoch:
             done = len(sampler)  # the end of an epoch
         all_ranks = sampler.world_size > 1 and sampler.comm is not None
         saved = sampler.state_dict(batches_done=min(done, len(sampler)), all_ranks=all_ranks)
@@ -155,22 +166,30 @@ class BatchselTrainerMixin:
                  **kwargs: Any) -> None:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
+        if selector.epoch_lengths_vary and not all(hasattr(Trainer, name) for name in _EPOCH_HOOKS):
+            import transformers
+            raise ValueError(f"{type(selector).__name__}'s epochs differ in length; sizing the Trainer's run "
+                             f"from them needs transformers >= 5 (Trainer.{' / '.join(_EPOCH_HOOKS)}), this is "
+                             f"{transformers.__version__}")
         # set before the Trainer's __init__, which may already look at the signature columns
         self.batchsel_selector = selector
         self.batchsel_index_column = str(index_column)
+        self.batchsel_weight_column = f"{self.batchsel_index_column}_weight"
         self.batchsel_feedback = feedback or per_example_feedback
         self.batchsel_sampler_kwargs = dict(sampler_kwargs or {})
         self.batchsel_sampler: SelectionBatchSampler | None = None
         self._batchsel_checkpoint: str | None = None
         self._batchsel_batch: torch.Tensor | None = None  # indices of the training step running now
+        self._batchsel_weights: torch.Tensor | None = None  # and their weights (weighted plans)
         super().__init__(*args, **kwargs)
         self.add_callback(_SaveSamplerState(self))
 
     # -- data -----------------------------------------------------------------------------
     def _set_signature_columns_if_needed(self) -> None:
         super()._set_signature_columns_if_needed()
-        if self.batchsel_index_column not in self._signature_columns:
-            self._signature_columns.append(self.batchsel_index_column)
+        for column in (self.batchsel_index_column, self.batchsel_weight_column):
+            if column not in self._signature_columns:
+                self._signature_columns.append(column)
 
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
@@ -193,7 +212,8 @@ class BatchselTrainerMixin:
         else:
             collator = self._get_collator_with_removed_columns(collator, description="training")
         # Built now, not in __init__: under torchrun the process group exists by now.
-        kwargs = {"drop_last": self.args.dataloader_drop_last, **self.batchsel_sampler_kwargs}
+        kwargs = {"drop_last": self.args.dataloader_drop_last, "weighted": selector.weighted_plans,
+                  **self.batchsel_sampler_kwargs}
         sampler = SelectionBatchSampler(selector, **kwargs)
         self.batchsel_sampler = sampler
         if self._batchsel_checkpoint is not None:
@@ -202,9 +222,66 @@ class BatchselTrainerMixin:
         extra = {"prefetch_factor": self.args.dataloader_prefetch_factor} if workers > 0 else {}
         # Not through accelerator.prepare: BatchSamplerShard would shard the rank's own
         # batches again, and DataLoaderShard fetches one batch ahead.
-        return _EpochLoader(IndexedDataset(dataset, self.batchsel_index_column), batch_sampler=sampler,
+        indexed = IndexedDataset(dataset, self.batchsel_index_column, self.batchsel_weight_column)
+        return _EpochLoader(indexed, batch_sampler=sampler,
                             collate_fn=collator, num_workers=workers, pin_memory=self.args.dataloader_pin_memory,
                             persistent_workers=self.args.dataloader_persistent_workers and workers > 0, **extra)
+
+    # -- the run's length -------------------------------------------------------------------
+    def _batchsel_update_steps(self, epoch: int) -> int:
+        """Optimizer steps of ``epoch`` (its batches over gradient accumulation)."""
+        return max(-(-self.batchsel_sampler._num_batches_of(epoch) // self.args.gradient_accumulation_steps), 1)
+
+    def _batchsel_position(self, global_step: int) -> tuple[int, int]:
+        """(epoch, optimizer steps done in it) after ``global_step`` steps of the run."""
+        selector = self.batchsel_sampler.selector
+        if not selector.epoch_lengths_vary:
+            return divmod(global_step, self._batchsel_update_steps(0))
+        epoch = 0
+        while epoch < selector.epochs and global_step >= self._batchsel_update_steps(epoch):
+            global_step -= self._batchsel_update_steps(epoch)
+            epoch += 1
+        return epoch, global_step
+
+    def set_initial_training_values(self, args: Any, dataloader: DataLoader) -> tuple:
+        # The Trainer sizes the run (and its learning-rate schedule) as epochs x the first
+        # epoch's length; where epoch lengths differ (dynamic pruning) use the exact sum.
+        values = list(super().set_initial_training_values(args, dataloader))
+        selector = self.batchsel_selector
+        if not selector.epoch_lengths_vary:
+            return tuple(values)
+        per_epoch = [self._batchsel_update_steps(e) for e in range(selector.epochs)]
+        total = sum(per_epoch)
+        if args.max_steps > 0:
+            if args.max_steps > total:
+                raise ValueError(f"max_steps={args.max_steps} is past the {total} steps of the {selector.epochs} "
+                                 f"epochs {type(selector).__name__} was built for")
+            max_steps, epochs = args.max_steps, int(np.searchsorted(np.cumsum(per_epoch), args.max_steps) + 1)
+        else:
+            if args.num_train_epochs != selector.epochs:
+                raise ValueError(f"num_train_epochs={args.num_train_epochs} disagrees with the epochs="
+                                 f"{selector.epochs} {type(selector).__name__} was built for (its schedule "
+                                 f"depends on it)")
+            max_steps, epochs = total, selector.epochs
+        # (num_train_epochs, num_update_steps_per_epoch, ..., steps_in_epoch, max_steps)
+        values[0], values[-1] = epochs, max_steps
+        return tuple(values)
+
+    def _init_training_state(self, max_steps: int, num_update_steps_per_epoch: int, num_train_epochs: int,
+                             resume_from_checkpoint: Any, trial: Any) -> tuple[int, int]:
+        epochs_trained, steps_trained = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
+        if self.batchsel_selector.epoch_lengths_vary and self.state.global_step > 0:
+            epochs_trained, done = self._batchsel_position(self.state.global_step)
+            steps_trained = 0 if self.args.ignore_data_skip else done * self.args.gradient_accumulation_steps
+        return epochs_trained, steps_trained
+
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
+        # each epoch its own length (the Trainer passes the first epoch's to every epoch)
+        if self.batchsel_selector.epoch_lengths_vary and "epoch" in kwargs:
+            kwargs["steps_in_epoch"] = self.batchsel_sampler._num_batches_of(kwargs["epoch"])
+            kwargs["num_update_steps_per_epoch"] = self._batchsel_update_steps(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
 
     # -- resume ---------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
@@ -234,27 +311,38 @@ class BatchselTrainerMixin:
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         inputs = dict(inputs)
         self._batchsel_batch = inputs.pop(self.batchsel_index_column, None)
+        self._batchsel_weights = inputs.pop(self.batchsel_weight_column, None)
         try:
             return super().training_step(model, inputs, *args, **kwargs)
         finally:
-            self._batchsel_batch = None
+            self._batchsel_batch = self._batchsel_weights = None
 
     def prediction_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         # an evaluation set may carry the index column too; it is no model input
-        inputs = {k: v for k, v in inputs.items() if k != self.batchsel_index_column}
+        inputs = {k: v for k, v in inputs.items()
+                  if k not in (self.batchsel_index_column, self.batchsel_weight_column)}
         return super().prediction_step(model, inputs, *args, **kwargs)
 
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      **kwargs: Any) -> Any:
-        indices, sampler = self._batchsel_batch, self.batchsel_sampler
+        indices, weights, sampler = self._batchsel_batch, self._batchsel_weights, self.batchsel_sampler
         # only the training step sets indices: evaluation losses never reach the selector
-        if indices is None or sampler is None or not sampler.selector.uses_feedback:
+        if indices is None or sampler is None or (weights is None and not sampler.selector.uses_feedback):
             return super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)
-        self._batchsel_batch = None  # once per training step
+        self._batchsel_batch = self._batchsel_weights = None  # once per training step
         labels = inputs.get("labels")  # compute_loss may pop it
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, **kwargs)
-        # every rank runs one training step per batch, so observe's collective stays in step
-        sampler.observe(indices, **self.batchsel_feedback(outputs, labels))
+        feedback = self.batchsel_feedback(outputs, labels)
+        if weights is not None:  # the plan's weights (InfoBatch, coresets) scale each example's loss
+            losses = feedback.get("losses")
+            if not isinstance(losses, torch.Tensor) or not losses.requires_grad:
+                raise ValueError("weighted batches train on the weighted mean of the feedback's per-example "
+                                 "'losses', which must keep their gradient (do not detach them)")
+            loss = sampler.selector.weighted_loss(losses, weights.to(losses))
+        if sampler.selector.uses_feedback:
+            # every rank runs one training step per batch, so observe's collective stays in step
+            sampler.observe(indices, **{k: v.detach() if isinstance(v, torch.Tensor) else v
+                                        for k, v in feedback.items()})
         return (loss, outputs) if return_outputs else loss
 
 

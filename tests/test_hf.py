@@ -73,6 +73,36 @@ def test_resume_mid_epoch_skips_once_and_is_exact(tmp_path):
     assert np.isfinite(first.batchsel_selector.losses_).sum() > H.N // 2  # feedback arrived
 
 
+def test_pruned_epochs_with_the_trainers_schedule(tmp_path):
+    """The Trainer sized its run as epochs x the first epoch's length (40 steps for 34):
+    the learning rate never reached the end of its schedule, and resuming counted epochs wrong."""
+    first, resumed = H.run_pruned(str(tmp_path), step=13)
+    selector = first.batchsel_selector
+    lengths = [selector.num_batches(1, e) for e in range(4)]
+    assert lengths == [10, 8, 8, 8]
+    total = sum(lengths)
+    assert len(first.seen) == first.state.global_step == total == first.batchsel_sampler.total_batches(4)
+    assert np.allclose(first.lrs, [0.1 * (total - t) / total for t in range(total)])
+    assert first.lr_scheduler.get_last_lr()[0] == 0.0
+    assert resumed.seen == first.seen[13:] and np.allclose(resumed.lrs, first.lrs[13:])
+    starts = np.cumsum([0, *lengths])
+    for e, pruned in enumerate((False, True, True, True)):
+        epoch = [i for b in first.seen[starts[e]:starts[e + 1]] for i in b]
+        assert sorted(epoch) == sorted(set(epoch)) and len(epoch) == (30 if pruned else H.N)
+    assert {w for b in first.weights for w in b} == {1.0, 2.0}  # kept low-loss examples count twice
+
+
+def test_pruned_run_refuses_another_epoch_count(tmp_path):
+    trainer = H.Recording(model=H.TinyModel(), args=H.args(str(tmp_path), epochs=3), train_dataset=H.data(),
+                          selector=H.infobatch(epochs=4))
+    with pytest.raises(ValueError, match="num_train_epochs=3 disagrees with the epochs=4"):
+        trainer.train()
+    trainer = H.Recording(model=H.TinyModel(), args=H.args(str(tmp_path), max_steps=35), train_dataset=H.data(),
+                          selector=H.infobatch(epochs=4))
+    with pytest.raises(ValueError, match="max_steps=35 is past the 34 steps"):
+        trainer.train()
+
+
 def test_bad_arguments():
     with pytest.raises(TypeError, match="Selector"):
         BatchselTrainer(model=H.TinyModel(), selector=[1, 2])
@@ -114,6 +144,24 @@ def test_torchrun_resume_is_exact_on_every_rank(torchrun2):
     # feedback was all-gathered: both ranks' selectors know the losses of both ranks' batches
     assert torchrun2[0]["observed"] == torchrun2[1]["observed"] > H.N // 2
 
+
+
+@pytest.mark.slow
+def test_torchrun_pruned_epochs_with_the_trainers_schedule(torchrun2):
+    """2 ranks: epochs of 5, 4, 4, 4 batches per rank; both ranks take 17 steps, the rate
+    ends at 0, each epoch's examples are disjoint across ranks, and the resume is exact."""
+    lengths = [H.infobatch().num_batches(2, e) for e in range(4)]
+    assert lengths == [5, 4, 4, 4]
+    total = sum(lengths)
+    for r in torchrun2:
+        assert len(r["pruned"]) == r["pruned_steps"] == total and r["pruned_final_lr"] == 0.0
+        assert np.allclose(r["pruned_lrs"], [0.1 * (total - t) / total for t in range(total)])
+        assert r["pruned_resumed"] == r["pruned"][7:] and np.allclose(r["pruned_resumed_lrs"], r["pruned_lrs"][7:])
+    starts = np.cumsum([0, *lengths])
+    for e, kept in enumerate((H.N, 30, 30, 30)):
+        epoch = [i for r in torchrun2 for b in r["pruned"][starts[e]:starts[e + 1]] for i in b]
+        assert len(epoch) == kept and len(set(epoch)) == kept  # every kept example once over the ranks
+    assert torchrun2[0]["pruned_params"] == torchrun2[1]["pruned_params"]
 
 
 def test_example_runs(tmp_path):

@@ -168,6 +168,9 @@ class Selector:
     #: ``num_batches(world_size, epoch)`` gives each epoch's, known before the epoch starts,
     #: and the selector's ``epochs`` is the run it was built for
     epoch_lengths_vary: bool = False
+    #: True when the plans carry per-example weights that belong in the loss (weighted
+    #: coresets, dynamic pruning's up-weighting): ``SelectionBatchSampler(weighted=True)``
+    weighted_plans: bool = False
     #: :meth:`get_params` entries that do not change the batches (where a cache lives),
     #: left out of :meth:`fingerprint` so that ranks may differ in them
     _unplanned_params: tuple[str, ...] = ()
@@ -281,6 +284,18 @@ class Selector:
 
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
         """Feedback from the training loop; offline selectors ignore it."""
+
+    def weighted_loss(self, losses: Any, weights: Any) -> Any:
+        """A batch's training loss from its per-example ``losses`` and the plan's
+        ``weights`` (torch tensors or numpy arrays): the mean of their products, so
+        weights of expectation 1 (:class:`~batchsel.InfoBatchSelector`) keep the expected
+        gradient of the full epoch. Selectors with :attr:`weighted_plans` define it.
+
+        >>> import numpy as np
+        >>> float(Selector(4, 2).weighted_loss(np.array([1.0, 3.0]), np.array([1.0, 2.0])))
+        3.5
+        """
+        return (losses * weights).mean()
 
     @classmethod
     def _param_names(cls) -> list[str]:

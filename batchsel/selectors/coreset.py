@@ -107,6 +107,7 @@ class CoresetSelector(Selector):
     uses_feedback = True  # observe(embeddings=...) refreshes the vectors the coreset is fit to
     feedback_fields = ("embeddings",)
     supports_start = True
+    weighted_plans = True
 
     def __init__(
         self,
@@ -178,6 +179,11 @@ class CoresetSelector(Selector):
         if self._coreset is None:
             self._coreset = self._fit()
         return self._coreset[0]
+
+    def weighted_loss(self, losses: Any, weights: Any) -> Any:
+        """CRAIG's weighted mean, ``sum(w * loss) / sum(w)``: it estimates the mean loss
+        over the whole data set."""
+        return (losses * weights).sum() / weights.sum()
 
     @property
     def weights_(self) -> np.ndarray:

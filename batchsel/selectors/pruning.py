@@ -65,6 +65,7 @@ class InfoBatchSelector(Selector):
     """
 
     epoch_lengths_vary = True
+    weighted_plans = True
     feedback_fields = ("losses",)
 
     def __init__(self, num_examples: int, batch_size: int, *, epochs: int, prune_ratio: float = 0.5,

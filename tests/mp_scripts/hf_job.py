@@ -46,6 +46,8 @@ class Recording(BatchselTrainer):
         super().__init__(*args, **kwargs)
         self.seen: list[list[int]] = []
         self.lengths: list[tuple[int, int]] = []
+        self.weights: list[list[float]] = []
+        self.lrs: list[float] = []
 
     def get_train_dataloader(self):
         loader = super().get_train_dataloader()
@@ -54,16 +56,21 @@ class Recording(BatchselTrainer):
 
     def training_step(self, model, inputs, *args, **kwargs):
         self.seen.append(inputs[self.batchsel_index_column].tolist())
-        return super().training_step(model, inputs, *args, **kwargs)
+        if self.batchsel_weight_column in inputs:
+            self.weights.append(inputs[self.batchsel_weight_column].tolist())
+        out = super().training_step(model, inputs, *args, **kwargs)
+        self.lrs.append(self.lr_scheduler.get_last_lr()[0])  # the rate the next step will use
+        return out
 
 
 def args(out: str, epochs: int = 2, save_steps: int | None = None, **kw):
     from transformers import TrainingArguments
 
+    settings = {"learning_rate": 0.5, "lr_scheduler_type": "constant", **kw}
     return TrainingArguments(output_dir=out, num_train_epochs=epochs, per_device_train_batch_size=BATCH,
-                             learning_rate=0.5, lr_scheduler_type="constant", optim="sgd", report_to=[],
-                             logging_strategy="no", save_strategy="steps" if save_steps else "no",
-                             save_steps=save_steps or 500, use_cpu=True, disable_tqdm=True, seed=0, **kw)
+                             optim="sgd", report_to=[], logging_strategy="no",
+                             save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+                             use_cpu=True, disable_tqdm=True, seed=0, **settings)
 
 
 def quiet() -> None:
@@ -85,6 +92,25 @@ def run_and_resume(root: str, make_selector, step: int) -> tuple[Recording, Reco
     return first, resumed
 
 
+def infobatch(epochs: int = 4):
+    from batchsel import InfoBatchSelector
+
+    return InfoBatchSelector(N, BATCH, epochs=epochs, seed=3)
+
+
+def run_pruned(root: str, step: int) -> tuple[Recording, Recording]:
+    """InfoBatch (epochs of 10, 8, 8, 8 batches on one process) under a linear schedule
+    sized by the Trainer, then resumed from checkpoint-``step`` (an epoch that prunes)."""
+    kw = {"lr_scheduler_type": "linear", "learning_rate": 0.1}
+    first = Recording(model=TinyModel(), args=args(root, epochs=4, save_steps=step, **kw), train_dataset=data(),
+                      selector=infobatch())
+    first.train()
+    resumed = Recording(model=TinyModel(), args=args(root, epochs=4, **kw), train_dataset=data(),
+                        selector=infobatch())
+    resumed.train(resume_from_checkpoint=os.path.join(root, f"checkpoint-{step}"))
+    return first, resumed
+
+
 def main(out: str) -> None:
     from batchsel.selectors import LossRankSelector
 
@@ -94,12 +120,18 @@ def main(out: str) -> None:
     first, resumed = run_and_resume(os.path.join(root, "random"), lambda: RandomSelector(N, BATCH, seed=3), step)
     online, online_resumed = run_and_resume(os.path.join(root, "loss_rank"),
                                             lambda: LossRankSelector(N, BATCH, seed=3, pressure=20.0), step)
+    pruned, pruned_resumed = run_pruned(os.path.join(root, "infobatch"), step=7)  # epoch 1: 5 + 2 steps
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     result = {"rank": rank, "world": world, "seen": first.seen, "lengths": first.lengths,
               "resume_step": step, "resumed": resumed.seen, "online": online.seen,
               "online_resumed": online_resumed.seen,
               "observed": int(__import__("numpy").isfinite(online.batchsel_selector.losses_).sum()),
-              "params": [p.detach().flatten().tolist() for p in first.model.parameters()]}
+              "params": [p.detach().flatten().tolist() for p in first.model.parameters()],
+              "pruned": pruned.seen, "pruned_resumed": pruned_resumed.seen, "pruned_weights": pruned.weights,
+              "pruned_lrs": pruned.lrs, "pruned_resumed_lrs": pruned_resumed.lrs,
+              "pruned_final_lr": pruned.lr_scheduler.get_last_lr()[0],
+              "pruned_steps": pruned.state.global_step, "pruned_params":
+              [p.detach().flatten().tolist() for p in pruned.model.parameters()]}
     with open(f"{out}.rank{rank}.json", "w") as f:
         json.dump(result, f)
     # as the other jobs do: a process group left to interpreter exit can abort in gloo's
