@@ -16,7 +16,8 @@ from .filters import CandidateFilter, gradnorm_scores, loss_scores
 from .irreducible import IrreducibleLoss
 from .plan import EpochPlan, load_plans, save_plans
 from .selectors import (CoresetSelector, GraphBlockSelector, InfoBatchSelector, LossRankSelector, RandomSelector,
-                        Selector, SubmodularSelector, submodular_partition)
+                        ScorePruningSelector, Selector, SubmodularSelector, coverage_centric_selection,
+                        submodular_partition)
 
 __version__ = "0.1.0"
 
@@ -38,7 +39,8 @@ __all__ = [
     "SieveStreaming", "ReferenceFacilityLocation",
     "EpochPlan", "save_plans", "load_plans",
     "Selector", "RandomSelector", "SubmodularSelector", "LossRankSelector", "GraphBlockSelector",
-    "CoresetSelector", "InfoBatchSelector", "submodular_partition",
+    "CoresetSelector", "InfoBatchSelector", "ScorePruningSelector", "coverage_centric_selection",
+    "submodular_partition",
     "CandidateFilter", "IrreducibleLoss", "loss_scores", "gradnorm_scores",
     "GraphRegularizedLoss",
     "SelectionBatchSampler",

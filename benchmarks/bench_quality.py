@@ -325,8 +325,8 @@ DEFAULT_TASKS = ("digits-mlp", "mnist1d-mlp", "mnist1d-cnn", "mnist1d-resnet", "
 def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: int = 1,
                   world_size: int = 1) -> batchsel.Selector:
     """Every method at its defaults (a ``--variant`` adds keyword arguments); the
-    embeddings are the inputs. InfoBatch is built for the fewest epochs that hold
-    ``steps`` batches per rank (the run stops after ``steps``, in its last, unpruned epoch)."""
+    embeddings are the inputs. The pruning selectors are built for the fewest epochs that
+    hold ``steps`` batches per rank (the run stops after ``steps``, in its last epoch)."""
     base, options = VARIANTS.get(method, (method, {}))
     options = {k: v for k, v in options.items() if k != "prefetch"}  # the sampler's, not the selector's
     n = len(train.y)
@@ -340,13 +340,16 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: 
         return batchsel.LossRankSelector(n, batch_size, seed=seed, **options)
     if base == "coreset":
         return batchsel.CoresetSelector(train.x, train.y, batch_size, **{"fraction": 0.5, **options}, seed=seed)
-    if base == "infobatch":
-        epochs = 1
-        while True:
-            selector = batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **options)
-            if selector.total_batches(world_size) >= steps:
-                return selector
+    if base in ("infobatch", "score-pruning"):
+        def build(epochs: int) -> batchsel.Selector:
+            if base == "infobatch":
+                return batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **options)
+            return batchsel.ScorePruningSelector(train.y, batch_size, epochs=epochs, seed=seed, **options)
+
+        epochs = 1 if base == "infobatch" else 2  # score pruning: a scoring epoch, then pruned ones
+        while build(epochs).total_batches(world_size) < steps:
             epochs += 1
+        return build(epochs)
     raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
 
 
@@ -357,11 +360,11 @@ FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradn
            # Selective-Backprop (Jiang et al. 2019): beta=1, half of 2B candidates by loss percentile
            "selective-backprop": {"score": "loss", "pick": "percentile", "beta": 1.0, "ratio": 2.0,
                                   "uniform_fraction": 0.0}}
-METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", *FILTERS)
+METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", *FILTERS)
 DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "loss-filter", "gradnorm-filter",
                    "rho-filter", "selective-backprop")
 LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
-          "infobatch": "InfoBatch pruning",
+          "infobatch": "InfoBatch pruning", "score-pruning": "EL2N + CCS pruning",
           "loss-filter": "loss filter", "gradnorm-filter": "gradnorm filter", "rho-filter": "RHO-LOSS filter",
           "rho-diverse": "RHO + diversity", "selective-backprop": "Selective-Backprop"}
 

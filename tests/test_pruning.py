@@ -1,7 +1,11 @@
-"""InfoBatch dynamic pruning: the pruned share is the one asked for, the kept examples'
+"""Pruning with epoch lengths known before the run.
+
+InfoBatch dynamic pruning: the pruned share is the one asked for, the kept examples'
 weights keep every example's expected weight at 1, epoch lengths and the run's total are
 known before the run (a OneCycleLR sized from them ends with the run), bad input is
-refused, and the sampler resumes mid-epoch exactly, in one process and on 2 MPI ranks."""
+refused, and the sampler resumes mid-epoch exactly, in one process and on 2 MPI ranks.
+Score-based pruning (EL2N / forgetting + coverage-centric selection): the scores are the
+ones defined, the kept set covers the score range, and the same loop guarantees hold."""
 import io
 import json
 import sys
@@ -11,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from batchsel import InfoBatchSelector
+from batchsel import InfoBatchSelector, ScorePruningSelector, coverage_centric_selection, gradnorm_scores
 from batchsel.integrations import SelectionBatchSampler
 
 from test_integrations_mp import MPIEXEC, TIMEOUT, clean_env  # puts tests/mp_scripts on sys.path
@@ -136,21 +140,107 @@ def test_sampler_lengths_total_and_exact_mid_epoch_resume():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["infobatch", "score"])
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_ddp_loop_with_one_cycle_schedule(ranks, tmp_path):
+def test_ddp_loop_with_one_cycle_schedule(ranks, method, tmp_path):
     """The job asserts on every rank: equal batch counts, disjoint ranks covering each
     epoch's kept examples, OneCycleLR stepped exactly to its end, same model, exact resume."""
     out = tmp_path / "result"
     if ranks == 1:
-        cmd = [sys.executable, str(JOB), str(out)]
+        cmd = [sys.executable, str(JOB), str(out), method]
     else:
         if not MPIEXEC.exists():
             pytest.skip("no mpiexec")
         cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), sys.executable, str(JOB),
-               str(out)]
+               str(out), method]
     run_command(cmd, clean_env(), TIMEOUT)
     result = json.loads(Path(f"{out}.json").read_text())
     assert result["world_size"] == ranks
     assert result["steps"] == sum(result["lengths"]) and result["lengths"][1] < result["lengths"][0]
-    assert result["pruned_share"]["0"] == 0 and result["pruned_share"]["2"] == pytest.approx(round(0.5 * (1797 // 2)) / 1797)
+    share = round(0.5 * (1797 // 2)) / 1797 if method == "infobatch" else 1 - round(0.6 * 1797) / 1797
+    assert result["pruned_share"]["0"] == 0 and result["pruned_share"]["2"] == pytest.approx(share)
     assert result["accuracy"] > 0.9
+
+
+# -- score-based pruning -------------------------------------------------------------------
+def test_el2n_scores_are_the_mean_error_norm_over_the_scoring_epochs():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 50)
+    sel = ScorePruningSelector(y, 5, epochs=4, score_epochs=2, keep=0.5)
+    z1, z2 = rng.normal(size=(50, 3)), rng.normal(size=(50, 3))
+    sel.observe(np.arange(50), logits=z1)
+    sel.observe(np.arange(25), logits=z2[:25])
+    expected = gradnorm_scores(z1, y)
+    expected[:25] = (expected[:25] + gradnorm_scores(z2[:25], y[:25])) / 2
+    assert np.allclose(sel.scores_(), expected)
+
+
+def test_forgetting_counts_correct_to_incorrect_and_never_learnt_is_hardest():
+    y = np.array([0, 0, 0])
+    sel = ScorePruningSelector(y, 1, epochs=5, score="forgetting", score_epochs=4, keep=1 / 3)
+    right, wrong = np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])
+    for z0, z1, z2 in [(right, wrong, wrong), (wrong, right, wrong), (right, wrong, wrong)]:
+        for i, z in enumerate((z0, z1, z2)):
+            sel.observe([i], logits=z)
+    # example 0: right, wrong, right (1 event); 1: wrong, right, wrong (1); 2: wrong x3 (never
+    # learnt: one more than the most observations of any example)
+    assert sel.scores_().tolist() == [1.0, 1.0, 4.0]
+    sel.observe([0, 1], logits=np.vstack([wrong, right]))
+    assert sel.scores_().tolist() == [2.0, 1.0, 5.0]  # 0 forgotten again; 1 learnt again, no event
+
+
+def test_coverage_centric_selection_spreads_the_budget_over_the_score_range():
+    # a long tail of easy examples and a few hard ones: top-k by score would take only hard ones,
+    # CCS takes every example of the sparse strata and an even share of the dense ones
+    scores = np.concatenate([np.linspace(0.0, 0.1, 900), np.linspace(0.9, 1.0, 100)])
+    picked = coverage_centric_selection(scores, 200, strata=2, seed=1)
+    assert len(picked) == len(np.unique(picked)) == 200
+    assert (scores[picked] > 0.5).sum() == 100 and (scores[picked] < 0.5).sum() == 100
+    cut = coverage_centric_selection(scores, 200, strata=2, hard_cut=0.05, seed=1)
+    assert scores[cut].max() < np.sort(scores)[950]  # the 50 hardest dropped first
+    assert (scores[cut] > 0.5).sum() == 50  # the hard stratum has 50 left: all taken
+    assert np.array_equal(coverage_centric_selection(scores, 200, strata=2, seed=1), picked)  # seeded
+    assert len(coverage_centric_selection(np.zeros(10), 4)) == 4  # one stratum when all tie
+
+
+def test_score_pruning_lengths_are_known_ahead_and_the_kept_set_is_drawn_once():
+    y = np.arange(203) % 4
+    sel = ScorePruningSelector(y, 16, epochs=5, keep=0.4, seed=2)
+    lengths = [sel.num_batches(epoch=e) for e in range(5)]
+    assert lengths == [13] + [-(-81 // 16)] * 4 and sel.total_batches() == sum(lengths)
+    assert sel.num_batches(world_size=2, epoch=3) == -(-41 // 16)
+    sel.observe(np.arange(203), logits=np.random.default_rng(0).normal(size=(203, 4)))
+    kept = np.sort(sel.plan(epoch=1).indices())
+    assert len(kept) == 81 and sel.pruned_share_ == {1: pytest.approx(122 / 203)}
+    sel.observe(np.arange(203), logits=np.zeros((203, 4)))  # ignored once the kept set is drawn
+    assert np.array_equal(np.sort(sel.plan(epoch=3).indices()), kept)
+    assert not np.array_equal(sel.plan(epoch=3).indices(), sel.plan(epoch=2).indices())  # reshuffled per epoch
+    assert np.array_equal(np.sort(sel.plan(epoch=0).indices()), np.arange(203))
+    state = sel.state_dict()
+    again = ScorePruningSelector(y, 16, epochs=5, keep=0.4, seed=2)
+    again.load_state_dict(state)
+    assert np.array_equal(again.plan(epoch=4).indices(), sel.plan(epoch=4).indices())
+
+
+def test_score_pruning_bad_input_is_refused_with_the_value():
+    y = np.arange(20) % 2
+    for kwargs, match in [({"keep": 0.0}, "keep"), ({"keep": 1.5}, "keep"), ({"score": "loss"}, "score"),
+                          ({"score_epochs": 3}, "score_epochs"), ({"score": "forgetting", "score_epochs": 1},
+                                                                  "score_epochs"),
+                          ({"hard_cut": 0.6}, "hard_cut=0.6 leaves fewer"), ({"strata": 0}, "strata"),
+                          ({"epochs": 1}, "epochs")]:
+        with pytest.raises(ValueError, match=match):
+            ScorePruningSelector(y, 2, **{"epochs": 3, **kwargs})
+    with pytest.raises(TypeError, match="integer class ids"):
+        ScorePruningSelector(np.linspace(0, 1, 20), 2, epochs=3)
+    sel = ScorePruningSelector(y, 2, epochs=3)
+    with pytest.raises(ValueError, match="NaN"):
+        sel.observe([0, 1], logits=[[0.0, float("nan")], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="3 rows but 2 indices"):
+        sel.observe([0, 1], logits=np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="epoch 3 is past"):
+        sel.plan(epoch=3)
+    with pytest.raises(ValueError, match="missing keys"):
+        sel.load_state_dict({"kept": np.zeros(3)})
+    with pytest.raises(ValueError, match="finite"):
+        coverage_centric_selection([0.0, float("inf")], 1)

@@ -4,10 +4,10 @@ from .coreset import CoresetSelector, gradient_proxies
 from .graph_blocks import GraphBlockSelector
 from .loss_rank import LossRankSelector
 from .partition import partition_values, submodular_partition
-from .pruning import InfoBatchSelector
+from .pruning import InfoBatchSelector, ScorePruningSelector, coverage_centric_selection
 from .submodular import SubmodularSelector
 
 __all__ = [
     "Selector", "OnlineSelector", "RandomSelector", "SubmodularSelector", "LossRankSelector",
-    "GraphBlockSelector", "CoresetSelector", "InfoBatchSelector", "gradient_proxies", "submodular_partition", "partition_values",
+    "GraphBlockSelector", "CoresetSelector", "InfoBatchSelector", "ScorePruningSelector", "coverage_centric_selection", "gradient_proxies", "submodular_partition", "partition_values",
 ]

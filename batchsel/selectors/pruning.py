@@ -1,6 +1,7 @@
-"""Dynamic data pruning (InfoBatch; Qin et al., ICLR 2024): each epoch skips part of the
-examples the model has already learnt and up-weights the rest of them, so the expected
-gradient is unchanged and an epoch costs fewer steps."""
+"""Data pruning with epoch lengths known before the run: dynamic (InfoBatch; Qin et al.,
+ICLR 2024: each epoch skips part of the examples the model has already learnt) and
+score-based (EL2N or forgetting scores from the first epochs, then coverage-centric
+selection of the examples kept; Paul et al. 2021, Toneva et al. 2019, Zheng et al. 2023)."""
 from __future__ import annotations
 
 import math
@@ -8,9 +9,22 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_indices, check_int, check_number, check_rows
+from .._checks import check_indices, check_int, check_labels, check_number, check_rows, check_seed, tensor_to_numpy
 from ..plan import EpochPlan
+from ..filters import gradnorm_scores
 from .base import Selector, epoch_rng, even_split, shard_length, split_batches
+
+
+def _epoch_plan(keep: np.ndarray, weights: np.ndarray | None, selector: Selector, epoch: int, world_size: int,
+                method: str) -> EpochPlan:
+    """The plan of an epoch that trains on ``keep`` (all ranks, in order; with per-example
+    ``weights`` or None), split as DistributedSampler splits and cut into batches."""
+    positions = even_split(np.arange(len(keep), dtype=np.int64), world_size, selector.drop_last)
+    batches = [[keep[b] for b in split_batches(p, selector.batch_size)] for p in positions]
+    rank_weights = None if weights is None else [[weights[b] for b in split_batches(p, selector.batch_size)]
+                                                 for p in positions]
+    return EpochPlan(batches, rank_weights, num_examples=selector.num_examples, epoch=epoch, seed=selector.seed,
+                     method=method)
 
 
 class InfoBatchSelector(Selector):
@@ -69,13 +83,16 @@ class InfoBatchSelector(Selector):
     feedback_fields = ("losses",)
 
     def __init__(self, num_examples: int, batch_size: int, *, epochs: int, prune_ratio: float = 0.5,
-                 anneal: float = 0.875, seed: int = 0, drop_last: bool = False) -> None:
+                 anneal: float = 0.875, rescale: bool = True, seed: int = 0, drop_last: bool = False) -> None:
         super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)
         self.epochs = check_int(epochs, "epochs", minimum=1)
         self.prune_ratio = check_number(prune_ratio, "prune_ratio", 0.0)
         if self.prune_ratio >= 1.0:  # nothing left of the well-learnt half
             raise ValueError(f"prune_ratio must be in [0, 1), got {prune_ratio!r}")
         self.anneal = check_number(anneal, "anneal", 0.0, 1.0)
+        if not isinstance(rescale, (bool, np.bool_)):
+            raise TypeError(f"rescale must be a bool, got {rescale!r}")
+        self.rescale = bool(rescale)
         #: the latest loss observed of every example (inf: never observed)
         self.losses_ = np.full(self.num_examples, np.inf)
         #: epoch -> share of the examples skipped, for every epoch planned
@@ -141,7 +158,8 @@ class InfoBatchSelector(Selector):
             # the lowest losses, ties by index (a stable sort: the same on every platform)
             learnt = np.argsort(losses, kind="stable")[:candidates]
             dropped = rng.choice(learnt, size=skipped, replace=False)
-            weights[learnt] = candidates / (candidates - skipped)
+            if self.rescale:
+                weights[learnt] = candidates / (candidates - skipped)
             mask = np.ones(self.num_examples, dtype=bool)
             mask[dropped] = False
             keep, weights = keep[mask], weights[mask]
@@ -155,11 +173,7 @@ class InfoBatchSelector(Selector):
             self._frozen = (epoch, self.losses_.copy())
         keep, weights = self._kept(epoch, self._frozen[1])
         self.pruned_share_[epoch] = 1.0 - len(keep) / self.num_examples
-        positions = even_split(np.arange(len(keep), dtype=np.int64), world_size, self.drop_last)
-        batches = [[keep[b] for b in split_batches(p, self.batch_size)] for p in positions]
-        rank_weights = [[weights[b] for b in split_batches(p, self.batch_size)] for p in positions]
-        return EpochPlan(batches, rank_weights, num_examples=self.num_examples, epoch=epoch, seed=self.seed,
-                         method="infobatch")
+        return _epoch_plan(keep, weights, self, epoch, world_size, "infobatch")
 
     # -- resume -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -188,4 +202,233 @@ class InfoBatchSelector(Selector):
         self.pruned_share_ = {int(e): float(s) for e, s in zip(state["pruned_epochs"], state["pruned_shares"])}
 
 
-__all__ = ["InfoBatchSelector"]
+SCORES = ("el2n", "forgetting")
+
+
+def coverage_centric_selection(scores: Any, count: int, *, strata: int = 50, hard_cut: float = 0.0,
+                               seed: int = 0) -> np.ndarray:
+    """Coverage-centric selection (CCS; Zheng et al., ICLR 2023): ``count`` examples chosen
+    over the whole range of difficulty ``scores`` (higher: harder) rather than only the
+    hardest, which collapse at high pruning rates.
+
+    The ``hard_cut`` share of the hardest examples is dropped first (at high pruning rates
+    they are mostly mislabelled or ambiguous); the rest are cut into ``strata`` bins of equal
+    score width, and the budget is spread evenly: the least populated bin takes all of its
+    examples or its even share of what is left, whichever is smaller, then the next, each
+    bin's examples drawn at random. Returns the chosen indices, sorted.
+
+    >>> picked = coverage_centric_selection(np.arange(100.0), 20, strata=4, hard_cut=0.2)
+    >>> len(picked), int(picked.max()) < 80, np.bincount(picked // 20).tolist()
+    (20, True, [5, 5, 5, 5])
+    """
+    s = np.asarray(tensor_to_numpy(scores), dtype=np.float64)
+    if s.ndim != 1 or not np.isfinite(s).all():
+        raise ValueError(f"scores must be a 1-D array of finite numbers, got shape {s.shape}"
+                         + ("" if s.ndim != 1 else " with NaN or inf"))
+    strata = check_int(strata, "strata", minimum=1)
+    hard_cut = check_number(hard_cut, "hard_cut", 0.0, 1.0)
+    if hard_cut >= 1.0:
+        raise ValueError(f"hard_cut must be in [0, 1), got {hard_cut!r}")
+    order = np.argsort(s, kind="stable")  # easiest first; ties by index
+    pool = order[: len(s) - int(math.floor(hard_cut * len(s)))]
+    count = check_int(count, "count", minimum=0, maximum=len(pool))
+    rng = np.random.default_rng([check_seed(seed), 7])
+    low, high = s[pool].min(initial=0.0), s[pool].max(initial=0.0)
+    width = (high - low) / strata
+    stratum = np.minimum(((s[pool] - low) / width).astype(np.int64), strata - 1) if width > 0 else \
+        np.zeros(len(pool), dtype=np.int64)
+    bins = [pool[stratum == k] for k in range(strata)]
+    bins = [b for b in bins if len(b)]
+    picked, left = [], count
+    for i, b in enumerate(sorted(bins, key=len)):  # stable: equal sizes stay in score order
+        take = min(len(b), left // (len(bins) - i))
+        picked.append(rng.choice(b, size=take, replace=False))
+        left -= take
+    return np.sort(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
+
+
+class ScorePruningSelector(Selector):
+    """Score-based pruning of the training set: score every example during the first
+    ``score_epochs`` epochs, which train on all of it, then train on the ``keep`` share chosen
+    by coverage-centric selection for the rest of the run.
+
+    The scores come from the training forward (``sampler.observe(idx, logits=...)``; no
+    extra pass), averaged over the scoring epochs:
+
+    - ``"el2n"`` (Paul et al. 2021): ``|softmax(logits) - onehot(y)|_2``, the error's norm;
+    - ``"forgetting"`` (Toneva et al. 2019): how often an example went from classified
+      correctly to incorrectly; never classified correctly counts as the most forgotten.
+      It needs at least 2 scoring epochs.
+
+    The kept set is drawn by :func:`coverage_centric_selection` (``strata`` bins, the
+    ``hard_cut`` hardest share dropped first) once, when the first pruned epoch is planned,
+    from the scores observed until then, identically on every rank (the sampler shares the
+    feedback). Every epoch's length is known before the run: :meth:`num_batches` and
+    :meth:`total_batches` size a learning-rate schedule.
+
+    Parameters
+    ----------
+    labels:
+        The training labels (class ids), one per example.
+    batch_size:
+        Examples per batch.
+    epochs:
+        The run's number of epochs.
+    keep:
+        The share of the examples trained on after the scoring epochs, in (0, 1].
+    score:
+        ``"el2n"`` or ``"forgetting"``.
+    score_epochs:
+        The epochs that train on every example and score it (>= 1, < ``epochs``).
+    strata, hard_cut:
+        :func:`coverage_centric_selection`'s.
+    seed, drop_last:
+        As for every selector.
+
+    Example
+    -------
+    >>> y = np.arange(100) % 2
+    >>> sel = ScorePruningSelector(y, batch_size=10, epochs=4, keep=0.6, seed=0)
+    >>> [sel.num_batches(epoch=e) for e in range(4)], sel.total_batches()
+    ([10, 6, 6, 6], 28)
+    >>> logits = np.stack([np.linspace(-2, 2, 100), np.zeros(100)], 1)
+    >>> sel.observe(np.arange(100), logits=logits)
+    >>> plan = sel.plan(epoch=1)
+    >>> len(plan.indices()), sel.pruned_share_[1]
+    (60, 0.4)
+    """
+
+    epoch_lengths_vary = True
+    feedback_fields = ("logits",)
+
+    def __init__(self, labels: Any, batch_size: int, *, epochs: int, keep: float = 0.5, score: str = "el2n",
+                 score_epochs: int = 1, strata: int = 50, hard_cut: float = 0.0, seed: int = 0,
+                 drop_last: bool = False) -> None:
+        y = np.asarray(tensor_to_numpy(labels))
+        if y.ndim != 1:
+            raise ValueError(f"labels must be 1-D, got shape {y.shape}")
+        super().__init__(len(y), batch_size, seed=seed, drop_last=drop_last)
+        self.labels = check_labels(y, self.num_examples)
+        self.epochs = check_int(epochs, "epochs", minimum=2)
+        self.keep = check_number(keep, "keep", 0.0, 1.0)
+        if self.keep <= 0.0 or round(self.keep * self.num_examples) < 1:
+            raise ValueError(f"keep must be in (0, 1] and keep at least one of the {self.num_examples} examples, "
+                             f"got {keep!r}")
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        self.score = score
+        self.score_epochs = check_int(score_epochs, "score_epochs", minimum=1 if score == "el2n" else 2,
+                                      maximum=self.epochs - 1)
+        self.strata = check_int(strata, "strata", minimum=1)
+        self.hard_cut = check_number(hard_cut, "hard_cut", 0.0, 1.0)
+        if self.hard_cut >= 1.0 or self.kept_count() > self.num_examples - math.floor(self.hard_cut * self.num_examples):
+            raise ValueError(f"hard_cut={hard_cut!r} leaves fewer examples than keep={keep!r} asks for")
+        #: per example: the sum of its scores and how many were observed (el2n), or
+        #: its forgetting events and whether its latest forward was correct (forgetting)
+        self.score_sum_ = np.zeros(self.num_examples)
+        self.observed_ = np.zeros(self.num_examples, dtype=np.int64)
+        self.correct_ = np.zeros(self.num_examples, dtype=bool)
+        self.learnt_ = np.zeros(self.num_examples, dtype=bool)  # ever classified correctly
+        self.kept_: np.ndarray | None = None  # the examples of the pruned epochs, once drawn
+        #: epoch -> share of the examples skipped, for every epoch planned
+        self.pruned_share_: dict[int, float] = {}
+
+    def kept_count(self) -> int:
+        """Examples trained on in every pruned epoch."""
+        return max(1, round(self.keep * self.num_examples))
+
+    def _check_epoch(self, epoch: int) -> int:
+        epoch = check_int(epoch, "epoch", minimum=0)
+        if epoch >= self.epochs:
+            raise ValueError(f"epoch {epoch} is past this run's epochs={self.epochs} (epochs 0 to {self.epochs - 1}): "
+                             f"build the selector with the run's number of epochs")
+        return epoch
+
+    def prunes(self, epoch: int) -> bool:
+        """Whether ``epoch`` trains on the kept share (every epoch after the scoring ones)."""
+        return self._check_epoch(epoch) >= self.score_epochs
+
+    def epoch_size(self, epoch: int) -> int:
+        """Examples trained on in ``epoch`` (over all ranks, before padding)."""
+        return self.kept_count() if self.prunes(epoch) else self.num_examples
+
+    num_batches = InfoBatchSelector.num_batches
+    total_batches = InfoBatchSelector.total_batches
+
+    # -- feedback ---------------------------------------------------------------------
+    def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
+        """Score ``indices`` from their training ``logits`` (until the kept set is drawn)."""
+        if logits is None or self.kept_ is not None:
+            return
+        idx = check_indices(indices, self.num_examples)
+        z = check_rows(logits, len(idx), "logits", ndim=2)
+        y = self.labels[idx]
+        if self.score == "el2n":
+            np.add.at(self.score_sum_, idx, gradnorm_scores(z, y))
+        else:
+            correct = z.argmax(axis=1) == y
+            forgot = self.correct_[idx] & ~correct  # (an index twice in one batch: the last counts)
+            np.add.at(self.score_sum_, idx, forgot)
+            self.correct_[idx] = correct
+            self.learnt_[idx] |= correct
+        np.add.at(self.observed_, idx, 1)
+
+    def scores_(self) -> np.ndarray:
+        """Every example's difficulty so far (higher: harder); never observed: the hardest."""
+        if self.score == "el2n":
+            mean = self.score_sum_ / np.maximum(self.observed_, 1)
+            return np.where(self.observed_ > 0, mean, np.inf)
+        # never learnt: more forgotten than any example can be (Toneva et al.)
+        return np.where(self.learnt_, self.score_sum_, self.observed_.max(initial=0) + 1.0)
+
+    # -- the plan ---------------------------------------------------------------------
+    def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
+        epoch = self._check_epoch(epoch)
+        self.check_world(world_size)
+        rng = epoch_rng(self.seed, epoch, 2)
+        if not self.prunes(epoch):
+            keep = np.arange(self.num_examples, dtype=np.int64)
+        else:
+            if self.kept_ is None:
+                scores = self.scores_()
+                finite = np.isfinite(scores)
+                # never observed (a run that skipped feedback): harder than every observed one
+                scores = np.where(finite, scores, (scores[finite].max(initial=0.0) + 1.0))
+                self.kept_ = coverage_centric_selection(scores, self.kept_count(), strata=self.strata,
+                                                        hard_cut=self.hard_cut, seed=self.seed)
+            keep = self.kept_
+        self.pruned_share_[epoch] = 1.0 - len(keep) / self.num_examples
+        return _epoch_plan(keep[rng.permutation(len(keep))], None, self, epoch, world_size, "score-pruning")
+
+    # -- resume -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The scores observed and the kept set, once drawn."""
+        kept = np.full(0, -1, dtype=np.int64) if self.kept_ is None else self.kept_.copy()
+        return {"class": type(self).__name__, "num_examples": self.num_examples, "score_sum": self.score_sum_.copy(),
+                "observed": self.observed_.copy(), "correct": self.correct_.copy(), "learnt": self.learnt_.copy(),
+                "drawn": self.kept_ is not None, "kept": kept, "pruned_epochs": list(self.pruned_share_),
+                "pruned_shares": list(self.pruned_share_.values())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        expected = {"class", "num_examples", "score_sum", "observed", "correct", "learnt", "drawn", "kept",
+                    "pruned_epochs", "pruned_shares"}
+        if not isinstance(state, dict) or set(state) != expected:
+            got = set(state) if isinstance(state, dict) else set()
+            raise ValueError(f"not a {type(self).__name__} state: missing keys {sorted(expected - got)}, "
+                             f"unexpected keys {sorted(got - expected)}")
+        if state["class"] != type(self).__name__ or int(state["num_examples"]) != self.num_examples:
+            raise ValueError(f"state is from a {state['class']} of {state['num_examples']} examples, not a "
+                             f"{type(self).__name__} of {self.num_examples}")
+        arrays = {k: np.asarray(tensor_to_numpy(state[k])) for k in ("score_sum", "observed", "correct", "learnt")}
+        if any(a.shape != (self.num_examples,) for a in arrays.values()):
+            raise ValueError(f"state holds per-example arrays of shapes {[a.shape for a in arrays.values()]}, "
+                             f"expected ({self.num_examples},)")
+        self.score_sum_ = arrays["score_sum"].astype(np.float64)
+        self.observed_ = arrays["observed"].astype(np.int64)
+        self.correct_, self.learnt_ = arrays["correct"].astype(bool), arrays["learnt"].astype(bool)
+        kept = np.asarray(tensor_to_numpy(state["kept"]), dtype=np.int64)
+        self.kept_ = check_indices(kept, self.num_examples, "kept").copy() if bool(state["drawn"]) else None
+        self.pruned_share_ = {int(e): float(s) for e, s in zip(state["pruned_epochs"], state["pruned_shares"])}
+
+
+__all__ = ["InfoBatchSelector", "ScorePruningSelector", "coverage_centric_selection"]

@@ -1,7 +1,10 @@
 """InfoBatch pruning in a DDP loop with a OneCycleLR schedule, as tests/test_pruning.py launches it:
 
-    python pruning_job.py OUT                    (one process)
-    mpiexec -n N python pruning_job.py OUT       (MPI, torch.distributed set up from MPI)
+    python pruning_job.py OUT [METHOD]                (one process)
+    mpiexec -n N python pruning_job.py OUT [METHOD]   (MPI, torch.distributed set up from MPI)
+
+METHOD: ``infobatch`` (the default) or ``score`` (ScorePruningSelector: EL2N from the
+training logits of the first epoch, then the kept 60 %, weights all 1).
 
 On sklearn's digits every rank draws weighted batches from
 ``SelectionBatchSampler(InfoBatchSelector(...), weighted=True)``, trains a DDP model with
@@ -25,10 +28,17 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from job import digits, flat_params  # noqa: E402
 
-from batchsel import InfoBatchSelector  # noqa: E402
+from batchsel import InfoBatchSelector, ScorePruningSelector  # noqa: E402
 from batchsel.integrations import SelectionBatchSampler, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 
 EPOCHS, BATCH, SEED, MAX_LR = 5, 32, 0, 0.2
+METHOD = sys.argv[2] if len(sys.argv) > 2 else "infobatch"
+
+
+def make_selector(y):
+    if METHOD == "score":
+        return ScorePruningSelector(y, BATCH, epochs=EPOCHS, keep=0.6, seed=SEED)
+    return InfoBatchSelector(len(y), BATCH, epochs=EPOCHS, seed=SEED)
 
 
 def build(x, y, distributed):
@@ -36,7 +46,7 @@ def build(x, y, distributed):
     net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
     model = torch.nn.parallel.DistributedDataParallel(net) if distributed else net
     opt = torch.optim.SGD(model.parameters(), lr=MAX_LR, momentum=0.9)
-    sampler = SelectionBatchSampler(InfoBatchSelector(len(x), BATCH, epochs=EPOCHS, seed=SEED), weighted=True)
+    sampler = SelectionBatchSampler(make_selector(y), weighted=True)
     schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=MAX_LR, total_steps=sampler.total_batches(EPOCHS))
     return net, model, opt, schedule, sampler
 
@@ -60,13 +70,14 @@ def train(x, y, distributed, start=None, stop=None):
         for batch in sampler:
             idx = torch.tensor([i for i, _ in batch])
             w = torch.tensor([w for _, w in batch])
-            losses = F.cross_entropy(model(x[idx]), y[idx], reduction="none")
+            logits = model(x[idx])
+            losses = F.cross_entropy(logits, y[idx], reduction="none")
             opt.zero_grad()
             (losses * w).mean().backward()
             lr = opt.param_groups[0]["lr"]
             opt.step()
             schedule.step()
-            sampler.observe(idx, losses=losses.detach())
+            sampler.observe(idx, losses=losses.detach(), logits=logits.detach())
             seen.append((idx.numpy().copy(), w.numpy().copy(), lr))
             step += 1
             if step == stop:
@@ -104,7 +115,10 @@ def job(out, distributed):
     for epoch, length in enumerate(lengths):
         union = np.concatenate([i for rank in every for i, _ in rank[start:start + length]])
         weights = np.concatenate([w for rank in every for _, w in rank[start:start + length]])
-        assert (weights == 1).all() == (selector.pruned_share_[epoch] == 0), epoch
+        if METHOD == "infobatch":  # up-weighted exactly where it prunes
+            assert (weights == 1).all() == (selector.pruned_share_[epoch] == 0), epoch
+        else:
+            assert (weights == 1).all(), epoch
         kept = selector.epoch_size(epoch)
         assert len(np.unique(union)) == kept and len(union) >= kept, (epoch, len(np.unique(union)), kept)
         shares[epoch] = selector.pruned_share_[epoch]
