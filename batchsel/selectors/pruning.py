@@ -27,7 +27,41 @@ def _epoch_plan(keep: np.ndarray, weights: np.ndarray | None, selector: Selector
                      method=method)
 
 
-class InfoBatchSelector(Selector):
+class _PrunedRun(Selector):
+    """A run of ``epochs`` epochs whose lengths differ but are known before it starts:
+    subclasses give :meth:`epoch_size`, the examples (over all ranks) of each epoch."""
+
+    epoch_lengths_vary = True
+    epochs: int
+
+    def epoch_size(self, epoch: int) -> int:
+        raise NotImplementedError
+
+    def _check_epoch(self, epoch: int) -> int:
+        epoch = check_int(epoch, "epoch", minimum=0)
+        if epoch >= self.epochs:
+            raise ValueError(f"epoch {epoch} is past this run's epochs={self.epochs} (epochs 0 to {self.epochs - 1}): "
+                             f"build the selector with the run's number of epochs")
+        return epoch
+
+    def num_batches(self, world_size: int = 1, epoch: int = 0) -> int:
+        """Batches per rank in ``epoch`` (the same on every rank)."""
+        self.check_world(world_size)
+        size = self.epoch_size(epoch)
+        if world_size > size:
+            raise ValueError(f"world_size must be <= the examples of epoch {epoch} ({size}), got {world_size}")
+        return -(-shard_length(size, world_size, self.drop_last) // self.batch_size)
+
+    def total_batches(self, world_size: int = 1, epochs: int | None = None) -> int:
+        """Batches per rank over the whole run: the ``total_steps`` of its learning-rate
+        schedule. ``epochs``, when given, must be the selector's."""
+        if epochs is not None and check_int(epochs, "epochs", minimum=1) != self.epochs:
+            raise ValueError(f"epochs={epochs} disagrees with this selector's run of epochs={self.epochs}: "
+                             f"its pruning schedule is for {self.epochs} epochs")
+        return sum(self.num_batches(world_size, e) for e in range(self.epochs))
+
+
+class InfoBatchSelector(_PrunedRun):
     """InfoBatch's dynamic pruning, with epoch lengths known before the run.
 
     Each epoch e of a run of ``epochs`` epochs:
@@ -78,7 +112,6 @@ class InfoBatchSelector(Selector):
     (75, 0.25, [1.0, 2.0])
     """
 
-    epoch_lengths_vary = True
     weighted_plans = True
     feedback_fields = ("losses",)
 
@@ -100,13 +133,6 @@ class InfoBatchSelector(Selector):
         self._frozen: tuple[int, np.ndarray] | None = None  # (epoch, losses its plan was drawn from)
 
     # -- the schedule -----------------------------------------------------------------
-    def _check_epoch(self, epoch: int) -> int:
-        epoch = check_int(epoch, "epoch", minimum=0)
-        if epoch >= self.epochs:
-            raise ValueError(f"epoch {epoch} is past this run's epochs={self.epochs} (epochs 0 to {self.epochs - 1}): "
-                             f"build the selector with the run's number of epochs")
-        return epoch
-
     def prunes(self, epoch: int) -> bool:
         """Whether ``epoch`` skips examples (not the first, nor the annealing epochs)."""
         epoch = self._check_epoch(epoch)
@@ -121,23 +147,6 @@ class InfoBatchSelector(Selector):
     def epoch_size(self, epoch: int) -> int:
         """Examples trained on in ``epoch`` (over all ranks, before padding)."""
         return self.num_examples - (self._skipped() if self.prunes(epoch) else 0)
-
-    def num_batches(self, world_size: int = 1, epoch: int = 0) -> int:
-        """Batches per rank in ``epoch`` (the same on every rank)."""
-        self.check_world(world_size)
-        size = self.epoch_size(epoch)
-        if world_size > size:
-            raise ValueError(f"world_size must be <= the examples of epoch {epoch} ({size}), got {world_size}")
-        return -(-shard_length(size, world_size, self.drop_last) // self.batch_size)
-
-    def total_batches(self, world_size: int = 1, epochs: int | None = None) -> int:
-        """Batches per rank over the whole run: the ``total_steps`` of its learning-rate
-        schedule. ``epochs``, when given, must be the selector's."""
-        if epochs is not None and check_int(epochs, "epochs", minimum=1) != self.epochs:
-            raise ValueError(f"epochs={epochs} disagrees with this selector's run of epochs={self.epochs}: "
-                             f"its pruning schedule (annealing from epoch {math.ceil(self.anneal * self.epochs)}) "
-                             f"is for {self.epochs} epochs")
-        return sum(self.num_batches(world_size, e) for e in range(self.epochs))
 
     # -- feedback ---------------------------------------------------------------------
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
@@ -247,7 +256,7 @@ def coverage_centric_selection(scores: Any, count: int, *, strata: int = 50, har
     return np.sort(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
 
 
-class ScorePruningSelector(Selector):
+class ScorePruningSelector(_PrunedRun):
     """Score-based pruning of the training set: score every example during the first
     ``score_epochs`` epochs, which train on all of it, then train on the ``keep`` share chosen
     by coverage-centric selection for the rest of the run.
@@ -298,7 +307,6 @@ class ScorePruningSelector(Selector):
     (60, 0.4)
     """
 
-    epoch_lengths_vary = True
     feedback_fields = ("logits",)
 
     def __init__(self, labels: Any, batch_size: int, *, epochs: int, keep: float = 0.5, score: str = "el2n",
@@ -337,13 +345,6 @@ class ScorePruningSelector(Selector):
         """Examples trained on in every pruned epoch."""
         return max(1, round(self.keep * self.num_examples))
 
-    def _check_epoch(self, epoch: int) -> int:
-        epoch = check_int(epoch, "epoch", minimum=0)
-        if epoch >= self.epochs:
-            raise ValueError(f"epoch {epoch} is past this run's epochs={self.epochs} (epochs 0 to {self.epochs - 1}): "
-                             f"build the selector with the run's number of epochs")
-        return epoch
-
     def prunes(self, epoch: int) -> bool:
         """Whether ``epoch`` trains on the kept share (every epoch after the scoring ones)."""
         return self._check_epoch(epoch) >= self.score_epochs
@@ -351,9 +352,6 @@ class ScorePruningSelector(Selector):
     def epoch_size(self, epoch: int) -> int:
         """Examples trained on in ``epoch`` (over all ranks, before padding)."""
         return self.kept_count() if self.prunes(epoch) else self.num_examples
-
-    num_batches = InfoBatchSelector.num_batches
-    total_batches = InfoBatchSelector.total_batches
 
     # -- feedback ---------------------------------------------------------------------
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
