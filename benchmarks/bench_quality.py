@@ -325,8 +325,11 @@ DEFAULT_TASKS = ("digits-mlp", "mnist1d-mlp", "mnist1d-cnn", "mnist1d-resnet", "
 def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: int = 1,
                   world_size: int = 1) -> batchsel.Selector:
     """Every method at its defaults (a ``--variant`` adds keyword arguments); the
-    embeddings are the inputs. The pruning selectors are built for the fewest epochs that
-    hold ``steps`` batches per rank (the run stops after ``steps``, in its last epoch)."""
+    embeddings are the inputs. A pruning selector (epochs of different lengths) is built for
+    the fewest epochs that hold ``steps`` batches per rank; the run stops after ``steps``,
+    inside its last epoch (whole epochs would move its wall off the budget; InfoBatch with
+    its last, annealing epoch cut short measured the same on the validation split). InfoBatch's
+    variant option ``by_class=True`` passes the training labels (pruning within classes)."""
     base, options = VARIANTS.get(method, (method, {}))
     options = {k: v for k, v in options.items() if k != "prefetch"}  # the sampler's, not the selector's
     n = len(train.y)
@@ -343,7 +346,9 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: 
     if base in ("infobatch", "score-pruning"):
         def build(epochs: int) -> batchsel.Selector:
             if base == "infobatch":
-                return batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **options)
+                by_class = {"labels": train.y} if options.get("by_class") else {}
+                rest = {k: v for k, v in options.items() if k != "by_class"}
+                return batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **by_class, **rest)
             return batchsel.ScorePruningSelector(train.y, batch_size, epochs=epochs, seed=seed, **options)
 
         epochs = 1 if base == "infobatch" else 2  # score pruning: a scoring epoch, then pruned ones
@@ -361,7 +366,8 @@ FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradn
            "selective-backprop": {"score": "loss", "pick": "percentile", "beta": 1.0, "ratio": 2.0,
                                   "uniform_fraction": 0.0}}
 METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", *FILTERS)
-DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "loss-filter", "gradnorm-filter",
+DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", "loss-filter",
+                   "gradnorm-filter",
                    "rho-filter", "selective-backprop")
 LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
           "infobatch": "InfoBatch pruning", "score-pruning": "EL2N + CCS pruning",

@@ -58,6 +58,30 @@ def test_every_example_keeps_an_expected_weight_of_one():
     assert total[30:].tolist() == [400.0] * 30  # the worse-learnt half is never skipped
 
 
+def test_with_labels_every_class_loses_the_same_share_of_its_well_learnt_half():
+    y = np.repeat(np.arange(3), [60, 31, 9])  # long-tailed
+    sel = InfoBatchSelector(100, 10, epochs=4, labels=y, prune_ratio=0.5, seed=1)
+    losses = np.where(y == 0, 0.1, 1.0) + np.random.default_rng(0).random(100) * 0.01  # class 0 learnt best
+    sel.observe(np.arange(100), losses=losses)
+    plan = sel.plan(epoch=1)
+    kept, weights = plan.indices(), np.concatenate(plan.weights(0))
+    # per class c: floor(n_c / 2) candidates (its lowest losses), round(0.5 * that) skipped
+    assert np.bincount(y[kept]).tolist() == [60 - 15, 31 - 8, 9 - 2] and sel.epoch_size(1) == len(kept) == 75
+    for c, (cand, skip) in enumerate([(30, 15), (15, 8), (4, 2)]):
+        members = np.flatnonzero(y == c)
+        learnt = members[np.argsort(losses[members], kind="stable")[:cand]]
+        in_class = np.isin(kept, members)
+        assert np.isin(np.setdiff1d(members, kept), learnt).all()  # only the class's well-learnt are skipped
+        assert np.allclose(weights[in_class & np.isin(kept, learnt)], cand / (cand - skip))
+        assert (weights[in_class & ~np.isin(kept, learnt)] == 1).all()
+    # without labels the lowest half over all examples is class 0's: the tail classes lose nothing
+    plain = InfoBatchSelector(100, 10, epochs=4, prune_ratio=0.5, seed=1)
+    plain.observe(np.arange(100), losses=losses)
+    assert np.bincount(y[plain.plan(epoch=1).indices()]).tolist() == [60 - 25, 31, 9]
+    with pytest.raises(ValueError, match="labels has length 99"):
+        InfoBatchSelector(100, 10, epochs=4, labels=y[:99])
+
+
 def test_first_and_annealing_epochs_train_on_everything_and_lengths_are_known_ahead():
     sel = InfoBatchSelector(100, 10, epochs=8, seed=0)
     assert [sel.prunes(e) for e in range(8)] == [False] + [True] * 6 + [False]  # 7 = ceil(0.875 * 8)

@@ -73,6 +73,8 @@ class InfoBatchSelector(_PrunedRun):
       ``round(prune_ratio * floor(N/2))`` chosen at random are skipped, and the kept
       well-learnt examples get weight ``C / (C - P)`` (C candidates, P skipped), so every
       example's expected weight is 1 and the expected gradient that of the full epoch.
+      With ``labels``, the same within every class (the lower half of each class's losses,
+      the same share of it skipped), so every epoch keeps the data's class mix.
 
     InfoBatch draws its candidates below the *mean* loss, a number that changes from epoch
     to epoch; the median used here prunes the same number of examples every pruned epoch,
@@ -98,6 +100,11 @@ class InfoBatchSelector(_PrunedRun):
         (InfoBatch's default, 0.5, skips a quarter of the data).
     anneal:
         The share of the epochs after which pruning stops (InfoBatch's delta, 0.875).
+    rescale:
+        Up-weight the kept well-learnt examples (InfoBatch's rescaling); False trains on
+        the kept ones with weight 1 (the unweighted ablation).
+    labels:
+        Class ids, one per example: prune within every class (None: over all examples).
     seed, drop_last:
         As for every selector (``drop_last``: DistributedSampler's, pad or drop).
 
@@ -116,13 +123,20 @@ class InfoBatchSelector(_PrunedRun):
     feedback_fields = ("losses",)
 
     def __init__(self, num_examples: int, batch_size: int, *, epochs: int, prune_ratio: float = 0.5,
-                 anneal: float = 0.875, rescale: bool = True, seed: int = 0, drop_last: bool = False) -> None:
+                 anneal: float = 0.875, rescale: bool = True, labels: Any = None, seed: int = 0,
+                 drop_last: bool = False) -> None:
         super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)
+        #: class ids: the well-learnt half is taken within every class (None: over all examples)
+        self.labels = None if labels is None else check_labels(labels, self.num_examples)
+        # members of every class (one group of all examples without labels), fixed for the run
+        groups = [np.arange(self.num_examples)] if self.labels is None else \
+            np.split(np.argsort(self.labels, kind="stable"), np.flatnonzero(np.diff(np.sort(self.labels))) + 1)
         self.epochs = check_int(epochs, "epochs", minimum=1)
         self.prune_ratio = check_number(prune_ratio, "prune_ratio", 0.0)
         if self.prune_ratio >= 1.0:  # nothing left of the well-learnt half
             raise ValueError(f"prune_ratio must be in [0, 1), got {prune_ratio!r}")
         self.anneal = check_number(anneal, "anneal", 0.0, 1.0)
+        self._groups = [(g, len(g) // 2, round(self.prune_ratio * (len(g) // 2))) for g in groups]
         if not isinstance(rescale, (bool, np.bool_)):
             raise TypeError(f"rescale must be a bool, got {rescale!r}")
         self.rescale = bool(rescale)
@@ -138,11 +152,8 @@ class InfoBatchSelector(_PrunedRun):
         epoch = self._check_epoch(epoch)
         return 0 < epoch < math.ceil(self.anneal * self.epochs) and self._skipped() > 0
 
-    def _candidates(self) -> int:
-        return self.num_examples // 2
-
     def _skipped(self) -> int:
-        return round(self.prune_ratio * self._candidates())
+        return sum(skipped for _, _, skipped in self._groups)
 
     def epoch_size(self, epoch: int) -> int:
         """Examples trained on in ``epoch`` (over all ranks, before padding)."""
@@ -163,14 +174,13 @@ class InfoBatchSelector(_PrunedRun):
         keep = np.arange(self.num_examples, dtype=np.int64)
         weights = np.ones(self.num_examples, dtype=np.float32)
         if self.prunes(epoch):
-            candidates, skipped = self._candidates(), self._skipped()
-            # the lowest losses, ties by index (a stable sort: the same on every platform)
-            learnt = np.argsort(losses, kind="stable")[:candidates]
-            dropped = rng.choice(learnt, size=skipped, replace=False)
-            if self.rescale:
-                weights[learnt] = candidates / (candidates - skipped)
             mask = np.ones(self.num_examples, dtype=bool)
-            mask[dropped] = False
+            for members, candidates, skipped in self._groups:
+                # the lowest losses, ties by index (a stable sort: the same on every platform)
+                learnt = members[np.argsort(losses[members], kind="stable")[:candidates]]
+                mask[rng.choice(learnt, size=skipped, replace=False)] = False
+                if self.rescale and skipped:
+                    weights[learnt] = candidates / (candidates - skipped)
             keep, weights = keep[mask], weights[mask]
         order = rng.permutation(len(keep))
         return keep[order], weights[order]
