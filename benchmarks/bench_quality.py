@@ -328,8 +328,9 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: 
     embeddings are the inputs. A pruning selector (epochs of different lengths) is built for
     the fewest epochs that hold ``steps`` batches per rank; the run stops after ``steps``,
     inside its last epoch (whole epochs would move its wall off the budget; InfoBatch with
-    its last, annealing epoch cut short measured the same on the validation split). InfoBatch's
-    variant option ``by_class=True`` passes the training labels (pruning within classes)."""
+    its last, annealing epoch cut short measured the same on the validation split). InfoBatch
+    gets the training labels (pruning within classes); the variant option ``labels=False``
+    runs InfoBatch's own rule over all examples."""
     base, options = VARIANTS.get(method, (method, {}))
     options = {k: v for k, v in options.items() if k != "prefetch"}  # the sampler's, not the selector's
     n = len(train.y)
@@ -346,9 +347,10 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: 
     if base in ("infobatch", "score-pruning"):
         def build(epochs: int) -> batchsel.Selector:
             if base == "infobatch":
-                by_class = {"labels": train.y} if options.get("by_class") else {}
-                rest = {k: v for k, v in options.items() if k != "by_class"}
-                return batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **by_class, **rest)
+                # with the labels, as a classifier's user passes them (labels=False: InfoBatch's own rule)
+                labels = {"labels": train.y} if options.get("labels", True) is not False else {}
+                rest = {k: v for k, v in options.items() if k != "labels"}
+                return batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **labels, **rest)
             return batchsel.ScorePruningSelector(train.y, batch_size, epochs=epochs, seed=seed, **options)
 
         epochs = 1 if base == "infobatch" else 2  # score pruning: a scoring epoch, then pruned ones

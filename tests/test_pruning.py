@@ -58,22 +58,27 @@ def test_every_example_keeps_an_expected_weight_of_one():
     assert total[30:].tolist() == [400.0] * 30  # the worse-learnt half is never skipped
 
 
-def test_with_labels_every_class_loses_the_same_share_of_its_well_learnt_half():
+def test_with_labels_every_class_is_pruned_in_proportion_to_its_size():
     y = np.repeat(np.arange(3), [60, 31, 9])  # long-tailed
     sel = InfoBatchSelector(100, 10, epochs=4, labels=y, prune_ratio=0.5, seed=1)
     losses = np.where(y == 0, 0.1, 1.0) + np.random.default_rng(0).random(100) * 0.01  # class 0 learnt best
     sel.observe(np.arange(100), losses=losses)
     plan = sel.plan(epoch=1)
     kept, weights = plan.indices(), np.concatenate(plan.weights(0))
-    # per class c: floor(n_c / 2) candidates (its lowest losses), round(0.5 * that) skipped
-    assert np.bincount(y[kept]).tolist() == [60 - 15, 31 - 8, 9 - 2] and sel.epoch_size(1) == len(kept) == 75
-    for c, (cand, skip) in enumerate([(30, 15), (15, 8), (4, 2)]):
+    # class c: floor(n_c / 2) candidates (its lowest losses), round(0.5 * n_c / 60 * that) skipped
+    expected = [(30, 15), (15, round(0.5 * 31 / 60 * 15)), (4, round(0.5 * 9 / 60 * 4))]
+    assert expected == [(30, 15), (15, 4), (4, 0)]
+    assert np.bincount(y[kept]).tolist() == [45, 27, 9] and sel.epoch_size(1) == len(kept) == 81
+    for c, (cand, skip) in enumerate(expected):
         members = np.flatnonzero(y == c)
         learnt = members[np.argsort(losses[members], kind="stable")[:cand]]
         in_class = np.isin(kept, members)
         assert np.isin(np.setdiff1d(members, kept), learnt).all()  # only the class's well-learnt are skipped
         assert np.allclose(weights[in_class & np.isin(kept, learnt)], cand / (cand - skip))
         assert (weights[in_class & ~np.isin(kept, learnt)] == 1).all()
+    # balanced classes: InfoBatch's share in every class
+    even = InfoBatchSelector(100, 10, epochs=4, labels=np.arange(100) % 4, prune_ratio=0.5)
+    assert even.epoch_size(1) == 100 - 4 * round(0.5 * 12)
     # without labels the lowest half over all examples is class 0's: the tail classes lose nothing
     plain = InfoBatchSelector(100, 10, epochs=4, prune_ratio=0.5, seed=1)
     plain.observe(np.arange(100), losses=losses)

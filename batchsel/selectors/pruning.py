@@ -73,8 +73,12 @@ class InfoBatchSelector(_PrunedRun):
       ``round(prune_ratio * floor(N/2))`` chosen at random are skipped, and the kept
       well-learnt examples get weight ``C / (C - P)`` (C candidates, P skipped), so every
       example's expected weight is 1 and the expected gradient that of the full epoch.
-      With ``labels``, the same within every class (the lower half of each class's losses,
-      the same share of it skipped), so every epoch keeps the data's class mix.
+      With ``labels``, the same within every class (the lower half of each class's
+      losses), class c skipping ``prune_ratio * n_c / n_largest`` of it: on balanced data
+      InfoBatch's share in every class, on a long tail the rare classes hardly pruned.
+      Without labels InfoBatch's rule prunes the rare classes' examples once they are
+      learnt, and their recall falls (the rarest class of a 10:1 long tail: -14 points;
+      ``benchmarks/results/budget/pruning_val_longtail.md``): pass labels.
 
     InfoBatch draws its candidates below the *mean* loss, a number that changes from epoch
     to epoch; the median used here prunes the same number of examples every pruned epoch,
@@ -104,7 +108,8 @@ class InfoBatchSelector(_PrunedRun):
         Up-weight the kept well-learnt examples (InfoBatch's rescaling); False trains on
         the kept ones with weight 1 (the unweighted ablation).
     labels:
-        Class ids, one per example: prune within every class (None: over all examples).
+        Class ids, one per example: prune within every class, in proportion to its size
+        (None: over all examples, InfoBatch's rule).
     seed, drop_last:
         As for every selector (``drop_last``: DistributedSampler's, pad or drop).
 
@@ -136,7 +141,10 @@ class InfoBatchSelector(_PrunedRun):
         if self.prune_ratio >= 1.0:  # nothing left of the well-learnt half
             raise ValueError(f"prune_ratio must be in [0, 1), got {prune_ratio!r}")
         self.anneal = check_number(anneal, "anneal", 0.0, 1.0)
-        self._groups = [(g, len(g) // 2, round(self.prune_ratio * (len(g) // 2))) for g in groups]
+        # a class skips prune_ratio x (its size / the largest class's) of its well-learnt half:
+        # InfoBatch's share on balanced data, the rare classes of a long tail hardly pruned
+        largest = max(len(g) for g in groups)
+        self._groups = [(g, len(g) // 2, round(self.prune_ratio * len(g) / largest * (len(g) // 2))) for g in groups]
         if not isinstance(rescale, (bool, np.bool_)):
             raise TypeError(f"rescale must be a bool, got {rescale!r}")
         self.rescale = bool(rescale)
