@@ -60,6 +60,16 @@ class _PrunedRun(Selector):
                              f"its pruning schedule is for {self.epochs} epochs")
         return sum(self.num_batches(world_size, e) for e in range(self.epochs))
 
+    def _check_state(self, state: Any, expected: set[str]) -> None:
+        """Refuse a state that is not this class's, of this many examples, with these keys."""
+        if not isinstance(state, dict) or set(state) != expected:
+            got = set(state) if isinstance(state, dict) else set()
+            raise ValueError(f"not a {type(self).__name__} state: missing keys {sorted(expected - got)}, "
+                             f"unexpected keys {sorted(got - expected)}")
+        if state["class"] != type(self).__name__ or int(state["num_examples"]) != self.num_examples:
+            raise ValueError(f"state is from a {state['class']} of {state['num_examples']} examples, not a "
+                             f"{type(self).__name__} of {self.num_examples}")
+
 
 class InfoBatchSelector(_PrunedRun):
     """InfoBatch's dynamic pruning, with epoch lengths known before the run.
@@ -77,8 +87,8 @@ class InfoBatchSelector(_PrunedRun):
       losses), class c skipping ``prune_ratio * n_c / n_largest`` of it: on balanced data
       InfoBatch's share in every class, on a long tail the rare classes hardly pruned.
       Without labels InfoBatch's rule prunes the rare classes' examples once they are
-      learnt, and their recall falls (the rarest class of a 10:1 long tail: -14 points;
-      ``benchmarks/results/budget/pruning_val_longtail.md``): pass labels.
+      learnt, and their recall falls (``benchmarks/results/budget/pruning_val_longtail.md``):
+      pass labels.
 
     InfoBatch draws its candidates below the *mean* loss, a number that changes from epoch
     to epoch; the median used here prunes the same number of examples every pruned epoch,
@@ -211,15 +221,8 @@ class InfoBatchSelector(_PrunedRun):
                 "pruned_epochs": list(self.pruned_share_), "pruned_shares": list(self.pruned_share_.values())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = {"class", "num_examples", "losses", "frozen_epoch", "frozen_losses", "pruned_epochs",
-                    "pruned_shares"}
-        if not isinstance(state, dict) or set(state) != expected:
-            got = set(state) if isinstance(state, dict) else set()
-            raise ValueError(f"not an {type(self).__name__} state: missing keys {sorted(expected - got)}, "
-                             f"unexpected keys {sorted(got - expected)}")
-        if state["class"] != type(self).__name__ or int(state["num_examples"]) != self.num_examples:
-            raise ValueError(f"state is from a {state['class']} of {state['num_examples']} examples, not an "
-                             f"{type(self).__name__} of {self.num_examples}")
+        self._check_state(state, {"class", "num_examples", "losses", "frozen_epoch", "frozen_losses",
+                                  "pruned_epochs", "pruned_shares"})
         losses = np.asarray(state["losses"], dtype=np.float64)
         if losses.shape != (self.num_examples,):
             raise ValueError(f"state holds {losses.shape} losses, expected ({self.num_examples},)")
@@ -390,10 +393,12 @@ class ScorePruningSelector(_PrunedRun):
         np.add.at(self.observed_, idx, 1)
 
     def scores_(self) -> np.ndarray:
-        """Every example's difficulty so far (higher: harder); never observed: the hardest."""
+        """Every example's difficulty so far (higher: harder); never observed: harder than
+        every observed one."""
         if self.score == "el2n":
+            seen = self.observed_ > 0
             mean = self.score_sum_ / np.maximum(self.observed_, 1)
-            return np.where(self.observed_ > 0, mean, np.inf)
+            return np.where(seen, mean, mean[seen].max(initial=0.0) + 1.0)
         # never learnt: more forgotten than any example can be (Toneva et al.)
         return np.where(self.learnt_, self.score_sum_, self.observed_.max(initial=0) + 1.0)
 
@@ -406,11 +411,7 @@ class ScorePruningSelector(_PrunedRun):
             keep = np.arange(self.num_examples, dtype=np.int64)
         else:
             if self.kept_ is None:
-                scores = self.scores_()
-                finite = np.isfinite(scores)
-                # never observed (a run that skipped feedback): harder than every observed one
-                scores = np.where(finite, scores, (scores[finite].max(initial=0.0) + 1.0))
-                self.kept_ = coverage_centric_selection(scores, self.kept_count(), strata=self.strata,
+                self.kept_ = coverage_centric_selection(self.scores_(), self.kept_count(), strata=self.strata,
                                                         hard_cut=self.hard_cut, seed=self.seed)
             keep = self.kept_
         self.pruned_share_[epoch] = 1.0 - len(keep) / self.num_examples
@@ -426,15 +427,8 @@ class ScorePruningSelector(_PrunedRun):
                 "pruned_shares": list(self.pruned_share_.values())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = {"class", "num_examples", "score_sum", "observed", "correct", "learnt", "drawn", "kept",
-                    "pruned_epochs", "pruned_shares"}
-        if not isinstance(state, dict) or set(state) != expected:
-            got = set(state) if isinstance(state, dict) else set()
-            raise ValueError(f"not a {type(self).__name__} state: missing keys {sorted(expected - got)}, "
-                             f"unexpected keys {sorted(got - expected)}")
-        if state["class"] != type(self).__name__ or int(state["num_examples"]) != self.num_examples:
-            raise ValueError(f"state is from a {state['class']} of {state['num_examples']} examples, not a "
-                             f"{type(self).__name__} of {self.num_examples}")
+        self._check_state(state, {"class", "num_examples", "score_sum", "observed", "correct", "learnt", "drawn",
+                                  "kept", "pruned_epochs", "pruned_shares"})
         arrays = {k: np.asarray(tensor_to_numpy(state[k])) for k in ("score_sum", "observed", "correct", "learnt")}
         if any(a.shape != (self.num_examples,) for a in arrays.values()):
             raise ValueError(f"state holds per-example arrays of shapes {[a.shape for a in arrays.values()]}, "
