@@ -265,13 +265,32 @@ def _graph(path: str, num_examples: int) -> Any:
     return check_graph(graph, num_nodes=num_examples, name=f"graph {path!r}")
 
 
-def _check_output(path: str | None, force: bool, what: str = "output", suffixes: tuple[str, ...] = ()) -> None:
+def _input_file(spec: str) -> str:
+    """The file of an input argument (``FILE.npz:NAME`` names an array inside FILE)."""
+    if not os.path.exists(spec) and ":" in os.path.basename(spec):
+        return spec.rsplit(":", 1)[0]
+    return spec
+
+
+def _check_output(path: str | None, force: bool, what: str = "output", suffixes: tuple[str, ...] = (),
+                  inputs: Sequence[tuple[str, str | None]] = ()) -> None:
     """Fail before the expensive work when an output cannot be written (the atomic write
-    checks again when it happens)."""
+    checks again when it happens) or is one of the ``inputs`` (``(option, path)`` pairs):
+    ``--force`` replaces outputs, never the data read."""
     if path is None:
         return
     if suffixes and not path.lower().endswith(suffixes):
         raise UsageError(f"{what} {path!r} must end with {' or '.join(suffixes)}")
+    for option, spec in inputs:
+        if spec is None:
+            continue
+        source = _input_file(spec)
+        # the same file under another name too: a symlink (resolved paths) or a hard link (inode)
+        same = os.path.realpath(source) == os.path.realpath(path)
+        if not same and os.path.exists(source) and os.path.exists(path):
+            same = os.path.samefile(source, path)
+        if same:
+            raise UsageError(f"{what} {path!r} is the input {option} {spec!r}: write the output to another file")
     if os.path.isdir(path):
         raise UsageError(f"{what} {path!r} is a directory")
     if os.path.lexists(path) and not force:
@@ -380,7 +399,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     seed = check_seed(args.seed)
     if args.epsilon is not None and not 0 < args.epsilon < 1:
         raise UsageError(f"--epsilon must be in (0, 1), got {args.epsilon}")
-    _check_output(args.out, args.force, suffixes=(".npy", ".npz"))
+    _check_output(args.out, args.force, suffixes=(".npy", ".npz"), inputs=[("EMB", args.embeddings)])
     if args.stream:
         n, result = _select_stream(args, metric, seed)
     else:
@@ -549,8 +568,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.graph is not None and (args.save_graph or args.neighbors or args.metric):
         raise UsageError("--neighbors, --metric and --save-graph are for the graph built from EMB; "
                          "they do not combine with --graph")
-    _check_output(args.out, args.force, what="plan")
-    _check_output(args.save_graph, args.force, what="graph", suffixes=(".npz",))
+    inputs = [("EMB", args.embeddings), ("--labels", args.labels), ("--losses", args.losses), ("--graph", args.graph)]
+    # numpy's savez would append .npz to another name; a plan file is read back by its name
+    _check_output(args.out, args.force, what="plan", suffixes=(".npz",), inputs=inputs)
+    _check_output(args.save_graph, args.force, what="graph", suffixes=(".npz",), inputs=inputs)
     if args.save_graph is not None and os.path.abspath(args.save_graph) == os.path.abspath(args.out):
         raise UsageError("--save-graph and --out name the same file")
 
@@ -612,14 +633,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     if args.epoch is not None:
         check_int(args.epoch, "--epoch", minimum=0)
-    _check_output(args.plot, args.force, what="plot", suffixes=PLOT_SUFFIXES)
+    _check_output(args.plot, args.force, what="plot", suffixes=PLOT_SUFFIXES,
+                  inputs=[("PLAN", args.plan), ("--labels", args.labels), ("--graph", args.graph)])
     if args.plot is not None:
         try:
             require_matplotlib()  # checked before the work, not after it
         except ImportError as exc:
             raise UsageError(f"--plot needs {exc}") from None
-    if args.plot is not None and os.path.abspath(args.plot) == os.path.abspath(args.plan):
-        raise UsageError("--plot would overwrite the plan file")
     plans = load_plans(args.plan)
     if args.epoch is not None:
         chosen = [p for p in plans if p.epoch == args.epoch]
