@@ -83,12 +83,14 @@ def check_number(value: Any, name: str, low: float, high: float | None = None) -
     return float(value)
 
 
-def check_finite(x: np.ndarray, name: str, source: np.ndarray | None = None) -> None:
+def check_finite(x: np.ndarray, name: str, source: np.ndarray | None = None, first_row: int = 0) -> None:
     """Raise ``ValueError`` when ``x`` holds NaN or inf; scans in blocks so a memmap is
     read once and never copied whole.
 
     ``source``: the array ``x`` was cast from (same shape); a value finite there and
     infinite in ``x`` overflowed the cast, which the message says (with the fix).
+    ``first_row``: the row number of ``x[0]`` in the data the user knows (a shard's
+    offset), so messages name the row the user can look up.
     """
     flat = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
     rows = max(1, _FINITE_BLOCK_BYTES // max(1, flat.shape[1] * flat.itemsize))
@@ -101,10 +103,10 @@ def check_finite(x: np.ndarray, name: str, source: np.ndarray | None = None) -> 
                 original = source.reshape(flat.shape)[row, col]
                 if np.isfinite(original):
                     raise ValueError(
-                        f"{name} holds {original:.3g} (row {row}), beyond the float32 range "
+                        f"{name} holds {original:.3g} (row {first_row + row}), beyond the float32 range "
                         f"(+-{np.finfo(np.float32).max:.3g}) it is computed in; rescale it (e.g. divide "
                         f"by its largest absolute value)")
-            raise ValueError(f"{name} contains NaN or inf (first at row {row}: {flat[row, col]})")
+            raise ValueError(f"{name} contains NaN or inf (first at row {first_row + row}: {flat[row, col]})")
 
 
 def check_scale(x: np.ndarray, name: str, center: np.ndarray | None = None, underflow: bool = True) -> None:
@@ -132,8 +134,9 @@ def check_scale(x: np.ndarray, name: str, center: np.ndarray | None = None, unde
                          f"underflow float32; rescale the embeddings (e.g. divide them by their standard deviation)")
 
 
-def load_embeddings(embeddings: Any, name: str = "embeddings") -> np.ndarray:
-    """Return an ``N x d`` float32 C-contiguous array for ``embeddings``.
+def load_embeddings(embeddings: Any, name: str = "embeddings", first_row: int = 0) -> np.ndarray:
+    """Return an ``N x d`` float32 C-contiguous array for ``embeddings``
+    (``first_row``: the number of its first row in messages, for a shard).
 
     ``embeddings`` is an array-like, a torch tensor, or the path of a ``.npy`` file, which
     is opened memory-mapped. An array that already is float32 C-contiguous (memmaps
@@ -168,7 +171,7 @@ def load_embeddings(embeddings: Any, name: str = "embeddings") -> np.ndarray:
         source = x if x.dtype.itemsize > 4 and np.issubdtype(x.dtype, np.floating) else None
         with np.errstate(over="ignore"):  # an overflow is reported below, with its fix
             x = np.ascontiguousarray(x, dtype=np.float32)
-    check_finite(x, name, source=source)
+    check_finite(x, name, source=source, first_row=first_row)
     return x
 
 
@@ -285,7 +288,11 @@ def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
     if values.dtype.kind == "c" if isinstance(values, np.ndarray) else np.iscomplexobj(values):
         raise TypeError(f"{name} must be real numbers, got complex values")  # a float cast would drop the imaginary part
     try:
-        v = np.asarray(values, dtype=np.float64 if ndim == 1 else np.float32)
+        # the dtype before the cast: a float cast turns None into NaN, reported as "NaN or inf"
+        raw = values if isinstance(values, np.ndarray) else np.asarray(values)
+        if raw.dtype == object or not (np.issubdtype(raw.dtype, np.number) or raw.dtype == bool):
+            raise TypeError(f"got dtype {raw.dtype} (None or other values that are not numbers?)")
+        v = np.asarray(raw, dtype=np.float64 if ndim == 1 else np.float32)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be numeric: {exc}") from None
     if v.ndim != ndim:

@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Communicator"]
+__all__ = ["Communicator", "check_ranks_agree"]
 
 
 @runtime_checkable
@@ -85,3 +85,21 @@ class Communicator(Protocol):
         logging.shutdown()
         sys.stderr.flush()
         os._exit(errorcode)
+
+
+def check_ranks_agree(comm: Communicator, what: str, **values: Any) -> None:
+    """Collective: raise the same ``RuntimeError`` on every rank unless every rank passes
+    equal ``values`` (small, picklable: shapes, dtypes, digests). Multi-rank entry points
+    call it before any work, so ranks holding different data fail at once, saying which
+    rank holds what, instead of crashing, hanging or returning different results.
+
+    >>> from batchsel.integrations import SingleProcessComm
+    >>> check_ranks_agree(SingleProcessComm(), "the embeddings", shape=(10, 4), dtype="float32")
+    """
+    if int(comm.size) == 1:
+        return
+    every = comm.allgather(tuple(values.items()))
+    if all(v == every[0] for v in every):
+        return
+    held = "; ".join(f"rank {r}: " + ", ".join(f"{k}={v}" for k, v in items) for r, items in enumerate(every))
+    raise RuntimeError(f"the ranks disagree on {what} ({held}); every rank must pass the same data and settings")

@@ -76,7 +76,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ._checks import check_int, check_number, check_seed, load_embeddings, tensor_to_numpy
+from ._checks import check_int, check_number, check_scale, check_seed, load_embeddings, tensor_to_numpy
 
 logger = logging.getLogger(__name__)
 
@@ -526,6 +526,8 @@ class CandidateFilter:
             emb = load_embeddings(embeddings, "embeddings")
             if emb.shape[0] != n:
                 raise ValueError(f"embeddings has {emb.shape[0]} rows, expected {n} (one per candidate)")
+            # distances of huge embeddings overflow float32: name the input, not the similarity
+            check_scale(emb, "embeddings", center=emb.mean(axis=0, dtype=np.float64), underflow=False)
         k = self.keep_count(n)
         m = int(math.floor(self.uniform_share() * k + 0.5))
         rng = np.random.default_rng([self.seed, self.steps_, zlib.crc32(idx.astype("<i8").tobytes())])
@@ -621,6 +623,16 @@ class CandidateFilter:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION \
                 or state.get("class") != type(self).__name__:
             raise ValueError(f"not a CandidateFilter state (version {STATE_VERSION})")
+        # as torch's load_state_dict: name every missing and unexpected key at once
+        # (settings may lack the guards added later; older states have no history)
+        missing = sorted({"settings", "counters"} - set(state))
+        missing += sorted(f"counters.{k}" for k in set(_COUNTERS) - set(state.get("counters") or {}))
+        unexpected = sorted(set(state) - {"version", "class", "settings", "counters", "history"})
+        unexpected += sorted(f"settings.{k}" for k in set(state.get("settings") or {}) - set(_SETTINGS))
+        unexpected += sorted(f"counters.{k}" for k in set(state.get("counters") or {}) - set(_COUNTERS))
+        if missing or unexpected:
+            raise ValueError(f"not a complete CandidateFilter state: missing keys {missing}, unexpected keys "
+                             f"{unexpected}; pass what CandidateFilter.state_dict() returned")
         for key, mine in ((k, getattr(self, k)) for k in _SETTINGS):
             if key in state["settings"] and state["settings"][key] != mine:  # (older states lack the guard's)
                 raise ValueError(f"the state was saved with {key}={state['settings'].get(key)!r}, "

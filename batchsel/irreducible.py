@@ -164,8 +164,10 @@ class IrreducibleLoss:
         The fold of every example (cross-fitting), -1 on the holdout.
     train_indices_, holdout_indices_:
         The examples to train on (all of them when cross-fitting) and the holdout.
-    n_classes_:
-        ``max(labels) + 1``.
+    classes_, n_classes_:
+        The labels' distinct values (sorted) and their number C. The models see class
+        positions 0..C-1 (a torch model must return C logits, in ``classes_`` order);
+        ``predictions_`` holds the labels' own values.
     fit_seconds_:
         Time :meth:`fit` took.
 
@@ -224,8 +226,11 @@ class IrreducibleLoss:
         start = time.perf_counter()
         x = load_embeddings(embeddings)
         n = x.shape[0]
-        y = check_labels(labels, n)
-        self.n_classes_ = int(y.max()) + 1
+        # the models work on class positions 0..C-1 (large or sparse ids cost no memory);
+        # predictions_ are given back as the caller's ids
+        self.classes_, y = np.unique(check_labels(labels, n), return_inverse=True)
+        y = y.astype(np.int64).reshape(-1)
+        self.n_classes_ = len(self.classes_)
         rng = np.random.default_rng([self.seed, 0x1055])
         perm = rng.permutation(n)
         self.fold_ = np.full(n, -1, dtype=np.int64)
@@ -265,6 +270,8 @@ class IrreducibleLoss:
             confident[score_on] = decisive[score_on] & (self.predictions_[score_on] != y[score_on])
         scored = self.train_indices_
         self.accuracy_ = float(np.mean(self.predictions_[scored] == y[scored]))
+        scored_rows = self.predictions_ >= 0
+        self.predictions_[scored_rows] = self.classes_[self.predictions_[scored_rows]]
         self.decisive_mask_ = decisive
         self.decisive_ = float(np.mean(decisive[scored]))
         self.confident_disagreement_ = float(np.mean(confident[scored]))
@@ -335,6 +342,7 @@ class IrreducibleLoss:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 62)))
             net = self._build_net(x_fit.shape[1])
+            self._check_outputs(net, xf[:1])
             opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
             best, best_state, best_epoch, bad = math.inf, None, 0, 0
             for epoch in range(1, self.epochs + 1):
@@ -363,6 +371,18 @@ class IrreducibleLoss:
             raise ValueError(f"the irreducible-loss model returned logits of shape {tuple(logits.shape)}, "
                              f"expected ({len(x_score)}, {self.n_classes_}) (examples x classes)")
         return torch.softmax(logits.double(), dim=1).numpy(), best_epoch
+
+    def _check_outputs(self, net: Any, x: Any) -> None:
+        """Refuse a model with one output per class of another label set before training
+        (torch would fail mid-training with "Target ... is out of bounds")."""
+        import torch
+
+        with torch.no_grad():
+            out = net(x)
+        if out.ndim != 2 or out.shape[1] != self.n_classes_:
+            raise ValueError(f"the irreducible-loss model returns logits of shape {tuple(out.shape)} for one example; "
+                             f"it needs one output per class: {self.n_classes_} (the labels' classes "
+                             f"{self.classes_[:10].tolist()}{' ...' if self.n_classes_ > 10 else ''}, in that order)")
 
     def _build_net(self, d_in: int) -> Any:
         import torch

@@ -9,6 +9,7 @@ are reproducible and ``"lazy"`` returns exactly what ``"naive"`` returns.
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
 import math
@@ -22,7 +23,7 @@ from tqdm.auto import tqdm
 from ._checks import check_indices, check_int, check_number, check_seed, load_embeddings, tensor_to_numpy
 # lazy greedy's indexed heap (shared tie rule: batchsel._heap.before)
 from ._heap import heapify as _heapify, lazy_drop as _lazy_drop, lazy_pop as _lazy_pop, lazy_push as _lazy_push
-from .communicator import Communicator
+from .communicator import Communicator, check_ranks_agree
 from .functions.base import SetFunction
 from .functions.facility_location import METRICS, FacilityLocation, _CoverRows, _rows_similarity
 
@@ -595,6 +596,8 @@ def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | 
     if comm is None:
         results = [local(p) for p in splits]
     else:
+        check_ranks_agree(comm, "the set function", function=type(run.f).__name__, n=int(run.f.n),
+                          pool=_digest(pool), budget=budget)
         results = comm.allgather(local(splits[int(comm.rank)]))
     union = np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p, _ in results]))
     run.start()
@@ -610,7 +613,25 @@ def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | 
             run.take(j)
     sel = run.finish(picks, "greedi")
     sel.extra.update(parts=m, merged_value=merged_value, part_values=[v for _, v in results])
+    if comm is not None:  # the merge ran on every rank's own function: equal only if the functions are
+        _check_same_selection(comm, sel)
     return sel
+
+
+def _digest(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8)).hexdigest()[:16]
+
+
+def _check_same_selection(comm: Communicator, sel: Selection) -> None:
+    """Collective: ranks whose functions differ in content (same n, other data) would return
+    different selections, or the same picks with different values; they raise instead.
+    Values are compared to a relative 1e-6: ranks on different CPUs may round differently."""
+    every = comm.allgather((_digest(sel.indices.astype(np.int64)), float(sel.value)))
+    if all(d == every[0][0] and math.isclose(v, every[0][1], rel_tol=1e-6) for d, v in every):
+        return
+    held = "; ".join(f"rank {r}: picks {d}, value {v:.9g}" for r, (d, v) in enumerate(every))
+    raise RuntimeError(f"the ranks disagree on the GreeDi result ({held}): their set functions differ "
+                       f"(built from different data?); every rank must build the same function")
 
 
 def greedi_facility_location(embeddings: Any, k: int, *, metric: str = "euclidean", comm: Communicator | None = None,
@@ -642,10 +663,13 @@ def greedi_facility_location(embeddings: Any, k: int, *, metric: str = "euclidea
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    given_dtype = str(getattr(embeddings, "dtype", ""))
     x = load_embeddings(embeddings)
     n = x.shape[0]
     k = check_int(k, "k", minimum=1, maximum=n)
     seed = check_seed(seed)
+    if comm is not None:
+        check_ranks_agree(comm, "the embeddings", shape=x.shape, dtype=given_dtype or str(x.dtype), k=k, seed=seed)
     splits = _greedi_splits(np.arange(n), seed, parts, comm)
     m = len(splits)
 
@@ -673,4 +697,6 @@ def greedi_facility_location(embeddings: Any, k: int, *, metric: str = "euclidea
         sel = Selection(indices=union[merged.indices], gains=merged.gains, value=merged.value, optimizer="greedi",
                         evaluations=merged.evaluations)
     sel.extra.update(parts=m, merged_value=merged.value, part_values=part_values)
+    if comm is not None:
+        _check_same_selection(comm, sel)
     return sel

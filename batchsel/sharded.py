@@ -62,7 +62,7 @@ from tqdm.auto import tqdm
 
 from ._checks import check_int, check_metric, check_scale, check_seed, load_embeddings, mark_symmetric, \
     tensor_to_numpy, to_int64
-from .communicator import Communicator
+from .communicator import Communicator, check_ranks_agree
 from .index import AUTO_EXACT_MAX, BLOCK_ROWS, IVF_TRAIN_PER_LIST, KERNELS, KINDS, METRICS, EmbeddingIndex
 from .io import atomic_write
 
@@ -169,6 +169,8 @@ class ShardedIndex(EmbeddingIndex):
         self._path = os.fspath(embeddings) if isinstance(embeddings, (str, os.PathLike)) else None
         self._source = _open_source(embeddings)
         n, d = self._source.shape
+        # ranks with different N would cut different shards (the CSR assembly then crashed)
+        check_ranks_agree(comm, "the embeddings", shape=(n, d), dtype=str(self._source.dtype))
         if n < comm.size:
             raise ValueError(f"embeddings have {n} rows, fewer than the {comm.size} ranks")
         self.row_range = shard_range(n, comm.rank, comm.size)
@@ -191,7 +193,7 @@ class ShardedIndex(EmbeddingIndex):
         lo, hi = self.row_range
         error, underflow = "", False
         try:
-            shard = load_embeddings(self._source[lo:hi])
+            shard = load_embeddings(self._source[lo:hi], first_row=lo)
             if self.metric != "cosine":
                 check_scale(shard, "embeddings", underflow=False)
                 try:
@@ -445,6 +447,7 @@ def gather_graph(rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True
     ((3, 3), 3)
     """
     rows = to_int64(sp.csr_matrix(rows))
+    check_ranks_agree(comm, "the graph's columns", columns=rows.shape[1])
     if root is None:
         collect = comm.allgather
     else:
@@ -497,6 +500,19 @@ def load_graph_shards(paths: Sequence[str | os.PathLike], symmetric: bool = True
     return mark_symmetric(graph) if symmetric else graph
 
 
+def _check_shards(comm: Communicator, shape: tuple[int, int], row_start: int) -> None:
+    """Collective: every rank's rows are of one N-column graph and tile its rows in rank order."""
+    spans = comm.allgather((int(shape[1]), int(row_start), int(shape[0])))
+    starts = [start for _, start, _ in spans]
+    ends = [start + count for _, start, count in spans]
+    if len({c for c, _, _ in spans}) > 1 or starts != [0] + ends[:-1] or ends[-1] != shape[1]:
+        held = "; ".join(f"rank {r}: rows {s}..{s + c - 1} of {n} columns" for r, (n, s, c) in enumerate(spans))
+        if comm.size == 1:  # one process: a bad argument, not ranks that disagree
+            raise ValueError(f"row_start={row_start} and {shape[0]} rows do not make the {shape[1]} rows of "
+                             f"the graph ({held})")
+        raise RuntimeError(f"the ranks' rows do not tile one graph in rank order ({held})")
+
+
 def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start: int) -> "Selection":
     """Collective: exact lazy greedy facility location ``f(S) = sum_v max_{s in S} W[s, v]``
     over a graph held in row shards (this rank's rows ``row_start ..`` of ``W``, e.g.
@@ -521,6 +537,7 @@ def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start
     rows = to_int64(sp.csr_matrix(rows, dtype=np.float32))
     n = rows.shape[1]
     k = check_int(k, "k", minimum=1, maximum=n)
+    _check_shards(comm, rows.shape, int(row_start))
     if rows.nnz and rows.data.min() < 0:
         raise ValueError(f"facility location needs non-negative weights, got {rows.data.min()}")
     rows.sort_indices()
@@ -530,8 +547,6 @@ def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start
     heap = [(-g, row_start + j, 0) for j, g in enumerate(gains.tolist())]  # (-bound, item, step evaluated)
     heapq.heapify(heap)
     ends = np.cumsum(comm.allgather(rows.shape[0]))  # rank r holds rows ends[r-1] .. ends[r]-1
-    if ends[-1] != n:
-        raise ValueError(f"the ranks hold {ends[-1]} rows of a graph with {n} columns")
     picks, picked_gains, evaluations = [], [], len(local)
     for step in range(k):
         while heap and heap[0][2] != step:  # refresh the top until it is current

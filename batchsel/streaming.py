@@ -55,6 +55,7 @@ from tqdm.auto import tqdm
 
 from ._checks import check_int, check_number, check_scale, check_seed, load_embeddings
 from .functions.base import SetFunction
+from ._state import from_portable, to_portable
 from .io import load_array
 from .functions.feature_based import CONCAVE, FeatureBased, _increment
 from .optimizers import Selection, maximize
@@ -496,7 +497,7 @@ class SieveStreaming:
         :meth:`load_state_dict` of a ``SieveStreaming`` built with the same arguments."""
         exps = sorted(self._sieves)
         size = self._state_size
-        return {
+        return to_portable({
             "config": self._config(),
             "n_seen": self.n_seen_, "d": self._d, "max_singleton": self.max_singleton_,
             "evaluations": self.evaluations_,
@@ -513,7 +514,7 @@ class SieveStreaming:
             "kept_indices": np.array(sorted(self._kept), dtype=np.int64),
             "kept_rows": (np.stack([self._kept[j] for j in sorted(self._kept)]) if self._kept
                           else np.empty((0, self._d or 0), np.float32)),
-        }
+        })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s snapshot; the next :meth:`partial_fit` continues
@@ -522,6 +523,7 @@ class SieveStreaming:
             raise TypeError("state must be a dict from SieveStreaming.state_dict()")
         if state["config"] != self._config():
             raise ValueError(f"the state was saved by SieveStreaming{state['config']}, not {self._config()}")
+        state = from_portable(state)
         self._clear()
         self.n_seen_, self._d = int(state["n_seen"]), state["d"]
         self.max_singleton_, self.evaluations_ = float(state["max_singleton"]), int(state["evaluations"])

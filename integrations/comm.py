@@ -18,6 +18,7 @@ import logging
 import os
 import pickle
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
@@ -119,10 +120,18 @@ def _from_payload(header: np.ndarray, payload: np.ndarray) -> Any:
 
 class _Comm(Communicator):
     """What the implementations below share besides the :class:`Communicator` contract
-    (and its default ``abort``): a readable repr."""
+    (and its default ``abort``): a readable repr, and :meth:`wait_for_ranks`."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, size={self.size})"
+
+    def wait_for_ranks(self, what: str, timeout: float | None) -> None:
+        """Collective: return once every rank has called it, or raise ``RuntimeError``
+        naming ``what`` (the collective about to run) after ``timeout`` seconds (``None``:
+        wait as long as it takes). Call it before a collective that a rank may never
+        reach (a rank that stopped early), so the job ends instead of hanging. Here: no
+        wait of its own (one process; over torch.distributed the process group's own
+        ``timeout`` bounds every collective)."""
 
 
 class SingleProcessComm(_Comm):
@@ -281,6 +290,25 @@ class MPIComm(_Comm):
 
     def barrier(self) -> None:
         self.comm.Barrier()
+
+    def wait_for_ranks(self, what: str, timeout: float | None) -> None:
+        """A non-blocking barrier polled until ``timeout`` (MPI's own collectives wait
+        forever): ``RuntimeError`` naming ``what`` if a rank has not arrived by then, which
+        the abort hook turns into the end of the job. Costs one small collective."""
+        if self.size == 1:
+            return
+        if timeout is None:
+            self.comm.Barrier()
+            return
+        request = self.comm.Ibarrier()
+        deadline = time.monotonic() + float(timeout)
+        pause = 1e-5
+        while not request.Test():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: rank {self.rank} waited {timeout:g} s for the other ranks, which did "
+                                   f"not arrive (a rank stopped, or called it fewer times than the others)")
+            time.sleep(pause)
+            pause = min(2 * pause, 1e-3)  # a fast collective stays fast; a long wait costs little CPU
 
     def abort(self, errorcode: int = 1) -> None:
         sys.stderr.flush()

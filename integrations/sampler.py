@@ -14,11 +14,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import sys
 from typing import Any, Iterator
 
 import numpy as np
 
-from batchsel._checks import check_int, check_seed, tensor_to_numpy
+from batchsel._checks import check_int, check_number, check_seed, tensor_to_numpy
+from batchsel._state import from_portable, to_portable
 from batchsel.selectors.base import RandomSelector, Selector, digest, shard_length
 from batchsel.selectors.coreset import CoresetSelector
 
@@ -33,33 +35,6 @@ _FEEDBACK = ("losses", "logits", "embeddings")
 
 def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(tensor_to_numpy(x))
-
-
-def _portable(obj: Any) -> Any:
-    """numpy arrays -> torch tensors, numpy scalars -> Python scalars (recursively), so a
-    state saved with ``torch.save`` loads with ``torch.load``'s default ``weights_only``."""
-    if isinstance(obj, dict):
-        return {k: _portable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_portable(v) for v in obj)
-    if isinstance(obj, np.ndarray) and obj.dtype != object:
-        import torch
-
-        return torch.from_numpy(np.array(obj, copy=True))
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
-
-
-def _from_portable(obj: Any) -> Any:
-    """The inverse of :func:`_portable`: tensors back to numpy arrays."""
-    if isinstance(obj, dict):
-        return {k: _from_portable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_from_portable(v) for v in obj)
-    if hasattr(obj, "detach") and hasattr(obj, "numpy"):
-        return _to_numpy(obj)
-    return obj
 
 
 def _torch_dist_world() -> tuple[int, int] | None:
@@ -167,6 +142,14 @@ class SelectionBatchSampler:
         stay in the training thread. :meth:`state_dict` waits for the selection in flight
         and saves its batch among the pending ones, so a resumed run yields what the
         uninterrupted one would have.
+    timeout:
+        Seconds a feedback all-gather waits for every rank (default 1800, torch's
+        process-group default) before it raises ``RuntimeError`` naming the collective;
+        under mpiexec the abort hook then ends every rank, so a rank that stopped calling
+        :meth:`observe` ends the job instead of hanging it. ``None``: wait as long as it
+        takes. Over torch.distributed the process group's own ``timeout`` applies. Each
+        all-gather also checks that every rank is at the same :meth:`observe` call of
+        the same epoch (``RuntimeError`` naming each rank's call otherwise).
 
     The contract is DistributedSampler's: call :meth:`set_epoch` before each epoch
     (Lightning and accelerate call ``batch_sampler.sampler.set_epoch``: :attr:`sampler`
@@ -201,6 +184,7 @@ class SelectionBatchSampler:
         weighted: bool = False,
         drop_last: bool = False,
         prefetch: int = 0,
+        timeout: float | None = 1800.0,
     ) -> None:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
@@ -211,6 +195,9 @@ class SelectionBatchSampler:
         self.selector = selector
         self.sync_every = check_int(sync_every, "sync_every", minimum=1)
         self.prefetch = check_int(prefetch, "prefetch", minimum=0)
+        self.timeout = None if timeout is None else check_number(timeout, "timeout", low=0.0)
+        if self.timeout == 0:
+            raise ValueError("timeout must be > 0 seconds (or None: wait as long as it takes), got 0")
         self.weighted = bool(weighted)
         if self.weighted and selector.online:
             raise ValueError(f"weighted=True needs an offline selector (a plan with weights); "
@@ -249,6 +236,7 @@ class SelectionBatchSampler:
         self._uses_feedback = bool(selector.uses_feedback)
         self._feedback_fields = frozenset(getattr(selector, "feedback_fields", _FEEDBACK))
         self._buffer: list[Observation] = []  # feedback not yet all-gathered
+        self._observe_calls = 0  # buffered observe() calls of the latest iteration: ranks must agree
         # gathered feedback goes to the selector through this; while an iteration with
         # prefetch runs, each selection ahead applies what came before it (call order decides)
         self._background = BackgroundSelection(self._feed_selector)
@@ -368,6 +356,7 @@ class SelectionBatchSampler:
         if (not self._resolved or (self._lazy and self._world_size == 1)
                 or (self._comm is None and _torch_dist_world() is not None)):
             self._resolve()
+        self._check_not_resharded(sys._getframe(1))
         self._background.stop()  # an earlier iteration left unfinished: its selection ends first
         epoch = self.epoch
         start, pending, skip = 0, [], 0
@@ -377,6 +366,7 @@ class SelectionBatchSampler:
         self._resume = None
         self._iter_epoch, self._iter_base, self._iter_pending = epoch, start - len(pending), list(pending)
         self._yielded, self._history = self._iter_base - skip, []
+        self._observe_calls = 0
         for _ in range(skip):  # finished batches that the framework skips itself, unseen
             self._yielded += 1
             yield []
@@ -395,6 +385,22 @@ class SelectionBatchSampler:
                     yield list(zip(batch.tolist(), weights.tolist()))
         finally:  # a loop that breaks early: the prefetch thread stops now, not at garbage collection
             source.close()
+
+    def _check_not_resharded(self, caller: Any) -> None:
+        """Refuse to be iterated by accelerate's ``BatchSamplerShard`` over several ranks
+        (``accelerator.prepare(DataLoader(batch_sampler=sampler))``): it would keep every
+        ``W``-th of this rank's batches, so an epoch would see 1/W of the data, silently.
+        The shard iterates this sampler from its own method, so the caller's ``self`` is it."""
+        owner = caller.f_locals.get("self") if caller is not None else None
+        if (type(owner).__name__ == "BatchSamplerShard" and type(owner).__module__.startswith("accelerate")
+                and getattr(owner, "batch_sampler", None) is self and getattr(owner, "num_processes", 1) > 1
+                and self.world_size > 1):
+            raise RuntimeError(
+                f"accelerate's BatchSamplerShard (from accelerator.prepare(dataloader)) wraps this "
+                f"SelectionBatchSampler, which already gives rank {self.rank} of {self.world_size} its own batches: "
+                f"each rank would train on 1/{owner.num_processes} of its share. Leave the DataLoader out of "
+                f"accelerator.prepare (prepare the model and optimizer only), or use "
+                f"batchsel.integrations.hf.BatchselTrainer")
 
     def batch_indices(self, batch: int) -> np.ndarray:
         """The example indices of batch number ``batch`` (counted from the epoch's start) of
@@ -480,7 +486,7 @@ class SelectionBatchSampler:
             if self.comm is None:
                 raise ValueError("all_ranks=True needs a communicator (this sampler has none)")
             state = {"version": STATE_VERSION, "world_size": self.world_size, "ranks": self.comm.allgather(state)}
-        return _portable(state)
+        return to_portable(state)
 
     def load_state_dict(self, state: dict[str, Any], placeholders: bool = False) -> None:
         """Restore :meth:`state_dict`'s output: the next iteration over the saved epoch
@@ -494,7 +500,7 @@ class SelectionBatchSampler:
         is skipped twice."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"not a SelectionBatchSampler state (version {STATE_VERSION}): {type(state).__name__}")
-        state = _from_portable(state)
+        state = from_portable(state)
         if "ranks" in state:
             if len(state["ranks"]) != self.world_size:
                 raise ValueError(f"the state holds {len(state['ranks'])} ranks, this job has {self.world_size}")
@@ -564,6 +570,11 @@ class SelectionBatchSampler:
                 self._warned_local = True
             self._background.observe([obs])
             return
+        self._observe_calls += 1
+        # which call this is, checked across ranks when gathered: a rank that calls observe
+        # once less fails there, naming the call, instead of pairing other steps' feedback
+        epoch = -1 if self._iter_epoch is None else self._iter_epoch
+        obs["step"] = (epoch, self._observe_calls)
         self._buffer.append(obs)
         if len(self._buffer) >= self.sync_every:
             self.sync()
@@ -575,8 +586,22 @@ class SelectionBatchSampler:
             self._background.observe(self._buffer)
             self._buffer = []
             return
-        gathered = self.comm.allgather(self._buffer)
+        what = "SelectionBatchSampler's feedback all-gather (observe / sync)"
+        wait = getattr(self.comm, "wait_for_ranks", None)
+        if wait is not None:  # batchsel's communicators: bounded by ``timeout``
+            wait(what, self.timeout)
+        try:
+            gathered = self.comm.allgather(self._buffer)
+        except RuntimeError as exc:  # e.g. gloo's own timeout: say which collective it was
+            raise RuntimeError(f"{what} failed on rank {self.rank}: {exc}") from exc
         self._buffer = []
+        steps = [[o.get("step") for o in g] for g in gathered]
+        if any(s != steps[0] for s in steps):
+            def where(calls: list) -> str:
+                return ", ".join("?" if c is None else f"epoch {c[0]} call {c[1]}" for c in calls) or "nothing"
+            held = "; ".join(f"rank {r}: {where(calls)}" for r, calls in enumerate(steps))
+            raise RuntimeError(f"the ranks called observe() differently before this feedback all-gather ({held}); "
+                               f"every rank must call observe once per step, alike")
         rounds = max(len(g) for g in gathered)
         self._background.observe([g[c] for c in range(rounds) for g in gathered if c < len(g)])
 
@@ -628,6 +653,8 @@ class SelectionBatchSampler:
         state = dict(state)
         deferred = state.pop("_deferred", [])
         state.pop("_worker", None)
+        state.setdefault("timeout", 1800.0)  # pickled before these existed
+        state.setdefault("_observe_calls", 0)
         self.__dict__.update(state)
         self._background = BackgroundSelection(self._feed_selector, deferred)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -80,3 +81,250 @@ def test_a_plan_name_without_npz_is_refused(emb, capsys):
     out = emb.with_name("plan")
     err = refused(["plan", str(emb), "--batch-size", "8", "--workers", "2", "--out", str(out), "--quiet"], capsys)
     assert ".npz" in err and not out.exists() and not out.with_suffix(".npz").exists()
+
+
+# -- ranks that disagree: the same clear error on every rank, within seconds -------------
+
+JOB = ROOT / "tests" / "mp_scripts" / "fault_job.py"
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp_scripts")]
+from test_integrations_mp import MPIEXEC, clean_env  # noqa: E402
+
+needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec")
+
+
+def mpi_case(case: str, ranks: int = 2, timeout: float = 120) -> tuple[int, str, float]:
+    import signal
+    import subprocess
+    import time
+
+    cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), sys.executable, str(JOB), case]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"{case} hung for {timeout} s:\n{proc.communicate()[0][-3000:]}")
+    return proc.returncode, output, time.monotonic() - start
+
+
+def raised_on_every_rank(case: str, ranks: int = 2) -> str:
+    """The job ends normally, every rank having raised the same error; returns it."""
+    rc, output, _ = mpi_case(case, ranks)
+    lines = sorted(line for line in output.splitlines() if line.startswith("rank ") and " raised " in line)
+    assert rc == 0 and len(lines) == ranks, output[-3000:]
+    messages = {line.split(" raised ", 1)[1] for line in lines}
+    assert len(messages) == 1, lines  # the same error everywhere: no rank goes on alone
+    return messages.pop()
+
+
+@needs_mpi
+@pytest.mark.parametrize("case, held", [
+    ("sharded-rows", ["rank 0: shape=(1000, 8)", "rank 1: shape=(900, 8)"]),
+    ("sharded-dim", ["rank 0: shape=(1000, 8)", "rank 1: shape=(1000, 9)"]),
+    ("greedi-rows", ["rank 0: function=FacilityLocation, n=300", "rank 1: function=FacilityLocation, n=250"]),
+    ("greedi-embeddings-dim", ["rank 0: shape=(300, 4)", "rank 1: shape=(300, 5)"]),
+    ("sharded-rows-tiling", ["rank 0: rows 0..4 of 10 columns", "rank 1: rows 3..9 of 10 columns"]),
+])
+def test_ranks_with_data_of_other_shapes_fail_alike_before_any_work(case, held):
+    message = raised_on_every_rank(case)
+    assert message.startswith("RuntimeError: the ranks") and all(h in message for h in held), message
+
+
+@needs_mpi
+def test_ranks_whose_functions_differ_never_return_different_selections():
+    # same n on every rank, other data: only the results can tell (before: two selections)
+    message = raised_on_every_rank("greedi-dim")
+    assert "RuntimeError: the ranks disagree on the GreeDi result" in message, message
+
+
+@needs_mpi
+def test_a_nan_in_a_shard_is_reported_by_its_global_row():
+    message = raised_on_every_rank("sharded-nan")
+    assert "row 900" in message and "rank 1" in message, message
+
+
+@needs_mpi
+def test_a_rank_that_skips_an_observe_call_fails_naming_the_calls():
+    message = raised_on_every_rank("observe-skip")
+    assert "rank 0: epoch 0 call 8" in message and "rank 1: epoch 1 call 1" in message, message
+
+
+@needs_mpi
+def test_a_rank_that_stops_observing_ends_the_job_after_the_timeout():
+    rc, output, seconds = mpi_case("observe-stop")
+    assert rc != 0 and "feedback all-gather" in output and "waited 3 s" in output, output[-3000:]
+    assert seconds < 60, seconds
+
+
+def test_accelerate_prepare_of_the_sampler_is_refused_before_the_first_step():
+    """accelerate's BatchSamplerShard would give each rank every second of its batches:
+    104 of 200 examples per epoch, silently. Both ranks must refuse instead."""
+    from common import free_port, run_command
+
+    env = clean_env()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), str(ROOT / "tests" / "mp_scripts" / "accelerate_job.py")]
+    output = run_command(cmd, env, timeout=180)
+    # the ranks' lines may interleave: count the reports, not the lines
+    assert sorted(re.findall(r"rank (\d) raised RuntimeError: accelerate's BatchSamplerShard", output)) == ["0", "1"], \
+        output[-3000:]
+    assert "saw" not in output and "Leave the DataLoader out of accelerator.prepare" in output
+
+
+# -- label ids, state files and error wording -------------------------------------------
+
+def blobs(n: int = 90) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    y = np.arange(n) % 3
+    return (rng.standard_normal((n, 4)) + 4 * y[:, None]).astype(np.float32), y
+
+
+@pytest.mark.parametrize("big", [200_000, 2**40])
+def test_irreducible_loss_with_large_label_ids_costs_nothing_extra(big):
+    from batchsel import IrreducibleLoss
+
+    x, y = blobs()
+    ids = np.array([0, 7, big])[y]  # three classes with large, sparse ids
+    il = IrreducibleLoss("knn").fit(x, ids)
+    plain = IrreducibleLoss("knn").fit(x, y)
+    assert il.n_classes_ == 3 and il.classes_.tolist() == [0, 7, big]
+    assert np.array_equal(il.losses_, plain.losses_)  # the same model: only the ids differ
+    assert set(il.predictions_.tolist()) <= {0, 7, big} and il.accuracy_ == plain.accuracy_
+
+
+def test_a_torch_irreducible_loss_model_with_the_wrong_outputs_is_refused_before_training():
+    from batchsel import IrreducibleLoss
+
+    x, y = blobs()
+    trained = []
+
+    def factory():
+        trained.append(1)
+        return torch.nn.Linear(4, 2)  # 2 outputs, 3 classes
+
+    with pytest.raises(ValueError, match=r"one output per class: 3 \(the labels' classes \[0, 1, 2\]"):
+        IrreducibleLoss(factory, folds=2, epochs=1).fit(x, y)
+    assert len(trained) == 1  # refused at the first model, before any step
+
+
+def test_a_filter_state_with_missing_keys_names_them():
+    f = batchsel.CandidateFilter(2, 2)
+    state = f.state_dict()
+    del state["counters"]["kept_"]
+    state["extra"] = 1
+    with pytest.raises(ValueError, match=r"missing keys \['counters.kept_'\], unexpected keys \['extra'\]"):
+        batchsel.CandidateFilter(2, 2).load_state_dict(state)
+
+
+def test_diversity_with_huge_embeddings_names_the_embeddings():
+    f = batchsel.CandidateFilter(2, 2, diversity=1.0)
+    emb = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32) * 1e30
+    with pytest.raises(ValueError, match="^embeddings: row squared norms reach .* rescale the embeddings"):
+        f(np.arange(4), np.zeros((4, 3)), np.zeros(4, np.int64), embeddings=emb)
+
+
+def test_feedback_that_is_not_numbers_is_reported_as_such():
+    sel = batchsel.LossRankSelector(10, 2)
+    with pytest.raises(TypeError, match="losses .*must be numeric.*dtype object"):
+        sel.observe([0, 1], losses=[None, 1.0])
+
+
+# -- every state_dict loads with torch.load(weights_only=True) ---------------------------
+
+def _stateful() -> dict[str, object]:
+    """One instance, with some state in it, per class of the library that has state_dict."""
+    from batchsel.integrations import SelectionBatchSampler
+    from batchsel.integrations.lightning import BatchselCallback
+    from batchsel.selectors import (CoresetSelector, GraphBlockSelector, InfoBatchSelector, LossRankSelector,
+                                    RandomSelector, ScorePruningSelector, SubmodularSelector)
+
+    x, y = blobs(60)
+    graph = batchsel.EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=5)
+
+    def observed(sel):
+        sel.observe(np.arange(8), losses=np.linspace(0, 1, 8), logits=np.eye(3)[y[:8]] * 2.0,
+                    embeddings=x[:8])
+        return sel
+
+    def sampler():
+        s = SelectionBatchSampler(LossRankSelector(60, 8), rank=0, world_size=1)
+        batch = next(iter(s))
+        s.observe(batch, losses=np.ones(len(batch)))
+        return s
+
+    def submodular():
+        sel = SubmodularSelector(x, 8)
+        next(sel.iter_batches(0))
+        return observed(sel)
+
+    def candidate_filter():
+        f = batchsel.CandidateFilter(2, 2)
+        f(np.arange(4), np.eye(3)[y[:4]], y[:4])
+        return f
+
+    return {
+        "CandidateFilter": candidate_filter,
+        "BatchselCallback": lambda: BatchselCallback(sampler()),
+        "SelectionBatchSampler": sampler,
+        "RandomSelector": lambda: RandomSelector(60, 8),
+        "CoresetSelector": lambda: CoresetSelector(x, y, 4, fraction=0.5),
+        "GraphBlockSelector": lambda: GraphBlockSelector(graph, 8),
+        "LossRankSelector": lambda: observed(LossRankSelector(60, 8)),
+        "InfoBatchSelector": lambda: observed(InfoBatchSelector(60, 8, epochs=4)),
+        "ScorePruningSelector": lambda: observed(ScorePruningSelector(y, 8, epochs=4)),
+        "SubmodularSelector": submodular,
+        "SieveStreaming": lambda: batchsel.SieveStreaming("facility-location", 5).partial_fit(x[:30]),
+    }
+
+
+def _classes_with_state_dict() -> set[str]:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import batchsel.integrations as integrations
+
+    found: dict[str, type] = {}
+    for package in (batchsel, integrations):
+        for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if module.name.endswith("__main__"):
+                continue
+            mod = importlib.import_module(module.name)
+            for name, cls in inspect.getmembers(mod, inspect.isclass):
+                if cls.__module__ == mod.__name__ and hasattr(cls, "state_dict") \
+                        and not issubclass(cls, torch.nn.Module):  # torch's own state_dict
+                    found[name] = cls
+    # bases (Selector, OnlineSelector, ...) are covered by their concrete classes
+    return {n for n, c in found.items() if not any(o is not c and issubclass(o, c) for o in found.values())}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and np.array_equal(a.numpy(), b.numpy(),
+                                                                                   equal_nan=a.is_floating_point())
+    return a == b
+
+
+def test_every_class_with_a_state_dict_is_tested_here():
+    assert _classes_with_state_dict() == set(_stateful())
+
+
+@pytest.mark.parametrize("name", sorted(_stateful()))
+def test_state_dict_loads_with_weights_only_and_restores(name):
+    import io
+
+    build = _stateful()[name]
+    original = build()
+    state = original.state_dict()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    fresh = build() if name != "SieveStreaming" else batchsel.SieveStreaming("facility-location", 5)
+    fresh.load_state_dict(loaded)
+    assert _same(fresh.state_dict(), state)

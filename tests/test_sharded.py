@@ -61,7 +61,7 @@ def test_facility_location_equals_lazy_greedy(data):
     ref = maximize(FacilityLocation(gather_graph(rows, comm)), 60)
     sel = facility_location(rows, 60, comm, 0)
     assert np.array_equal(sel.indices, ref.indices) and sel.value == pytest.approx(ref.value, rel=1e-12)
-    with pytest.raises(ValueError, match="ranks hold 2999 rows"):
+    with pytest.raises(ValueError, match="row_start=1 and 2999 rows do not make the 3000 rows"):
         facility_location(rows[1:], 5, comm, 1)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._checks import check_int, check_seed, tensor_to_numpy
+from .._state import from_portable, to_portable
 from ..plan import EpochPlan
 
 logger = logging.getLogger(__name__)
@@ -487,16 +488,18 @@ class OnlineSelector(Selector):
                          "order": run["order"].copy(), "m": int(run["m"]),
                          "drawn": np.concatenate(drawn) if drawn else np.empty(0, np.int64),
                          "drawn_sizes": np.array([len(b) for b in drawn], dtype=np.int64)})
-        return {"version": STATE_VERSION, "class": type(self).__name__, "num_examples": self.num_examples,
-                "batch_size": self.batch_size, "drop_last": self.drop_last, "seed": self.seed, "runs": runs,
-                "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
-                "scores": self._scores_state()}
+        return to_portable({"version": STATE_VERSION, "class": type(self).__name__,
+                            "num_examples": self.num_examples, "batch_size": self.batch_size,
+                            "drop_last": self.drop_last, "seed": self.seed, "runs": runs,
+                            "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
+                            "scores": self._scores_state()})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"not a {type(self).__name__} state (version {state.get('version') if isinstance(state, dict) else None!r})")
         if state.get("class") != type(self).__name__:
             raise ValueError(f"state is from a {state.get('class')!r}, not a {type(self).__name__}")
+        state = from_portable(state)
         missing = sorted({"num_examples", "seed", "runs", "partitions", "scores"} - set(state))
         if missing:
             raise ValueError(f"{type(self).__name__} state lacks {missing}: pass what state_dict() returned")

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_indices, check_int, check_labels, check_number, check_rows, check_seed, tensor_to_numpy
+from .._state import from_portable, to_portable
 from ..plan import EpochPlan
 from ..filters import gradnorm_scores
 from .base import Selector, epoch_rng, even_split, shard_length, split_batches
@@ -61,7 +62,8 @@ class _PrunedRun(Selector):
         return sum(self.num_batches(world_size, e) for e in range(self.epochs))
 
     def _check_state(self, state: Any, expected: set[str]) -> None:
-        """Refuse a state that is not this class's, of this many examples, with these keys."""
+        """Refuse a state that is not this class's, of this many examples, with these keys
+        (tensors or arrays: see :func:`batchsel._state.to_portable`)."""
         if not isinstance(state, dict) or set(state) != expected:
             got = set(state) if isinstance(state, dict) else set()
             raise ValueError(f"not a {type(self).__name__} state: missing keys {sorted(expected - got)}, "
@@ -216,11 +218,13 @@ class InfoBatchSelector(_PrunedRun):
     def state_dict(self) -> dict[str, Any]:
         """The losses observed and the ones the latest planned epoch was drawn from."""
         epoch, frozen = self._frozen if self._frozen is not None else (-1, np.empty(0))
-        return {"class": type(self).__name__, "num_examples": self.num_examples, "losses": self.losses_.copy(),
-                "frozen_epoch": int(epoch), "frozen_losses": frozen.copy(),
-                "pruned_epochs": list(self.pruned_share_), "pruned_shares": list(self.pruned_share_.values())}
+        return to_portable({"class": type(self).__name__, "num_examples": self.num_examples,
+                            "losses": self.losses_, "frozen_epoch": int(epoch), "frozen_losses": frozen,
+                            "pruned_epochs": list(self.pruned_share_),
+                            "pruned_shares": list(self.pruned_share_.values())})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = from_portable(state)
         self._check_state(state, {"class", "num_examples", "losses", "frozen_epoch", "frozen_losses",
                                   "pruned_epochs", "pruned_shares"})
         losses = np.asarray(state["losses"], dtype=np.float64)
@@ -421,12 +425,14 @@ class ScorePruningSelector(_PrunedRun):
     def state_dict(self) -> dict[str, Any]:
         """The scores observed and the kept set, once drawn."""
         kept = np.full(0, -1, dtype=np.int64) if self.kept_ is None else self.kept_.copy()
-        return {"class": type(self).__name__, "num_examples": self.num_examples, "score_sum": self.score_sum_.copy(),
-                "observed": self.observed_.copy(), "correct": self.correct_.copy(), "learnt": self.learnt_.copy(),
-                "drawn": self.kept_ is not None, "kept": kept, "pruned_epochs": list(self.pruned_share_),
-                "pruned_shares": list(self.pruned_share_.values())}
+        return to_portable({"class": type(self).__name__, "num_examples": self.num_examples,
+                            "score_sum": self.score_sum_, "observed": self.observed_, "correct": self.correct_,
+                            "learnt": self.learnt_, "drawn": self.kept_ is not None, "kept": kept,
+                            "pruned_epochs": list(self.pruned_share_),
+                            "pruned_shares": list(self.pruned_share_.values())})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = from_portable(state)
         self._check_state(state, {"class", "num_examples", "score_sum", "observed", "correct", "learnt", "drawn",
                                   "kept", "pruned_epochs", "pruned_shares"})
         arrays = {k: np.asarray(tensor_to_numpy(state[k])) for k in ("score_sum", "observed", "correct", "learnt")}
