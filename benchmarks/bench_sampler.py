@@ -9,6 +9,11 @@
    the raw calls they wrap (mpi4py ``Allgather`` on buffers, ``dist.all_gather`` on
    tensors) and to mpi4py's pickled ``allgather``.
 
+4. The feedback all-gather of one step (loss-rank, B = 32, ``sync_every=1``) on 2 MPI
+   ranks: ``SelectionBatchSampler.observe`` with its default ``timeout`` (a non-blocking
+   barrier polled until every rank arrived, then the all-gather with the (epoch, call)
+   check) next to ``timeout=None`` (the all-gather alone: the anchor).
+
 Run: ``python benchmarks/bench_sampler.py`` (``--quick``: smaller sizes, < 1 minute).
 Parts 2 and 3 launch ``mpiexec`` (the one next to this Python, else on PATH) and
 torch.multiprocessing workers; they re-run this file with ``--worker``.
@@ -178,6 +183,21 @@ def worker_allgather_mpi(size: int, reps: int) -> None:
         print("RESULT " + json.dumps(res), flush=True)
 
 
+def worker_feedback(reps: int) -> None:
+    from batchsel.integrations import MPIComm, SelectionBatchSampler
+    from batchsel.selectors import LossRankSelector
+
+    comm = MPIComm()
+    samplers = {name: SelectionBatchSampler(LossRankSelector(4096, 32), comm=comm, sync_every=1, timeout=timeout)
+                for name, timeout in (("timeout", 1800.0), ("anchor", None))}
+    batch = np.arange(32) + 32 * comm.rank
+    losses = np.random.default_rng(comm.rank).random(32)
+    res = _timed({name: (lambda s=s: [s.observe(batch, losses=losses) for _ in range(100)])
+                  for name, s in samplers.items()}, reps, comm)
+    if comm.rank == 0:
+        print("RESULT " + json.dumps({k: v / 100 for k, v in res.items()}), flush=True)
+
+
 def _torch_allgather_rank(rank: int, world: int, port: int, size: int, reps: int, queue) -> None:
     import torch
     import torch.distributed as dist
@@ -227,6 +247,8 @@ def main() -> None:
             worker_greedi(rest[0], int(rest[1]), int(rest[2]))
         elif kind == "allgather":
             worker_allgather_mpi(int(rest[0]), int(rest[1]))
+        elif kind == "feedback":
+            worker_feedback(int(rest[0]))
         return
 
     q = args.quick
@@ -251,6 +273,12 @@ def main() -> None:
         print(f"{name:22}{r['ours'] * 1e3:7.2f}ms{r['raw'] * 1e3:7.2f}ms{r['raw_alloc'] * 1e3:9.2f}ms"
               f"{r['ours'] / r['raw']:11.2f}{r['ours'] / r['raw_alloc']:17.2f}")
     print(f"(mpi4py's pickled allgather of the same array: {mpi['pickled'] * 1e3:.2f} ms)")
+
+    fb = launch_mpi(2, "--worker", "feedback", str(reps))
+    print(f"\n== 4. one step's feedback all-gather (loss-rank, B = 32) on 2 MPI ranks (median of {reps} x 100) ==")
+    print(f"observe(), timeout=1800 (wait_for_ranks + all-gather): {fb['timeout'] * 1e6:7.1f} us")
+    print(f"observe(), timeout=None (all-gather alone, anchor)  : {fb['anchor'] * 1e6:7.1f} us")
+    print(f"ratio {fb['timeout'] / fb['anchor']:.2f}")
 
     n, k = (20_000, 100) if q else (200_000, 200)
     print(f"\n== 2. GreeDi, sparse facility location (20-NN), N = {n:,}, k = {k} (best of {2 if q else 3}) ==")

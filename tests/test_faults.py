@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 import batchsel
@@ -94,7 +95,6 @@ needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec")
 
 def mpi_case(case: str, ranks: int = 2, timeout: float = 120) -> tuple[int, str, float]:
     import signal
-    import subprocess
     import time
 
     cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), sys.executable, str(JOB), case]
@@ -328,3 +328,76 @@ def test_state_dict_loads_with_weights_only_and_restores(name):
     fresh = build() if name != "SieveStreaming" else batchsel.SieveStreaming("facility-location", 5)
     fresh.load_state_dict(loaded)
     assert _same(fresh.state_dict(), state)
+
+
+# -- earlier rounds: interrupted writes and a dead rank ------------------------------------
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    """A folder with the CLI's inputs (the digits subset tests/test_cli.py uses)."""
+    from sklearn.datasets import load_digits
+
+    np.save(tmp_path / "emb.npy", load_digits().data[:400].astype(np.float32))
+    return tmp_path
+
+
+def check_one_line_error(code: int, out: str, err: str, folder: Path, before: list[str]) -> None:
+    from test_cli import check_one_line_error as check
+
+    check(code, out, err, folder, before)
+
+
+def test_ctrl_c_during_write_leaves_no_file(work, monkeypatch, capsys):
+    def interrupted(file, **arrays):
+        file.write(b"half a plan")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", interrupted)
+    code = cli.main(["plan", str(work / "emb.npy"), "--batch-size", "50", "--workers", "2",
+                     "--out", str(work / "plan.npz"), "--quiet"])
+    assert code == 130 and "interrupted" in capsys.readouterr().err
+    assert not any(p.name.startswith(("plan.npz", ".plan.npz")) for p in work.iterdir())
+
+
+def test_sigterm_during_a_write_leaves_no_temporary_file(work):
+    # the default action of SIGTERM kills the process inside the write: the temporary
+    # file stayed behind. In a subprocess, so that the old behaviour cannot kill pytest.
+    code = ("import os, signal, sys, numpy as np\n"
+            "from batchsel import cli\n"
+            "real = np.savez\n"
+            "def savez(f, **arrays):\n"
+            "    f.write(b'half a plan')\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    real(f, **arrays)\n"
+            "np.savez = savez\n"
+            "sys.exit(cli.main(['plan', 'emb.npy', '--batch-size', '50', '--workers', '2', '--out', 'plan.npz', "
+            "'--quiet']))\n")
+    before = sorted(p.name for p in work.iterdir())
+    out = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 143 and "terminated" in out.stderr, (out.returncode, out.stderr)
+    assert sorted(p.name for p in work.iterdir()) == before
+
+
+def test_failed_save_graph_leaves_no_plan(work, monkeypatch, capsys):
+    def disk_full(file, matrix, **kwargs):
+        file.write(b"half a graph")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sp, "save_npz", disk_full)
+    before = sorted(p.name for p in work.iterdir())
+    code = cli.main(["plan", str(work / "emb.npy"), "--method", "graph", "--batch-size", "40", "--workers", "2",
+                     "--save-graph", str(work / "knn.npz"), "--out", str(work / "plan.npz"), "--quiet"])
+    captured = capsys.readouterr()
+    check_one_line_error(code, captured.out, captured.err, work, before)  # no plan.npz, no knn.npz
+    assert "No space left" in captured.err
+
+
+@pytest.mark.slow
+@needs_mpi
+def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
+    from test_sharded import launch
+
+    output, seconds = launch(tmp_path, "--die-rank", "1", succeed=False)
+    assert seconds < 60, (seconds, output[-3000:])
+    assert "survived" not in output
+    assert ",1]" in output and "Exit code:    3" in output, output[-3000:]  # Open MPI names rank 1

@@ -181,15 +181,6 @@ def test_two_mpi_ranks_equal_one_process(tmp_path):
 
 @pytest.mark.slow
 @needs_mpi
-def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
-    output, seconds = launch(tmp_path, "--die-rank", "1", succeed=False)
-    assert seconds < 60, (seconds, output[-3000:])
-    assert "survived" not in output
-    assert ",1]" in output and "Exit code:    3" in output, output[-3000:]  # Open MPI names rank 1
-
-
-@pytest.mark.slow
-@needs_mpi
 def test_cli_under_mpiexec_equals_one_process(tmp_path):
     """``mpiexec -n 2 batchsel plan --method graph`` builds the graph sharded; rank 0 writes
     the same graph and plan (fingerprint) as one process. ``batchsel select --neighbors``
