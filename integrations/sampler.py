@@ -390,15 +390,21 @@ class SelectionBatchSampler:
         """Refuse to be iterated by accelerate's ``BatchSamplerShard`` over several ranks
         (``accelerator.prepare(DataLoader(batch_sampler=sampler))``): it would keep every
         ``W``-th of this rank's batches, so an epoch would see 1/W of the data, silently.
-        The shard iterates this sampler from its own method, so the caller's ``self`` is it."""
-        owner = caller.f_locals.get("self") if caller is not None else None
-        if (type(owner).__name__ == "BatchSamplerShard" and type(owner).__module__.startswith("accelerate")
-                and getattr(owner, "batch_sampler", None) is self and getattr(owner, "num_processes", 1) > 1
-                and self.world_size > 1):
+        The shard iterates this sampler from its own method, so that is the caller's code.
+        (Only the code and the module are read: the caller's ``f_locals`` would keep its
+        local objects alive, an iterator dropped by the caller among them.)"""
+        code = caller.f_code if caller is not None else None
+        name = code and (getattr(code, "co_qualname", None) or code.co_name)  # co_qualname: Python >= 3.11
+        if not name or not (name.startswith("BatchSamplerShard.") or name in ("_iter_with_split", "_iter_with_no_split")):
+            return
+        if not str(caller.f_globals.get("__name__", "")).startswith("accelerate") or self.world_size == 1:
+            return
+        owner = caller.f_locals.get("self")  # the shard itself: prepare() wraps only when W > 1
+        if getattr(owner, "batch_sampler", None) is self:
             raise RuntimeError(
                 f"accelerate's BatchSamplerShard (from accelerator.prepare(dataloader)) wraps this "
                 f"SelectionBatchSampler, which already gives rank {self.rank} of {self.world_size} its own batches: "
-                f"each rank would train on 1/{owner.num_processes} of its share. Leave the DataLoader out of "
+                f"each rank would train on 1/{getattr(owner, 'num_processes', '?')} of its share. Leave the DataLoader out of "
                 f"accelerator.prepare (prepare the model and optimizer only), or use "
                 f"batchsel.integrations.hf.BatchselTrainer")
 
