@@ -264,7 +264,25 @@ def _stateful() -> dict[str, object]:
         f(np.arange(4), np.eye(3)[y[:4]], y[:4])
         return f
 
+    def cluster_loader():
+        from torch_geometric.data import Data
+
+        from batchsel.integrations.pyg import ClusterData, ClusterLoader
+
+        ring = torch.arange(24)
+        data = Data(x=torch.randn(24, 2), edge_index=torch.stack([ring, (ring + 1) % 24]))
+        loader = ClusterLoader(ClusterData(data, 6, log=False), batch_size=2, shuffle=True, rank=0, world_size=1)
+        next(iter(loader))
+        return loader
+
+    def cluster_batches():
+        from batchsel.integrations.pyg import ClusterBatchSelector
+
+        return ClusterBatchSelector(6, 2)
+
     return {
+        "ClusterLoader": cluster_loader,
+        "ClusterBatchSelector": cluster_batches,
         "CandidateFilter": candidate_filter,
         "BatchselCallback": lambda: BatchselCallback(sampler()),
         "SelectionBatchSampler": sampler,

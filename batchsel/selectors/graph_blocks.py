@@ -19,53 +19,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._checks import check_graph, check_int, to_int64
-from .._graph import symmetrized, without_self_loops
-from ..io import c_stdout_to_stderr, save_npy
+from .._graph import metis_blocks as _metis_blocks
+from ..io import save_npy
 from ..plan import EpochPlan
 from .base import Selector, epoch_rng, even_split
 
 logger = logging.getLogger(__name__)
 
-# METIS edge weights are integers > 0: float weights are scaled to 1..EDGE_SCALE.
-EDGE_SCALE = 1000
-
-
-def _metis_blocks(graph: sp.csr_matrix, num_blocks: int, seed: int) -> np.ndarray:
-    """Block id of every node: METIS recursive bisection (much faster than k-way for
-    thousands of parts, and as balanced), then empty blocks are filled by halving the
-    largest ones so that every block id is used."""
-    import pymetis
-
-    n = graph.shape[0]
-    if num_blocks >= n:
-        return np.arange(n, dtype=np.int64)
-    if num_blocks == 1:
-        return np.zeros(n, dtype=np.int64)
-    # METIS wants no self loops, and both directions of every edge
-    g = to_int64(symmetrized(without_self_loops(graph)))
-    top = float(g.data.max()) if g.nnz else 0.0
-    if not (np.isfinite(top) and top >= 0):  # NaN / negative weights reach METIS as garbage ints: a segfault
-        raise ValueError(f"graph edge weights must be finite and >= 0, found a largest weight of {top}")
-    if top > 0:
-        weights = np.maximum(1, np.rint(g.data / top * EDGE_SCALE)).astype(np.int64)
-    else:
-        weights = None
-    dtype = pymetis.zero_copy_dtype()
-    adjacency = pymetis.CSRAdjacency(g.indptr.astype(dtype, copy=False), g.indices.astype(dtype, copy=False))
-    logger.info("METIS: %d nodes, %d edges into %d blocks", n, g.nnz // 2, num_blocks)
-    with c_stdout_to_stderr():  # METIS printf()s diagnostics: keep them out of stdout (--json)
-        _, membership = pymetis.part_graph(num_blocks, adjacency, eweights=weights, recursive=True,
-                                           options=pymetis.Options(seed=int(seed) % (2**31 - 1)))
-    blocks = np.asarray(membership, dtype=np.int64)
-    sizes = np.bincount(blocks, minlength=num_blocks)
-    for empty in np.flatnonzero(sizes == 0):  # rare (tiny or edgeless graphs)
-        largest = int(np.argmax(sizes))
-        members = np.flatnonzero(blocks == largest)
-        moved = members[len(members) // 2:]
-        blocks[moved] = empty
-        sizes[largest] -= len(moved)
-        sizes[empty] = len(moved)
-    return blocks
 
 
 class GraphBlockSelector(Selector):

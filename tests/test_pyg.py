@@ -1,0 +1,217 @@
+"""batchsel.integrations.pyg: Cluster-GCN and GraphSAINT loaders for PyTorch Geometric
+without pyg-lib or torch-sparse (checked against brute-force induced subgraphs)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("torch_geometric")
+from torch_geometric.data import Data  # noqa: E402
+from torch_geometric.utils import subgraph  # noqa: E402
+
+from batchsel.integrations.pyg import (ClusterData, ClusterLoader, GraphSAINTNodeSampler,  # noqa: E402
+                                       GraphSAINTRandomWalkSampler)
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE / "mp_scripts")]
+
+
+def sbm(n: int = 240, blocks: int = 4, seed: int = 0) -> Data:
+    """A stochastic block model with shuffled ids, node and edge attributes, a self loop and
+    a repeated edge."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, blocks, n)
+    pairs = rng.integers(0, n, (6 * n, 2))
+    same = y[pairs[:, 0]] == y[pairs[:, 1]]
+    keep = same | (rng.random(len(pairs)) < 0.1)
+    src, dst = pairs[keep].T
+    src, dst = np.concatenate([src, [0, src[0]]]), np.concatenate([dst, [0, dst[0]]])
+    e = len(src)
+    return Data(x=torch.randn(n, 3), y=torch.from_numpy(y), train_mask=torch.from_numpy(rng.random(n) < 0.5),
+                edge_index=torch.from_numpy(np.stack([src, dst])), edge_attr=torch.randn(e, 2),
+                edge_weight=torch.rand(e), note="graph-level")
+
+
+def check_batch(batch: Data, data: Data) -> None:
+    """The batch is exactly the subgraph its nodes induce, with their attributes."""
+    n_id = batch.n_id
+    assert torch.equal(batch.x, data.x[n_id]) and torch.equal(batch.y, data.y[n_id])
+    assert torch.equal(batch.train_mask, data.train_mask[n_id]) and batch.note == "graph-level"
+    ref_index, _, mask = subgraph(n_id, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes,
+                                  return_edge_mask=True)
+    got = sorted(zip(batch.edge_index[0].tolist(), batch.edge_index[1].tolist(), batch.edge_weight.tolist()))
+    want = sorted(zip(ref_index[0].tolist(), ref_index[1].tolist(), data.edge_weight[mask].tolist()))
+    assert got == want
+    assert batch.edge_attr.shape == (batch.edge_index.size(1), 2) and batch.num_nodes == len(n_id)
+
+
+def test_one_epoch_covers_every_node_once_with_induced_subgraphs():
+    data = sbm()
+    parts = ClusterData(data, num_parts=12, log=False)
+    assert sorted(parts.node_perm.tolist()) == list(range(data.num_nodes))
+    loader = ClusterLoader(parts, batch_size=5, shuffle=True, rank=0, world_size=1)
+    seen = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        assert [len(set(parts.cluster[b.n_id].tolist())) for b in batches] == [5, 5, 2]
+        for batch in batches:
+            check_batch(batch, data)
+        seen.append(torch.cat([b.n_id for b in batches]))
+        assert sorted(seen[-1].tolist()) == list(range(data.num_nodes))
+    assert not torch.equal(seen[0], seen[1])  # a new order of clusters every epoch
+
+
+def test_clusters_keep_more_edges_than_random_parts():
+    data = sbm(n=400)
+    loader = ClusterLoader(ClusterData(data, num_parts=8, log=False), batch_size=2, shuffle=True, rank=0, world_size=1)
+    kept = sum(b.edge_index.size(1) for b in loader) / data.edge_index.size(1)
+    part = np.random.default_rng(99).integers(0, 4, data.num_nodes)  # 4 random batches of nodes
+    src, dst = data.edge_index.numpy()
+    random_kept = float(np.mean(part[src] == part[dst]))
+    assert kept > 2.5 * random_kept, (kept, random_kept)
+
+
+@pytest.mark.parametrize("world, parts, batch", [(2, 12, 5), (3, 10, 2), (4, 12, 1), (3, 11, 3)])
+def test_ranks_get_disjoint_clusters_that_cover_the_graph_in_equal_batches(world, parts, batch):
+    data = sbm()
+    cluster_data = ClusterData(data, num_parts=parts, log=False)
+    for epoch in range(2):
+        counts, nodes = set(), []
+        for rank in range(world):
+            loader = ClusterLoader(cluster_data, batch_size=batch, shuffle=True, rank=rank, world_size=world)
+            loader.set_epoch(epoch)
+            batches = list(loader)
+            counts.add(len(batches))
+            assert len(batches) == len(loader) and all(b.num_nodes > 0 for b in batches)
+            nodes += [b.n_id for b in batches]
+        assert len(counts) == 1
+        assert sorted(torch.cat(nodes).tolist()) == list(range(data.num_nodes))
+
+
+def test_too_few_clusters_for_equal_batches_are_refused():
+    with pytest.raises(ValueError, match="5 clusters cannot be dealt to 2 ranks"):
+        ClusterLoader(ClusterData(sbm(), num_parts=5, log=False), batch_size=1, rank=0, world_size=2)
+
+
+def test_resume_mid_epoch_is_exact():
+    cluster_data = ClusterData(sbm(), num_parts=12, log=False)
+
+    def loader():
+        return ClusterLoader(cluster_data, batch_size=2, shuffle=True, rank=1, world_size=2)
+
+    full = loader()
+    full.set_epoch(3)
+    whole = [b.n_id.tolist() for b in full]
+    first = loader()
+    first.set_epoch(3)
+    it = iter(first)
+    head = [next(it).n_id.tolist() for _ in range(2)]
+    state = first.state_dict(batches_done=2)
+    resumed = loader()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(3)
+    assert head + [b.n_id.tolist() for b in resumed] == whole
+
+
+def test_a_cluster_alone_and_with_its_outside_edges():
+    data = sbm()
+    parts = ClusterData(data, num_parts=6, log=False)
+    inside = parts[2]
+    check_batch(inside, data)
+    assert set(parts.cluster[inside.n_id].tolist()) == {2}
+    outer = ClusterData(data, num_parts=6, log=False, keep_inter_cluster_edges=True)[2]
+    src = data.edge_index[0]
+    leaving = int(torch.isin(src, inside.n_id).sum())
+    assert outer.edge_index.size(1) == leaving == outer.edge_attr.size(0)
+    out_targets = outer.edge_index[1][outer.edge_outside]
+    assert not torch.isin(out_targets, inside.n_id).any()  # ids in data, of nodes outside
+
+
+@pytest.mark.parametrize("kind", ["node", "walk"])
+def test_graphsaint_batches_are_induced_subgraphs_drawn_per_rank(kind):
+    data = sbm()
+
+    def sampler(rank=0, seed=0, **kw):
+        if kind == "node":
+            return GraphSAINTNodeSampler(data, batch_size=60, num_steps=3, log=False, rank=rank, seed=seed, **kw)
+        return GraphSAINTRandomWalkSampler(data, batch_size=20, walk_length=3, num_steps=3, log=False, rank=rank,
+                                           seed=seed, **kw)
+
+    batches = list(sampler())
+    assert len(batches) == 3
+    for b in batches:
+        check_batch(b, data)
+        assert b.num_nodes <= (60 if kind == "node" else 80)
+    again = [b.n_id.tolist() for b in sampler()]
+    assert again == [b.n_id.tolist() for b in batches]  # (seed, epoch, rank, step) decide
+    assert again != [b.n_id.tolist() for b in sampler(rank=1)]
+    normed = sampler(sample_coverage=20)
+    b = next(iter(normed))
+    assert b.node_norm.shape == (b.num_nodes,) and b.edge_norm.shape == (b.edge_index.size(1),)
+    assert torch.isfinite(b.node_norm).all() and (b.node_norm > 0).all() and (b.edge_norm >= 0).all()
+    # PyG's definition: node_norm = samples / (count * N); the mean over all nodes of count * node_norm
+    # is samples / N for every node drawn at least once
+    assert normed.node_norm.shape == (data.num_nodes,) and normed.edge_norm.shape == (data.edge_index.size(1),)
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(num_parts=0), "num_parts"),
+    (dict(num_parts=10_000), "num_parts"),
+    (dict(drop="edge_index"), "no edge_index"),
+    (dict(train_mask=torch.ones(5, dtype=torch.bool)), "train_mask has 5 entries"),
+    (dict(edge_weight=torch.ones(3)), "edge_weight has 3 entries"),
+    (dict(edge_index=torch.tensor([[0, 1], [1, 999]])), "outside"),
+    (dict(edge_index=torch.arange(10).repeat(2, 1)), "no edges between distinct nodes"),
+])
+def test_bad_input_is_a_clear_value_error(change, match):
+    data = sbm(n=40)
+    num_parts = change.pop("num_parts", 4)
+    drop = change.pop("drop", None)
+    if drop:
+        del data[drop]
+    for key, value in change.items():
+        if key == "edge_index":
+            data = Data(x=data.x, edge_index=value)
+        else:
+            data[key] = value
+    with pytest.raises(ValueError, match=match):
+        ClusterData(data, num_parts=num_parts, log=False)
+
+
+def test_graphsaint_bad_input():
+    data = sbm(n=40)
+    with pytest.raises(ValueError, match="batch_size"):
+        GraphSAINTNodeSampler(data, batch_size=0, log=False)
+    with pytest.raises(ValueError, match="no edges"):
+        GraphSAINTNodeSampler(Data(x=torch.randn(4, 2), edge_index=torch.empty(2, 0, dtype=torch.long)), 2, log=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["mpi", "torchrun"])
+def test_two_ranks_without_a_rank_given_get_a_disjoint_cover(launcher, tmp_path):
+    from common import free_port, run_command
+    from test_integrations_mp import MPIEXEC, clean_env
+
+    out = tmp_path / "out.json"
+    script = HERE / "mp_scripts" / "pyg_job.py"
+    if launcher == "mpi":
+        if not MPIEXEC.exists():
+            pytest.skip("no mpiexec")
+        cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, script, out]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), script, out]
+    run_command(cmd, clean_env(), timeout=180)
+    ranks = json.loads(out.read_text())
+    assert [r["world"] for r in ranks] == [2, 2] and [r["rank"] for r in ranks] == [0, 1]
+    for epoch in range(2):
+        batches = [r["epochs"][epoch] for r in ranks]
+        assert len(batches[0]) == len(batches[1])
+        nodes = sorted(i for rank in batches for b in rank for i in b)
+        assert nodes == list(range(200))
