@@ -16,9 +16,9 @@ import os
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
+import scipy.sparse as sp  # noqa: F401 (the doctests use it)
 
-from .._checks import check_graph, check_int, to_int64
+from .._checks import check_graph, check_int
 from .._graph import metis_blocks as _metis_blocks
 from ..io import save_npy
 from ..plan import EpochPlan
