@@ -11,10 +11,12 @@ and MPI (``mpiexec``) clusters.
 - Frameworks, imported only when asked for (optional extras):
   ``batchsel.integrations.lightning.BatchselCallback`` (``pip install batchsel[lightning]``)
   and ``batchsel.integrations.hf.BatchselTrainer`` / ``BatchselTrainerMixin`` for the
-  Hugging Face Trainer (``pip install batchsel[hf]``).
+  Hugging Face Trainer (``pip install batchsel[hf]``); ``batchsel.integrations.pyg``:
+  Cluster-GCN and GraphSAINT loaders for PyTorch Geometric without pyg-lib or
+  torch-sparse (``pip install batchsel[pyg]``).
 
 Importing this package initializes neither MPI nor torch.distributed, and imports
-neither Lightning nor transformers.
+neither Lightning, transformers nor torch_geometric.
 """
 from .comm import Communicator, MPIComm, SingleProcessComm, TorchDistComm, get_communicator
 from .mpi import greedi, init_torch_distributed_from_mpi, install_mpi_abort_hook

@@ -215,3 +215,35 @@ def test_two_ranks_without_a_rank_given_get_a_disjoint_cover(launcher, tmp_path)
         assert len(batches[0]) == len(batches[1])
         nodes = sorted(i for rank in batches for b in rank for i in b)
         assert nodes == list(range(200))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_example_trains_a_gcn_on_one_process_and_under_mpiexec(ranks):
+    from common import run_command
+    from test_integrations_mp import MPIEXEC, clean_env
+
+    example = HERE.parent / "examples" / "pyg_cluster_gcn.py"
+    cmd = [sys.executable, example, "--nodes", "2000", "--epochs", "3"]
+    if ranks > 1:
+        if not MPIEXEC.exists():
+            pytest.skip("no mpiexec")
+        cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), *cmd]
+    output = run_command(cmd, clean_env(), timeout=300)
+    line = next(ln for ln in output.splitlines() if ln.startswith("rank 0 of"))
+    assert line.startswith(f"rank 0 of {ranks}: {-(-10 // ranks)} batches per epoch")
+    assert float(line.rsplit(" ", 1)[1]) > 0.3  # well above chance (0.1): the graph is used
+
+
+def test_graphsaint_normalization_estimates_the_inclusion_probabilities():
+    """On a ring with uniform node draws, every node is in a sample with probability
+    p = 1 - (1 - 1/N)^B and an edge u -> u+1 with p given u: PyG's node_norm is
+    1 / (N p) and edge_norm 1 / p, for every node and edge alike."""
+    n, draws = 100, 50
+    ring = torch.arange(n)
+    data = Data(x=torch.randn(n, 2), edge_index=torch.stack([ring, (ring + 1) % n]))
+    sampler = GraphSAINTNodeSampler(data, batch_size=draws, sample_coverage=400, log=False)
+    p = 1 - (1 - 1 / n) ** draws
+    node, edge = sampler.node_norm.numpy() * n, sampler.edge_norm.numpy()
+    assert abs(node.mean() * p - 1) < 0.05 and node.std() / node.mean() < 0.1
+    assert abs(edge.mean() * p - 1) < 0.05 and edge.std() / edge.mean() < 0.15
