@@ -365,7 +365,7 @@ class GraphSAINTSampler(DataLoader):
                  save_dir: Any = None, log: bool = True, *, seed: int = 0, rank: int | None = None,
                  **kwargs: Any) -> None:
         _require_pyg()
-        for key in ("shuffle", "sampler", "batch_sampler", "collate_fn", "batch_size"):
+        for key in ("shuffle", "sampler", "batch_sampler", "collate_fn"):
             if key in kwargs:
                 raise ValueError(f"{key}= is set by {type(self).__name__}")
         self._subgraphs = _Subgraphs(data)
@@ -385,11 +385,33 @@ class GraphSAINTSampler(DataLoader):
         self.edge_norm: torch.Tensor | None = None
         if self.sample_coverage > 0:
             self._compute_norm()
-        super().__init__(range(self.num_steps), batch_size=1, shuffle=False, collate_fn=self._collate, **kwargs)
+        self._start = 0  # the step the next iteration starts from (a resumed epoch's)
+        self._handed_out = 0  # steps of the current epoch handed to the loader
+        super().__init__(range(self.num_steps), batch_size=1, sampler=_Steps(self), collate_fn=self._collate,
+                         **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration's subgraphs are drawn for."""
         self.epoch = check_int(epoch, "epoch", minimum=0)
+
+    def state_dict(self, batches_done: int | None = None) -> dict[str, Any]:
+        """Where the run is: ``batches_done`` steps of the current epoch trained (default:
+        the steps handed out so far, exact with ``num_workers=0``; workers fetch ahead, so
+        pass your step count there). The subgraphs depend only on (seed, epoch, rank,
+        step), so that is all a resume needs."""
+        done = self._handed_out if batches_done is None else batches_done
+        done = check_int(done, "batches_done", minimum=0, maximum=self.num_steps)
+        return {"class": type(self).__name__, "epoch": self.epoch, "batches_done": done, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume :meth:`state_dict`'s point: the next iteration yields the epoch's remaining steps."""
+        if not isinstance(state, dict) or state.get("class") != type(self).__name__:
+            raise ValueError(f"not a {type(self).__name__} state: {state!r:.80}")
+        if state.get("seed") != self.seed:
+            raise ValueError(f"the state was saved with seed={state.get('seed')!r}, this sampler has {self.seed}")
+        self.epoch = check_int(state["epoch"], "epoch", minimum=0)
+        self._start = self._handed_out = check_int(state["batches_done"], "batches_done", minimum=0,
+                                                   maximum=self.num_steps)
 
     def _rank(self) -> int:
         return get_communicator().rank if self.rank is None else self.rank
@@ -439,7 +461,25 @@ class GraphSAINTSampler(DataLoader):
             logger.info("GraphSAINT normalization from %d samples (coverage %d)", samples, self.sample_coverage)
 
     def __len__(self) -> int:
-        return self.num_steps
+        return self.num_steps - self._start
+
+
+class _Steps(torch.utils.data.Sampler):
+    """The steps of a GraphSAINT epoch, from a resumed epoch's first remaining one."""
+
+    def __init__(self, owner: GraphSAINTSampler) -> None:
+        self.owner = owner
+
+    def __iter__(self) -> Iterator[int]:
+        owner = self.owner
+        start, owner._start = owner._start, 0  # only the resumed epoch starts late
+        owner._handed_out = start
+        for step in range(start, owner.num_steps):
+            owner._handed_out = step + 1
+            yield step
+
+    def __len__(self) -> int:
+        return self.owner.num_steps - self.owner._start
 
 
 class GraphSAINTNodeSampler(GraphSAINTSampler):

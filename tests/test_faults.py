@@ -275,6 +275,19 @@ def _stateful() -> dict[str, object]:
         next(iter(loader))
         return loader
 
+    def saint(kind):
+        from torch_geometric.data import Data
+
+        from batchsel.integrations import pyg
+
+        ring = torch.arange(24)
+        data = Data(x=torch.randn(24, 2), edge_index=torch.stack([ring, (ring + 1) % 24]))
+        cls = pyg.GraphSAINTNodeSampler if kind == "node" else pyg.GraphSAINTRandomWalkSampler
+        extra = {} if kind == "node" else {"walk_length": 2}
+        loader = cls(data, batch_size=4, num_steps=3, log=False, rank=0, **extra)
+        next(iter(loader))
+        return loader
+
     def cluster_batches():
         from batchsel.integrations.pyg import ClusterBatchSelector
 
@@ -283,6 +296,8 @@ def _stateful() -> dict[str, object]:
     return {
         "ClusterLoader": cluster_loader,
         "ClusterBatchSelector": cluster_batches,
+        "GraphSAINTNodeSampler": lambda: saint("node"),
+        "GraphSAINTRandomWalkSampler": lambda: saint("walk"),
         "CandidateFilter": candidate_filter,
         "BatchselCallback": lambda: BatchselCallback(sampler()),
         "SelectionBatchSampler": sampler,
