@@ -21,6 +21,7 @@ import argparse
 import json
 import linecache
 import logging
+import math
 import os
 import signal
 import sys
@@ -119,11 +120,27 @@ print([e['fingerprint'] for e in json.load(sys.stdin)['epochs']])"
   what random batches of the same sizes would keep.
 """
 
+DEDUP_EXAMPLE = """\
+examples:
+  # drop near-duplicates (cosine >= 0.95), keep one row per group: train on keep.npy's rows
+  batchsel dedup emb.npy --threshold 0.95 --out keep.npy
+  # also each row's group (the row its group keeps), as JSON figures
+  batchsel dedup emb.npy --threshold 0.9 --out keep.npy --groups groups.npy --json
+  # sharded over 2 MPI ranks (each reads its rows); rank 0 writes the same files
+  mpiexec -n 2 batchsel dedup emb.npy --threshold 0.95 --out keep.npy
+
+  Groups are the connected components of the near-duplicate pairs found among each
+  row's K nearest neighbours; each keeps its smallest row index. stdout (text): the
+  counts; --out keep.npy: the kept row indices (int64, sorted); --groups: for every row
+  the row its group keeps.
+"""
+
 MAIN_EXAMPLE = """\
 example ('batchsel COMMAND --help' shows each command's options and examples):
   batchsel select emb.npy --k 100 --json
   batchsel plan emb.npy --batch-size 64 --workers 4 --epochs 2 --out plan.npz
   batchsel inspect plan.npz --labels y.npy --plot plan.png
+  batchsel dedup emb.npy --threshold 0.95 --out keep.npy
 
 exit codes: 0 ok, 2 bad usage or input, 1 internal error (--debug shows the traceback)
 """
@@ -223,6 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="draw the figures to FILE (.png, .pdf or .svg)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(run=cmd_inspect)
+
+    p = sub.add_parser("dedup", parents=[common, force], formatter_class=fmt, epilog=DEDUP_EXAMPLE,
+                       help="find near-duplicate rows and keep one of each group",
+                       description="Find the rows of EMB whose embeddings are near-duplicates (cosine similarity >= T)\n"
+                                   "and keep one row per group (its smallest index).")
+    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
+    p.add_argument("--threshold", type=float, default=0.95, metavar="T",
+                   help="cosine similarity at or above which two rows are near-duplicates, in (0, 1] (default 0.95)")
+    p.add_argument("--k", type=int, default=8, metavar="K", help="neighbours searched per row (default 8)")
+    p.add_argument("--out", metavar="KEEP.npy", help="save the kept row indices (int64, sorted)")
+    p.add_argument("--groups", metavar="GROUPS.npy", help="save, for every row, the row its group keeps")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.set_defaults(run=cmd_dedup)
     return parser
 
 
@@ -670,6 +700,56 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------
+
+# --------------------------------------------------------------------------------------
+# dedup
+# --------------------------------------------------------------------------------------
+
+def cmd_dedup(args: argparse.Namespace) -> int:
+    from .dedup import deduplicate
+
+    if not (math.isfinite(args.threshold) and 0 < args.threshold <= 1):
+        raise UsageError(f"--threshold must be in (0, 1], got {args.threshold}")
+    check_int(args.k, "--k", minimum=1)
+    inputs = [("EMB", args.embeddings)]
+    _check_output(args.out, args.force, what="output", suffixes=(".npy",), inputs=inputs)
+    _check_output(args.groups, args.force, what="groups", suffixes=(".npy",), inputs=inputs)
+    if args.out is not None and args.groups is not None and os.path.abspath(args.out) == os.path.abspath(args.groups):
+        raise UsageError("--out and --groups name the same file")
+    comm = _mpi_ranks()  # under mpiexec -n W: sharded, each rank reads its rows
+    if comm is None:
+        source: Any = _embeddings(args.embeddings)
+    elif args.embeddings.lower().endswith(".npy"):
+        source = args.embeddings
+    else:
+        raise UsageError(f"under mpiexec EMB must be a .npy file (each rank reads its rows), got {args.embeddings!r}")
+    result = deduplicate(source, args.threshold, k=args.k, comm=comm, progress=not args.quiet)
+    if comm is not None and comm.rank != 0:
+        return EXIT_OK  # rank 0 writes and reports
+    outputs = [(path, array) for path, array in ((args.out, result.keep), (args.groups, result.group)) if path]
+
+    def write_outputs() -> None:  # both or neither
+        with atomic_group() as group:
+            for path, array in outputs:
+                with group.open(path, "wb", overwrite=args.force) as fh:
+                    np.save(fh, array)
+    if outputs:
+        _write([p for p, _ in outputs], write_outputs)
+    sizes = np.bincount(np.unique(result.group, return_counts=True)[1])
+    report = {"embeddings": args.embeddings, "num_examples": result.num_examples, "threshold": result.threshold,
+              "k": result.k, "kept": int(result.keep.size), "removed": int(result.num_examples - result.keep.size),
+              "removed_fraction": result.removed_fraction, "pairs": int(result.pairs[0].size),
+              "groups": len(result.groups()),
+              "largest_group": int(sizes.size - 1), "seconds": round(result.seconds, 3),
+              **({"out": args.out} if args.out else {}), **({"groups_file": args.groups} if args.groups else {})}
+    if args.json:
+        _print_json(report)
+    else:
+        print(f"{args.embeddings}: {report['kept']} of {report['num_examples']} rows kept, {report['removed']} "
+              f"near-duplicates removed ({100 * report['removed_fraction']:.1f} %) at cosine >= {result.threshold:g}; "
+              f"{report['groups']} groups of 2 or more, the largest of {report['largest_group']} rows")
+    return EXIT_OK
+
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__

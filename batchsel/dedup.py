@@ -1,0 +1,174 @@
+"""Near-duplicate removal by embedding similarity (semantic deduplication, after SemDeDup,
+Abbas et al. 2023).
+
+Two rows are near-duplicates when the cosine similarity of their embeddings is at least
+``threshold``. The pairs come from the k nearest neighbours of every row
+(:class:`~batchsel.EmbeddingIndex`, exact up to 50k rows, IVF beyond; sharded over MPI ranks
+with :class:`~batchsel.sharded.ShardedIndex`, which returns the same neighbours). Groups are
+the connected components of those pairs, and each group keeps its row of smallest index:
+a deterministic rule that needs no order of processing, so one process and any number of
+ranks keep the same rows. Every removed row saves a step in every epoch.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from ._checks import check_int, check_number
+from .communicator import Communicator
+from .index import EmbeddingIndex
+
+logger = logging.getLogger(__name__)
+
+#: cosine similarities of identical rows come out of float32 arithmetic a little below 1
+SIMILARITY_SLACK = 1e-5
+#: lists probed per query by the IVF index (N > 50k): near-duplicates share a list or a
+#: neighbouring one far more often than ordinary neighbours do (planted pairs at cosine
+#: >= 0.97 among 1M rows: recall 1.000 at 4, benchmarks/bench_dedup.py)
+NPROBE = 8
+
+
+@dataclass
+class Deduplication:
+    """The result of :func:`deduplicate`.
+
+    Attributes
+    ----------
+    keep:
+        The rows kept, sorted (int64): one per group, its smallest index.
+    group:
+        For every row, the row its group keeps (itself when kept).
+    pairs:
+        ``(i, j, similarity)`` of every near-duplicate pair found, ``i < j``, sorted.
+    threshold, k:
+        The settings used.
+    seconds:
+        Wall time of the search and grouping.
+    """
+
+    keep: np.ndarray
+    group: np.ndarray
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray]
+    threshold: float
+    k: int
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.group.size)
+
+    @property
+    def removed_fraction(self) -> float:
+        """The share of rows that are near-duplicates of a kept row."""
+        return 1.0 - self.keep.size / max(self.group.size, 1)
+
+    def groups(self) -> list[np.ndarray]:
+        """Every group of two or more rows (sorted rows; its first is the one kept)."""
+        order = np.argsort(self.group, kind="stable")
+        bounds = np.flatnonzero(np.diff(self.group[order])) + 1
+        return [g for g in np.split(order, bounds) if g.size > 1]
+
+    def __repr__(self) -> str:
+        return (f"Deduplication(num_examples={self.num_examples}, kept={self.keep.size}, "
+                f"removed_fraction={self.removed_fraction:.3f}, threshold={self.threshold}, pairs={self.pairs[0].size})")
+
+
+def _pairs(D: np.ndarray, I: np.ndarray, first_row: int, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(i, j, similarity)`` with ``i < j`` of the neighbour lists ``(D, I)`` of rows
+    ``first_row ..`` at similarity >= threshold."""
+    rows, cols = np.nonzero((D >= threshold - SIMILARITY_SLACK) & (I >= 0))
+    a = rows.astype(np.int64) + first_row
+    b = I[rows, cols].astype(np.int64)
+    return np.minimum(a, b), np.maximum(a, b), D[rows, cols].astype(np.float32)
+
+
+def _unique_pairs(i: np.ndarray, j: np.ndarray, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair once (found from both ends), sorted by (i, j); the larger similarity of
+    the two findings (they differ only by rounding)."""
+    key = i * n + j
+    order = np.lexsort((-s, key))
+    key, s = key[order], s[order]
+    first = np.r_[True, key[1:] != key[:-1]]
+    key, s = key[first], s[first]
+    return key // n, key % n, s
+
+
+def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe: int | None = NPROBE,
+                comm: Communicator | None = None, progress: bool = True, seed: int = 0) -> Deduplication:
+    """Find the near-duplicates among the rows of ``embeddings`` and keep one per group.
+
+    Parameters
+    ----------
+    embeddings:
+        ``N x d`` array, tensor or ``.npy`` path (memory-mapped; with ``comm`` each rank
+        reads only its rows).
+    threshold:
+        Cosine similarity at or above which two rows are near-duplicates, in (0, 1]
+        (1: exact duplicates up to rounding). Groups are transitive: ``a ~ b`` and
+        ``b ~ c`` put ``a``, ``b`` and ``c`` in one group even when ``a`` and ``c`` are
+        below the threshold.
+    k:
+        Neighbours searched per row: a row with more than ``k`` near-duplicates still
+        joins their group through them, but the pairs listed are at most ``k`` per row.
+    nprobe:
+        IVF lists searched per query (over 50k rows); ``None`` tunes it for recall@10 of
+        ordinary neighbours, which costs more than near-duplicates need.
+    comm:
+        A communicator: the search runs sharded over its ranks (collective), and every
+        rank returns the same result as one process would.
+
+    Example
+    -------
+    >>> x = np.random.default_rng(0).normal(size=(100, 16)).astype(np.float32)
+    >>> x[50:60] = x[:10] * 2.0          # rows 50-59 repeat rows 0-9 (scale does not matter)
+    >>> result = deduplicate(x, 0.99, progress=False)
+    >>> result.keep.size, int(result.group[55]), round(result.removed_fraction, 3)
+    (90, 5, 0.1)
+    """
+    threshold = check_number(threshold, "threshold", low=0.0, high=1.0)
+    if threshold == 0.0:
+        raise ValueError("threshold must be in (0, 1], got 0.0 (every pair of rows would be a near-duplicate)")
+    k = check_int(k, "k", minimum=1)
+    start = time.perf_counter()
+    if comm is not None and int(comm.size) > 1:
+        from .sharded import ShardedIndex
+
+        index: EmbeddingIndex = ShardedIndex(embeddings, comm, metric="cosine", nprobe=nprobe, progress=progress,
+                                             seed=seed)
+    else:
+        comm = None
+        index = EmbeddingIndex(embeddings, metric="cosine", nprobe=nprobe, progress=progress, seed=seed)
+    n = index.num_examples
+    k = min(k, n - 1)
+    if k < 1:  # one row: nothing to compare
+        rows = np.zeros(1, np.int64)
+        empty = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))
+        return Deduplication(rows, rows.copy(), empty, threshold, k, time.perf_counter() - start)
+    D, I = index.neighbors(k)
+    i, j, s = _pairs(D, I, index._first_row, threshold)
+    if comm is not None:  # every rank groups all pairs: the same result everywhere
+        parts = comm.allgather((i, j, s))
+        i, j, s = (np.concatenate([p[c] for p in parts]) for c in range(3))
+    i, j, s = _unique_pairs(i, j, s, n)
+    graph = sp.csr_matrix((np.ones(i.size, np.int8), (i, j)), shape=(n, n))
+    _, label = connected_components(graph, directed=False)
+    # the smallest row of each component: components are numbered in order of first row,
+    # so the first occurrence of each label is its smallest row
+    first_rows = np.unique(label, return_index=True)[1]
+    group = first_rows[label].astype(np.int64)
+    keep = np.sort(first_rows).astype(np.int64)
+    seconds = time.perf_counter() - start
+    logger.info("deduplicate: %d of %d rows kept (%.1f %% near-duplicates at cosine >= %g), %d pairs, %.1f s",
+                keep.size, n, 100 * (1 - keep.size / n), threshold, i.size, seconds)
+    return Deduplication(keep, group, (i, j, s), threshold, k, seconds,
+                         extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None)})
+
+
+__all__ = ["deduplicate", "Deduplication", "NPROBE", "SIMILARITY_SLACK"]
