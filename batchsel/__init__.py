@@ -3,13 +3,15 @@
 From embeddings of the training examples batchsel computes every worker's batches for
 each epoch: submodular (informative, diverse) batches, graph-consistent batches for a
 graph-regularized loss, submodular partitions of the data across workers, and random or
-loss-ranked baselines; near-duplicate removal (``deduplicate``); in the training loop, a
+loss-ranked baselines; near-duplicate removal (``deduplicate``) and a data audit
+(``audit``: duplicates, label noise, imbalance, outliers); in the training loop, a
 filter that keeps the best B of a scored candidate batch (loss, gradient norm, RHO-LOSS
 reducible loss, optionally diverse). Adapters for torch and MPI live in
 ``batchsel.integrations``.
 """
 from .index import EmbeddingIndex, knn_graph
 from .dedup import Deduplication, deduplicate
+from .data_audit import Audit, audit
 from .functions import (Custom, FacilityLocation, FeatureBased, GraphCut, LogDeterminant, MaxCoverage, Mixture, Modular,
                         SaturatedCoverage, SetFunction, SumRedundancy)
 from .optimizers import Selection, greedi_facility_location, maximize
@@ -34,7 +36,7 @@ def __getattr__(name: str):  # these import torch (~2 s): only when they are use
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "EmbeddingIndex", "knn_graph", "deduplicate", "Deduplication",
+    "EmbeddingIndex", "knn_graph", "deduplicate", "Deduplication", "audit", "Audit",
     "SetFunction", "FacilityLocation", "FeatureBased", "GraphCut", "SumRedundancy",
     "SaturatedCoverage", "LogDeterminant", "Modular", "Mixture", "MaxCoverage", "Custom",
     "Selection", "maximize", "greedi_facility_location",

@@ -135,12 +135,26 @@ examples:
   the row its group keeps.
 """
 
+AUDIT_EXAMPLE = """\
+examples:
+  batchsel audit emb.npy --labels y.npy
+  batchsel audit emb.npy --labels y.npy --json --issues suspects.npy --plot audit.png
+  mpiexec -n 2 batchsel audit emb.npy --labels y.npy        # the k-NN search sharded
+
+  From one k-NN search (cosine): the share of near-duplicate rows at several thresholds,
+  outliers, how clustered the rows are and, with --labels, class counts, the estimated
+  share of wrong labels (confident learning on the neighbours' leave-one-out votes) and
+  the rows most likely mislabelled (--issues saves them, most likely first); then what
+  the regime benchmark measured on data like this.
+"""
+
 MAIN_EXAMPLE = """\
 example ('batchsel COMMAND --help' shows each command's options and examples):
   batchsel select emb.npy --k 100 --json
   batchsel plan emb.npy --batch-size 64 --workers 4 --epochs 2 --out plan.npz
   batchsel inspect plan.npz --labels y.npy --plot plan.png
   batchsel dedup emb.npy --threshold 0.95 --out keep.npy
+  batchsel audit emb.npy --labels y.npy
 
 exit codes: 0 ok, 2 bad usage or input, 1 internal error (--debug shows the traceback)
 """
@@ -253,6 +267,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--groups", metavar="GROUPS.npy", help="save, for every row, the row its group keeps")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.set_defaults(run=cmd_dedup)
+
+    p = sub.add_parser("audit", parents=[common, force], formatter_class=fmt, epilog=AUDIT_EXAMPLE,
+                       help="near-duplicates, label noise, imbalance and outliers of a data set",
+                       description="Audit EMB (and its labels): near-duplicates, label noise, class balance, outliers\n"
+                                   "and cluster structure, with what the regime benchmark measured on such data.")
+    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
+    p.add_argument("--labels", metavar="Y", help="class labels (N integers): label noise and class balance")
+    p.add_argument("--threshold", type=float, default=0.95, metavar="T",
+                   help="near-duplicate cosine similarity for the advice, in (0, 1] (default 0.95)")
+    p.add_argument("--k", type=int, default=10, metavar="K", help="neighbours per row (default 10)")
+    p.add_argument("--issues", metavar="FILE.npy", help="save the rows flagged as mislabelled, most likely first")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the figures to FILE (.png, .pdf or .svg)")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.set_defaults(run=cmd_audit)
     return parser
 
 
@@ -748,6 +776,56 @@ def cmd_dedup(args: argparse.Namespace) -> int:
         print(f"{args.embeddings}: {report['kept']} of {report['num_examples']} rows kept, {report['removed']} "
               f"near-duplicates removed ({100 * report['removed_fraction']:.1f} %) at cosine >= {result.threshold:g}; "
               f"{report['groups']} groups of 2 or more, the largest of {report['largest_group']} rows")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------
+# audit
+# --------------------------------------------------------------------------------------
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .data_audit import audit
+    from .plotting import plot_audit
+
+    if not (math.isfinite(args.threshold) and 0 < args.threshold <= 1):
+        raise UsageError(f"--threshold must be in (0, 1], got {args.threshold}")
+    check_int(args.k, "--k", minimum=1)
+    if args.issues is not None and args.labels is None:
+        raise UsageError("--issues needs --labels (the flagged rows are label issues)")
+    inputs = [("EMB", args.embeddings), ("--labels", args.labels)]
+    _check_output(args.issues, args.force, what="issues", suffixes=(".npy",), inputs=inputs)
+    _check_output(args.plot, args.force, what="plot", suffixes=PLOT_SUFFIXES, inputs=inputs)
+    if args.plot is not None:
+        try:
+            require_matplotlib()  # checked before the work, not after it
+        except ImportError as exc:
+            raise UsageError(f"--plot needs {exc}") from None
+    if args.issues is not None and args.plot is not None and os.path.abspath(args.issues) == os.path.abspath(args.plot):
+        raise UsageError("--issues and --plot name the same file")
+    comm = _mpi_ranks()
+    if comm is None:
+        source: Any = _embeddings(args.embeddings)
+        n = source.shape[0]
+    elif args.embeddings.lower().endswith(".npy"):
+        source, n = args.embeddings, _num_rows(args.embeddings)
+    else:
+        raise UsageError(f"under mpiexec EMB must be a .npy file (each rank reads its rows), got {args.embeddings!r}")
+    if n < 2:
+        raise UsageError(f"an audit needs at least 2 rows, {args.embeddings!r} has {n}")
+    labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None
+    report = audit(source, labels, k=args.k, threshold=args.threshold, comm=comm, progress=not args.quiet)
+    if comm is not None and comm.rank != 0:
+        return EXIT_OK  # rank 0 writes and reports
+    if args.issues is not None:
+        _write(args.issues, lambda: save_npy(args.issues, report.label_issues, overwrite=args.force))
+    if args.plot is not None:
+        _write(args.plot, lambda: plot_audit(args.plot, report, source=os.path.basename(args.embeddings),
+                                             overwrite=args.force))
+    if args.json:
+        _print_json({"embeddings": args.embeddings, **report.to_dict(),
+                     **({"issues": args.issues} if args.issues else {}), **({"plot": args.plot} if args.plot else {})})
+    else:
+        print(f"{args.embeddings}: {report.format()}")
     return EXIT_OK
 
 

@@ -93,12 +93,29 @@ def _pairs(D: np.ndarray, I: np.ndarray, first_row: int, threshold: float) -> tu
 def _unique_pairs(i: np.ndarray, j: np.ndarray, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each pair once (found from both ends), sorted by (i, j); the larger similarity of
     the two findings (they differ only by rounding)."""
+    if i.size == 0:
+        return i, j, s
     key = i * n + j
     order = np.lexsort((-s, key))
     key, s = key[order], s[order]
     first = np.r_[True, key[1:] != key[:-1]]
     key, s = key[first], s[first]
     return key // n, key % n, s
+
+
+def groups_of_pairs(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
+    """For each of ``n`` rows, the smallest row of its connected component in the graph of
+    pairs ``(i, j)``.
+
+    >>> groups_of_pairs(np.array([1, 3]), np.array([4, 4]), 5).tolist()
+    [0, 1, 2, 1, 1]
+    """
+    graph = sp.csr_matrix((np.ones(i.size, np.int8), (i, j)), shape=(n, n))
+    _, label = connected_components(graph, directed=False)
+    # components are numbered in order of their first row: the first occurrence of each
+    # label is its smallest row
+    first_rows = np.unique(label, return_index=True)[1]
+    return first_rows[label].astype(np.int64)
 
 
 def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe: int | None = NPROBE,
@@ -158,13 +175,8 @@ def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe:
         parts = comm.allgather((i, j, s))
         i, j, s = (np.concatenate([p[c] for p in parts]) for c in range(3))
     i, j, s = _unique_pairs(i, j, s, n)
-    graph = sp.csr_matrix((np.ones(i.size, np.int8), (i, j)), shape=(n, n))
-    _, label = connected_components(graph, directed=False)
-    # the smallest row of each component: components are numbered in order of first row,
-    # so the first occurrence of each label is its smallest row
-    first_rows = np.unique(label, return_index=True)[1]
-    group = first_rows[label].astype(np.int64)
-    keep = np.sort(first_rows).astype(np.int64)
+    group = groups_of_pairs(i, j, n)
+    keep = np.flatnonzero(group == np.arange(n)).astype(np.int64)
     seconds = time.perf_counter() - start
     logger.info("deduplicate: %d of %d rows kept (%.1f %% near-duplicates at cosine >= %g), %d pairs, %.1f s",
                 keep.size, n, 100 * (1 - keep.size / n), threshold, i.size, seconds)
@@ -172,4 +184,4 @@ def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe:
                          extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None)})
 
 
-__all__ = ["deduplicate", "Deduplication", "NPROBE", "SIMILARITY_SLACK"]
+__all__ = ["deduplicate", "Deduplication", "groups_of_pairs", "NPROBE", "SIMILARITY_SLACK"]

@@ -1,4 +1,5 @@
-"""Figures of epoch plans (``batchsel inspect --plot``), drawn with matplotlib.
+"""Figures of epoch plans (``batchsel inspect --plot``) and of data audits (``batchsel
+audit --plot``), drawn with matplotlib.
 
 matplotlib is an optional dependency (``pip install 'batchsel[plot]'``): it is imported
 only when a figure is drawn, and :func:`require_matplotlib` says how to install it.
@@ -51,9 +52,7 @@ def plot_reports(path: str | os.PathLike, reports: list[dict[str, Any]], *, sour
     True
     """
     path = os.fspath(path)
-    fmt = os.path.splitext(path)[1].lstrip(".").lower()
-    if "." + fmt not in PLOT_SUFFIXES:
-        raise ValueError(f"path must end in one of {PLOT_SUFFIXES}, got {path!r}")
+    fmt = _figure_format(path)
     if not reports:
         raise ValueError("reports is empty: pass the plan_report() of at least one epoch")
     matplotlib = require_matplotlib()
@@ -115,4 +114,70 @@ def plot_reports(path: str | os.PathLike, reports: list[dict[str, Any]], *, sour
         plt.close(fig)
 
 
-__all__ = ["plot_reports", "require_matplotlib", "PLOT_SUFFIXES"]
+def _figure_format(path: str) -> str:
+    fmt = os.path.splitext(path)[1].lstrip(".").lower()
+    if "." + fmt not in PLOT_SUFFIXES:
+        raise ValueError(f"path must end in one of {PLOT_SUFFIXES}, got {path!r}")
+    return fmt
+
+
+def plot_audit(path: str | os.PathLike, report: Any, *, source: str | None = None, overwrite: bool = True) -> None:
+    """Draw a :class:`~batchsel.data_audit.Audit` to ``path`` (``.png``, ``.pdf`` or ``.svg``,
+    written atomically): the near-duplicate curve, the outlier scores with their cut, and
+    with labels the class counts and the probability the neighbours give each row's label
+    (flagged rows apart). Needs matplotlib.
+
+    >>> import os, tempfile, numpy as np
+    >>> from batchsel.data_audit import audit
+    >>> x = np.random.default_rng(0).normal(size=(200, 8)).astype(np.float32)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     plot_audit(os.path.join(folder, "audit.svg"), audit(x, np.arange(200) % 2, progress=False))
+    ...     print(os.path.getsize(os.path.join(folder, "audit.svg")) > 0)
+    True
+    """
+    path = os.fspath(path)
+    fmt = _figure_format(path)
+    matplotlib = require_matplotlib()
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ((ax_dup, ax_out), (ax_cls, ax_conf)) = plt.subplots(2, 2, figsize=(11, 7.5))
+    ts = sorted(report.duplicates)
+    ax_dup.plot(ts, [100 * report.duplicates[t] for t in ts], marker="o")
+    ax_dup.set(title="near-duplicates removed", xlabel="cosine similarity threshold", ylabel="% of rows")
+    score = report.outlier_score
+    ax_out.hist(score, bins=60, color="tab:gray")
+    if report.outliers.size:
+        ax_out.axvline(score[report.outliers].min(), color="tab:red", ls="--", label=f"{report.outliers.size} outliers")
+        ax_out.legend(fontsize="small")
+    ax_out.set(title="1 - mean cosine similarity to the neighbours", xlabel="outlier score", ylabel="rows")
+    if report.class_counts is None:
+        for ax in (ax_cls, ax_conf):
+            ax.text(0.5, 0.5, "no labels given", ha="center", va="center", transform=ax.transAxes)
+            ax.set(xticks=[], yticks=[])
+    else:
+        classes = list(report.class_counts)
+        ax_cls.bar(np.arange(len(classes)), [report.class_counts[c] for c in classes], color="tab:blue")
+        ax_cls.set(title=f"class counts (largest / smallest {report.imbalance:.1f})", xlabel="class", ylabel="rows")
+        if len(classes) <= 30:
+            ax_cls.set_xticks(np.arange(len(classes)), [str(c) for c in classes])
+        given = report.probabilities[np.arange(report.num_examples), report.label_positions]
+        flagged = np.zeros(report.num_examples, bool)
+        flagged[report.label_issues] = True
+        bins = np.linspace(0, 1, 41)
+        ax_conf.hist(given[~flagged], bins=bins, alpha=0.7, label="not flagged")
+        ax_conf.hist(given[flagged], bins=bins, alpha=0.7, color="tab:red", label=f"{flagged.sum()} flagged")
+        ax_conf.set(title=f"probability of the given label (noise ~ {report.noise_rate:.1%})",
+                    xlabel="probability", ylabel="rows")
+        ax_conf.legend(fontsize="small")
+    heading = f"{report.num_examples} rows x {report.dim}"
+    fig.suptitle(heading if source is None else f"{source}: {heading}", fontsize="medium")
+    fig.tight_layout()
+    try:
+        with atomic_write(path, "wb", overwrite=overwrite) as fh:
+            fig.savefig(fh, format=fmt)
+    finally:
+        plt.close(fig)
+
+
+__all__ = ["plot_reports", "plot_audit", "require_matplotlib", "PLOT_SUFFIXES"]

@@ -64,6 +64,12 @@ def test_groups_are_transitive_and_exact_duplicates_need_threshold_one():
     assert exact.group[53:58].tolist() == list(range(5)) and exact.group[51] == 51
 
 
+def test_data_without_near_duplicates_keeps_every_row():
+    x = np.eye(40, dtype=np.float32)  # orthogonal rows: cosine 0
+    result = deduplicate(x, 0.5, progress=False)
+    assert np.array_equal(result.keep, np.arange(40)) and result.pairs[0].size == 0 and result.groups() == []
+
+
 @pytest.mark.slow
 def test_the_ivf_path_finds_the_planted_groups():
     x, root = planted(60_000, d=32, share=0.05)

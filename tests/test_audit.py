@@ -1,0 +1,140 @@
+"""``batchsel audit`` / batchsel.audit: planted label noise, duplicates, outliers and
+imbalance are found and estimated; the command line writes atomically and refuses bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchsel.data_audit import audit, confident_learning
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp_scripts")]
+
+
+def mixture(n: int = 2000, classes: int = 8, noise: float = 0.2, duplicates: float = 0.0, seed: int = 0):
+    """Separable classes in 64-d (within a class, cosine about 0.8: no near-duplicates);
+    ``noise`` of the labels moved to another class, a share ``duplicates`` of rows replaced
+    by rescaled copies of others. Returns x, noisy labels, the mask of wrong labels."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    x = rng.standard_normal((classes, 64))[y] * 2 + rng.standard_normal((n, 64))
+    if duplicates:
+        copies = rng.choice(n, int(duplicates * n), replace=False)
+        x[copies] = x[rng.integers(0, n, copies.size)] * 1.5
+    wrong = rng.random(n) < noise
+    noisy = np.where(wrong, (y + rng.integers(1, classes, n)) % classes, y)
+    return x.astype(np.float32), noisy, wrong
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.25, 0.4])
+def test_the_noise_rate_is_estimated_and_the_wrong_labels_flagged(rate):
+    x, y, wrong = mixture(noise=rate)
+    report = audit(x, y, progress=False)
+    assert abs(report.noise_rate - wrong.mean()) < 0.05, (report.noise_rate, wrong.mean())
+    flagged = report.label_issues
+    precision, recall = wrong[flagged].mean(), wrong[flagged].sum() / wrong.sum()
+    assert precision > 0.9 and recall > 0.8, (precision, recall)
+    p = report.probabilities[flagged, report.label_positions[flagged]]
+    assert (np.diff(p) >= 0).all()  # most likely first: the lowest probability of the given label
+    assert "labels look wrong" in report.advice[0]
+
+
+def test_clean_balanced_data_gets_the_clean_advice():
+    x, y, _ = mixture(noise=0.0)
+    report = audit(x, y, progress=False)
+    assert report.noise_rate < 0.02 and report.label_issues.size < 0.02 * len(y)
+    assert report.imbalance < 1.5 and report.advice[0].startswith("no label noise, duplication or imbalance")
+    assert report.neighbor_similarity > report.random_similarity  # clustered data
+
+
+def test_duplicates_outliers_and_imbalance_are_reported():
+    x, y, _ = mixture(noise=0.0, duplicates=0.2)
+    n = len(y)
+    x = np.vstack([x, 40 * np.eye(64, dtype=np.float32)[:3]])  # 3 rows unlike any other
+    y = np.concatenate([y, [0, 0, 0]])
+    keep = np.concatenate([np.flatnonzero(y != 1), np.flatnonzero(y == 1)[:20]])  # class 1 rare
+    report = audit(x[keep], y[keep], progress=False)
+    lonely = set(np.flatnonzero(keep >= n).tolist())
+    curve = [report.duplicates[t] for t in sorted(report.duplicates)]
+    assert all(a >= b for a, b in zip(curve, curve[1:]))  # fewer near-duplicates at higher thresholds
+    assert report.duplicates[0.95] > 0.1
+    assert set(report.outliers[:3].tolist()) == lonely
+    assert report.imbalance > 5
+    advice = " ".join(report.advice)
+    assert "near-duplicates" in advice and "imbalanced" in advice
+    d = report.to_dict()
+    json.dumps(d)  # plain values
+    assert d["num_examples"] == len(keep) and d["class_counts"]["1"] == 20
+
+
+def test_confident_learning_on_given_probabilities():
+    # two classes; rows 0-3 are labelled 0 but their probabilities say class 1
+    p = np.array([[0.2, 0.8]] * 4 + [[0.9, 0.1]] * 16 + [[0.3, 0.7]] * 20)
+    labels = np.array([0] * 20 + [1] * 20)
+    rate, flagged = confident_learning(p, labels)
+    assert rate == pytest.approx(0.1) and sorted(flagged.tolist()) == [0, 1, 2, 3]
+
+
+def run(*args: str, cwd: Path, mpi: int = 0) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "batchsel", *args]
+    if mpi:
+        from test_integrations_mp import MPIEXEC, clean_env
+
+        if not MPIEXEC.exists():
+            pytest.skip("no mpiexec")
+        return subprocess.run([str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(mpi), *cmd], cwd=cwd,
+                              capture_output=True, text=True, timeout=300, env=clean_env())
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def files(tmp_path) -> Path:
+    x, y, _ = mixture(n=1500)
+    np.save(tmp_path / "emb.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    np.save(tmp_path / "y_short.npy", y[:-1])
+    return tmp_path
+
+
+def test_cli_text_json_issues_and_plot(files):
+    out = run("audit", "emb.npy", "--labels", "y.npy", "--issues", "sus.npy", "--plot", "audit.png", "--json", "--quiet",
+              cwd=files)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    x, y = np.load(files / "emb.npy"), np.load(files / "y.npy")
+    expected = audit(x, y, progress=False)
+    assert np.array_equal(np.load(files / "sus.npy"), expected.label_issues)
+    assert report["noise_rate"] == round(expected.noise_rate, 4) and report["issues"] == "sus.npy"
+    assert (files / "audit.png").stat().st_size > 0
+    text = run("audit", "emb.npy", "--quiet", cwd=files)
+    assert text.returncode == 0 and "near-duplicates" in text.stdout and "label noise: about" not in text.stdout
+
+
+@pytest.mark.slow
+def test_cli_under_two_mpi_ranks_reports_what_one_process_does(files):
+    one = run("audit", "emb.npy", "--labels", "y.npy", "--json", "--quiet", cwd=files)
+    two = run("audit", "emb.npy", "--labels", "y.npy", "--json", "--quiet", cwd=files, mpi=2)
+    assert two.returncode == 0, two.stderr
+    a, b = json.loads(one.stdout), json.loads(two.stdout.strip().splitlines()[-1])
+    for key in ("near_duplicates", "noise_rate", "label_issues", "outliers", "class_counts"):
+        assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--threshold", "0"], "--threshold must be in (0, 1]"),
+    (["--issues", "sus.npy"], "--issues needs --labels"),
+    (["--labels", "y_short.npy"], "labels"),
+    (["--labels", "y.npy", "--plot", "audit.txt"], "must end with"),
+    (["--labels", "y.npy", "--issues", "y.npy", "--force"], "is the input --labels"),
+    (["--k", "0"], "--k"),
+])
+def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(files, args, message):
+    before = sorted(p.name for p in files.iterdir())
+    out = run("audit", "emb.npy", *args, cwd=files)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
+    assert sorted(p.name for p in files.iterdir()) == before and out.stdout == ""
