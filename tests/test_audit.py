@@ -138,3 +138,14 @@ def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(files, args, mes
     out = run("audit", "emb.npy", *args, cwd=files)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
     assert sorted(p.name for p in files.iterdir()) == before and out.stdout == ""
+
+
+def test_an_estimate_from_embeddings_that_separate_the_classes_poorly_is_marked():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 10, 2000)
+    x = (0.2 * rng.standard_normal((10, 32))[y] + rng.standard_normal((2000, 32))).astype(np.float32)  # overlap
+    report = audit(x, y, progress=False)  # clean labels, yet a large "noise" estimate
+    assert report.neighbor_agreement < 0.5 and not report.to_dict()["noise_rate_reliable"]
+    assert report.advice[0].startswith("the neighbours' votes are split")
+    good = audit(*mixture(noise=0.25)[:2], progress=False)
+    assert good.to_dict()["noise_rate_reliable"] and not good.advice[0].startswith("the neighbours")
