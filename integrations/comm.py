@@ -13,7 +13,9 @@ imported only when an :class:`MPIComm` is built, and torch only by :class:`Torch
 """
 from __future__ import annotations
 
+import atexit
 import datetime
+import gc
 import logging
 import os
 import pickle
@@ -316,6 +318,18 @@ class MPIComm(_Comm):
 
 
 # -- torch.distributed ------------------------------------------------------------------
+def _destroy_process_group() -> None:
+    """At exit, before the interpreter finalizes: a gloo group still alive then (DDP keeps
+    it referenced from garbage cycles) lets its worker thread take the GIL during
+    finalization and abort the process (seen as signal 6 at the end of good runs)."""
+    import torch.distributed as dist
+
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+
+
 def _torch_dist_initialized() -> bool:
     """True when torch.distributed has a default process group (without importing torch
     when the program never did)."""
@@ -352,6 +366,7 @@ class TorchDistComm(_Comm):
             logger.info("initializing torch.distributed (%s) from the environment", self.backend)
             self._dist.init_process_group(self.backend, init_method="env://",
                                           timeout=datetime.timedelta(seconds=self.timeout))
+            atexit.register(_destroy_process_group)  # the group this class opened ends before finalization
 
     @property
     def rank(self) -> int:  # type: ignore[override]

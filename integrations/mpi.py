@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import gc
 import logging
 import os
 import socket
 from typing import Any
 
-from .comm import (Communicator, MPIComm, get_communicator, install_mpi_abort_hook, launched_by_mpi,
+from .comm import (Communicator, _destroy_process_group, MPIComm, get_communicator, install_mpi_abort_hook, launched_by_mpi,
                    launched_by_torchrun)
 
 logger = logging.getLogger(__name__)
@@ -46,18 +45,6 @@ def _master_address(comm: Communicator, hosts: list[str]) -> str:
                 other = next(h for h in hosts if h != hosts[0])
                 addr = _outbound_address(other) or addr
     return comm.broadcast(addr if comm.rank == 0 else None)
-
-
-def _destroy_process_group() -> None:
-    """At exit, before the interpreter finalizes: a gloo group still alive then (DDP keeps
-    it referenced from garbage cycles) lets its worker thread take the GIL during
-    finalization and abort the process (seen as signal 6 at the end of good runs)."""
-    import torch.distributed as dist
-
-    gc.collect()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    gc.collect()
 
 
 def init_torch_distributed_from_mpi(backend: str = "gloo", timeout: float = 300.0,
