@@ -357,7 +357,32 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: 
         while build(epochs).total_batches(world_size) < steps:
             epochs += 1
         return build(epochs)
+    if base == "dedup":  # random batches over the rows batchsel.deduplicate keeps (its time is set-up)
+        keep = batchsel.deduplicate(train.x, options.get("threshold", 0.95), progress=False).keep
+        return KeptRows(keep, n, batch_size, seed=seed)
     raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+
+
+class KeptRows(batchsel.Selector):
+    """Random batches over a subset of the rows (``keep``): what a user gets from
+    ``DataLoader(Subset(data, keep), shuffle=True)``, in the selector interface."""
+
+    def __init__(self, keep: np.ndarray, num_examples: int, batch_size: int, *, seed: int = 0) -> None:
+        super().__init__(num_examples, batch_size, seed=seed)
+        self.keep = np.asarray(keep, dtype=np.int64)
+        self._random = batchsel.RandomSelector(len(self.keep), batch_size, seed=seed)
+
+    def get_params(self) -> dict[str, Any]:
+        return {"keep": self.keep, "num_examples": self.num_examples, "batch_size": self.batch_size,
+                "seed": self.seed}
+
+    def plan(self, epoch: int = 0, world_size: int = 1) -> "batchsel.EpochPlan":
+        inner = self._random.plan(epoch, world_size)
+        return batchsel.EpochPlan([[self.keep[b] for b in inner.batches(r)] for r in range(world_size)],
+                                  num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="dedup")
+
+    def num_batches(self, world_size: int = 1) -> int:
+        return self._random.num_batches(world_size)
 
 
 # In-loop candidate filters (batchsel.CandidateFilter): random candidate batches of ratio x B,
@@ -367,12 +392,13 @@ FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradn
            # Selective-Backprop (Jiang et al. 2019): beta=1, half of 2B candidates by loss percentile
            "selective-backprop": {"score": "loss", "pick": "percentile", "beta": 1.0, "ratio": 2.0,
                                   "uniform_fraction": 0.0}}
-METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", *FILTERS)
+METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", "dedup", *FILTERS)
 DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", "loss-filter",
                    "gradnorm-filter",
                    "rho-filter", "selective-backprop")
 LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
           "infobatch": "InfoBatch pruning", "score-pruning": "EL2N + CCS pruning",
+          "dedup": "random on the deduplicated set",
           "loss-filter": "loss filter", "gradnorm-filter": "gradnorm filter", "rho-filter": "RHO-LOSS filter",
           "rho-diverse": "RHO + diversity", "selective-backprop": "Selective-Backprop"}
 

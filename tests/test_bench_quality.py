@@ -83,6 +83,18 @@ def test_redundant_large_tasks_copy_a_tenth_of_the_originals(bench):
     assert len(np.unique(nearest)) > 0.9 * len(sources)  # nearly every source is copied
 
 
+def test_dedup_method_draws_one_row_per_near_duplicate_group(bench):
+    """``dedup``: random batches over the rows batchsel.deduplicate keeps; on the redundant
+    regime that is the originals (each copy joins its source's group, which keeps the source)."""
+    data = bench.load_dataset("digits")
+    red, info = bench.make_regime("redundant", data.train, 10, seed=0)
+    n = len(data.train.y)
+    sel = bench.make_selector("dedup", red, 32, seed=0)
+    drawn = np.concatenate(sel.plan(0, 1).batches(0))
+    assert np.array_equal(np.sort(drawn), sel.keep)  # each kept row once per epoch
+    assert (sel.keep < n).all() and len(sel.keep) > 0.95 * n  # no copy kept, (almost) every original
+
+
 def test_learning_rate_warms_up_and_ends_at_zero_on_every_budget(bench):
     for steps in (1, 7, 150):
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.4)
