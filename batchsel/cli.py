@@ -691,13 +691,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     if args.epoch is not None:
         check_int(args.epoch, "--epoch", minimum=0)
-    _check_output(args.plot, args.force, what="plot", suffixes=PLOT_SUFFIXES,
-                  inputs=[("PLAN", args.plan), ("--labels", args.labels), ("--graph", args.graph)])
-    if args.plot is not None:
-        try:
-            require_matplotlib()  # checked before the work, not after it
-        except ImportError as exc:
-            raise UsageError(f"--plot needs {exc}") from None
+    _check_plot(args.plot, args.force, [("PLAN", args.plan), ("--labels", args.labels), ("--graph", args.graph)])
     plans = load_plans(args.plan)
     if args.epoch is not None:
         chosen = [p for p in plans if p.epoch == args.epoch]
@@ -733,24 +727,44 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # dedup
 # --------------------------------------------------------------------------------------
 
+def _check_threshold(value: float) -> None:
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise UsageError(f"--threshold must be in (0, 1], got {value}")
+
+
+def _sharded_source(path: str) -> tuple[Any, int, Any]:
+    """(embeddings, N, communicator): under mpiexec -n W (W > 1) the path of the .npy each
+    rank reads its rows of, and the MPI communicator; else the loaded array and None."""
+    comm = _mpi_ranks()
+    if comm is None:
+        x = _embeddings(path)
+        return x, x.shape[0], None
+    if not path.lower().endswith(".npy"):
+        raise UsageError(f"under mpiexec EMB must be a .npy file (each rank reads its rows), got {path!r}")
+    return path, _num_rows(path), comm
+
+
+def _check_plot(path: str | None, force: bool, inputs: Sequence[tuple[str, str | None]]) -> None:
+    """A --plot output: writable, not an input, and matplotlib there (before the work)."""
+    _check_output(path, force, what="plot", suffixes=PLOT_SUFFIXES, inputs=inputs)
+    if path is not None:
+        try:
+            require_matplotlib()
+        except ImportError as exc:
+            raise UsageError(f"--plot needs {exc}") from None
+
+
 def cmd_dedup(args: argparse.Namespace) -> int:
     from .dedup import deduplicate
 
-    if not (math.isfinite(args.threshold) and 0 < args.threshold <= 1):
-        raise UsageError(f"--threshold must be in (0, 1], got {args.threshold}")
+    _check_threshold(args.threshold)
     check_int(args.k, "--k", minimum=1)
     inputs = [("EMB", args.embeddings)]
     _check_output(args.out, args.force, what="output", suffixes=(".npy",), inputs=inputs)
     _check_output(args.groups, args.force, what="groups", suffixes=(".npy",), inputs=inputs)
     if args.out is not None and args.groups is not None and os.path.abspath(args.out) == os.path.abspath(args.groups):
         raise UsageError("--out and --groups name the same file")
-    comm = _mpi_ranks()  # under mpiexec -n W: sharded, each rank reads its rows
-    if comm is None:
-        source: Any = _embeddings(args.embeddings)
-    elif args.embeddings.lower().endswith(".npy"):
-        source = args.embeddings
-    else:
-        raise UsageError(f"under mpiexec EMB must be a .npy file (each rank reads its rows), got {args.embeddings!r}")
+    source, _, comm = _sharded_source(args.embeddings)
     result = deduplicate(source, args.threshold, k=args.k, comm=comm, progress=not args.quiet)
     if comm is not None and comm.rank != 0:
         return EXIT_OK  # rank 0 writes and reports
@@ -763,12 +777,11 @@ def cmd_dedup(args: argparse.Namespace) -> int:
                     np.save(fh, array)
     if outputs:
         _write([p for p, _ in outputs], write_outputs)
-    sizes = np.bincount(np.unique(result.group, return_counts=True)[1])
+    sizes = np.unique(result.group, return_counts=True)[1]
     report = {"embeddings": args.embeddings, "num_examples": result.num_examples, "threshold": result.threshold,
               "k": result.k, "kept": int(result.keep.size), "removed": int(result.num_examples - result.keep.size),
               "removed_fraction": result.removed_fraction, "pairs": int(result.pairs[0].size),
-              "groups": len(result.groups()),
-              "largest_group": int(sizes.size - 1), "seconds": round(result.seconds, 3),
+              "groups": int((sizes > 1).sum()), "largest_group": int(sizes.max()), "seconds": round(result.seconds, 3),
               **({"out": args.out} if args.out else {}), **({"groups_file": args.groups} if args.groups else {})}
     if args.json:
         _print_json(report)
@@ -787,29 +800,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from .data_audit import audit
     from .plotting import plot_audit
 
-    if not (math.isfinite(args.threshold) and 0 < args.threshold <= 1):
-        raise UsageError(f"--threshold must be in (0, 1], got {args.threshold}")
+    _check_threshold(args.threshold)
     check_int(args.k, "--k", minimum=1)
     if args.issues is not None and args.labels is None:
         raise UsageError("--issues needs --labels (the flagged rows are label issues)")
     inputs = [("EMB", args.embeddings), ("--labels", args.labels)]
     _check_output(args.issues, args.force, what="issues", suffixes=(".npy",), inputs=inputs)
-    _check_output(args.plot, args.force, what="plot", suffixes=PLOT_SUFFIXES, inputs=inputs)
-    if args.plot is not None:
-        try:
-            require_matplotlib()  # checked before the work, not after it
-        except ImportError as exc:
-            raise UsageError(f"--plot needs {exc}") from None
+    _check_plot(args.plot, args.force, inputs)
     if args.issues is not None and args.plot is not None and os.path.abspath(args.issues) == os.path.abspath(args.plot):
         raise UsageError("--issues and --plot name the same file")
-    comm = _mpi_ranks()
-    if comm is None:
-        source: Any = _embeddings(args.embeddings)
-        n = source.shape[0]
-    elif args.embeddings.lower().endswith(".npy"):
-        source, n = args.embeddings, _num_rows(args.embeddings)
-    else:
-        raise UsageError(f"under mpiexec EMB must be a .npy file (each rank reads its rows), got {args.embeddings!r}")
+    source, n, comm = _sharded_source(args.embeddings)
     if n < 2:
         raise UsageError(f"an audit needs at least 2 rows, {args.embeddings!r} has {n}")
     labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None

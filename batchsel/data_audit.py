@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_int, check_labels, check_number
+from ._checks import check_int, check_labels
 from .communicator import Communicator
-from .dedup import NPROBE, SIMILARITY_SLACK, _pairs, _unique_pairs, groups_of_pairs
+from .dedup import NPROBE, SIMILARITY_SLACK, _pairs, _unique_pairs, check_threshold, cosine_index, groups_of_pairs
 from .index import EmbeddingIndex
 
 logger = logging.getLogger(__name__)
@@ -125,9 +125,9 @@ def neighbor_probabilities(I: np.ndarray, S: np.ndarray, labels: np.ndarray, num
     prior = np.bincount(labels, minlength=num_classes) / labels.size
     valid = I >= 0
     w = np.where(valid, np.maximum(S, 0.0), 0.0).astype(np.float64)
-    votes = np.zeros((n, num_classes))
-    rows = np.repeat(np.arange(n), I.shape[1])
-    np.add.at(votes, (rows[valid.ravel()], labels[I[valid]]), w[valid])
+    rows = np.repeat(np.arange(n), I.shape[1])[valid.ravel()]
+    votes = np.bincount(rows * num_classes + labels[I[valid]], weights=w[valid],
+                        minlength=n * num_classes).reshape(n, num_classes)
     votes += PRIOR_WEIGHT * prior
     return votes / votes.sum(axis=1, keepdims=True)
 
@@ -229,22 +229,11 @@ def audit(embeddings: Any, labels: Any = None, *, k: int = 10, threshold: float 
     >>> 0.05 < report.noise_rate < 0.15, bool(np.isin(report.label_issues[:10], np.arange(30)).all())
     (True, True)
     """
-    threshold = check_number(threshold, "threshold", low=0.0, high=1.0)
-    if threshold == 0.0:
-        raise ValueError("threshold must be in (0, 1], got 0.0")
-    curve = sorted({check_number(t, "thresholds", low=0.0, high=1.0) for t in thresholds} | {threshold})
-    if curve[0] == 0.0:
-        raise ValueError("thresholds must be in (0, 1], got 0.0")
+    threshold = check_threshold(threshold)
+    curve = sorted({check_threshold(t, "thresholds") for t in thresholds} | {threshold})
     k = check_int(k, "k", minimum=1)
     start = time.perf_counter()
-    if comm is not None and int(comm.size) > 1:
-        from .sharded import ShardedIndex
-
-        index: EmbeddingIndex = ShardedIndex(embeddings, comm, metric="cosine", nprobe=nprobe, progress=progress,
-                                             seed=seed)
-    else:
-        comm = None
-        index = EmbeddingIndex(embeddings, metric="cosine", nprobe=nprobe, progress=progress, seed=seed)
+    index, comm = cosine_index(embeddings, comm, nprobe, progress, seed)
     n, d = index.num_examples, index.dim
     y = None
     if labels is not None:

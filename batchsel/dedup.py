@@ -118,6 +118,25 @@ def groups_of_pairs(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
     return first_rows[label].astype(np.int64)
 
 
+def check_threshold(threshold: Any, name: str = "threshold") -> float:
+    """``threshold`` as a float in (0, 1] (a cosine similarity), else ``ValueError``."""
+    threshold = check_number(threshold, name, low=0.0, high=1.0)
+    if threshold == 0.0:
+        raise ValueError(f"{name} must be in (0, 1], got 0.0 (every pair of rows would be a near-duplicate)")
+    return threshold
+
+
+def cosine_index(embeddings: Any, comm: Communicator | None, nprobe: int | None, progress: bool,
+                 seed: int) -> tuple[EmbeddingIndex, Communicator | None]:
+    """The cosine index of ``embeddings``: sharded over ``comm``'s ranks when it has several
+    (collective), else one process's; returned with the communicator in use (None for one)."""
+    if comm is not None and int(comm.size) > 1:
+        from .sharded import ShardedIndex
+
+        return ShardedIndex(embeddings, comm, metric="cosine", nprobe=nprobe, progress=progress, seed=seed), comm
+    return EmbeddingIndex(embeddings, metric="cosine", nprobe=nprobe, progress=progress, seed=seed), None
+
+
 def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe: int | None = NPROBE,
                 comm: Communicator | None = None, progress: bool = True, seed: int = 0) -> Deduplication:
     """Find the near-duplicates among the rows of ``embeddings`` and keep one per group.
@@ -150,19 +169,10 @@ def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe:
     >>> result.keep.size, int(result.group[55]), round(result.removed_fraction, 3)
     (90, 5, 0.1)
     """
-    threshold = check_number(threshold, "threshold", low=0.0, high=1.0)
-    if threshold == 0.0:
-        raise ValueError("threshold must be in (0, 1], got 0.0 (every pair of rows would be a near-duplicate)")
+    threshold = check_threshold(threshold)
     k = check_int(k, "k", minimum=1)
     start = time.perf_counter()
-    if comm is not None and int(comm.size) > 1:
-        from .sharded import ShardedIndex
-
-        index: EmbeddingIndex = ShardedIndex(embeddings, comm, metric="cosine", nprobe=nprobe, progress=progress,
-                                             seed=seed)
-    else:
-        comm = None
-        index = EmbeddingIndex(embeddings, metric="cosine", nprobe=nprobe, progress=progress, seed=seed)
+    index, comm = cosine_index(embeddings, comm, nprobe, progress, seed)
     n = index.num_examples
     k = min(k, n - 1)
     if k < 1:  # one row: nothing to compare
@@ -184,4 +194,5 @@ def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe:
                          extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None)})
 
 
-__all__ = ["deduplicate", "Deduplication", "groups_of_pairs", "NPROBE", "SIMILARITY_SLACK"]
+__all__ = ["deduplicate", "Deduplication", "groups_of_pairs", "check_threshold", "cosine_index", "NPROBE",
+           "SIMILARITY_SLACK"]

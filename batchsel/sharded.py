@@ -500,8 +500,9 @@ def load_graph_shards(paths: Sequence[str | os.PathLike], symmetric: bool = True
     return mark_symmetric(graph) if symmetric else graph
 
 
-def _check_shards(comm: Communicator, shape: tuple[int, int], row_start: int) -> None:
-    """Collective: every rank's rows are of one N-column graph and tile its rows in rank order."""
+def _check_shards(comm: Communicator, shape: tuple[int, int], row_start: int) -> np.ndarray:
+    """Collective: every rank's rows are of one N-column graph and tile its rows in rank
+    order; returns where each rank's rows end (rank r holds ``ends[r-1] .. ends[r]-1``)."""
     spans = comm.allgather((int(shape[1]), int(row_start), int(shape[0])))
     starts = [start for _, start, _ in spans]
     ends = [start + count for _, start, count in spans]
@@ -511,6 +512,7 @@ def _check_shards(comm: Communicator, shape: tuple[int, int], row_start: int) ->
             raise ValueError(f"row_start={row_start} and {shape[0]} rows do not make the {shape[1]} rows of "
                              f"the graph ({held})")
         raise RuntimeError(f"the ranks' rows do not tile one graph in rank order ({held})")
+    return np.asarray(ends, dtype=np.int64)
 
 
 def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start: int) -> "Selection":
@@ -537,7 +539,7 @@ def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start
     rows = to_int64(sp.csr_matrix(rows, dtype=np.float32))
     n = rows.shape[1]
     k = check_int(k, "k", minimum=1, maximum=n)
-    _check_shards(comm, rows.shape, int(row_start))
+    ends = _check_shards(comm, rows.shape, int(row_start))
     if rows.nnz and rows.data.min() < 0:
         raise ValueError(f"facility location needs non-negative weights, got {rows.data.min()}")
     rows.sort_indices()
@@ -546,7 +548,6 @@ def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start
     gains = facility_gains(rows, cur, local)
     heap = [(-g, row_start + j, 0) for j, g in enumerate(gains.tolist())]  # (-bound, item, step evaluated)
     heapq.heapify(heap)
-    ends = np.cumsum(comm.allgather(rows.shape[0]))  # rank r holds rows ends[r-1] .. ends[r]-1
     picks, picked_gains, evaluations = [], [], len(local)
     for step in range(k):
         while heap and heap[0][2] != step:  # refresh the top until it is current

@@ -115,9 +115,11 @@ class _Subgraphs:
         keep = col >= 0
         return self.edge_order[pos[keep]], np.stack([row[keep], col[keep]])
 
-    def batch(self, nodes: np.ndarray, **extra: torch.Tensor) -> Any:
+    def batch(self, nodes: np.ndarray, node_extra: dict[str, torch.Tensor] | None = None,
+              edge_extra: dict[str, torch.Tensor] | None = None) -> Any:
         """A ``Data`` of the subgraph induced by ``nodes``: node attributes in that order,
-        edge attributes of its edges, ``n_id`` the nodes' ids in ``data``."""
+        edge attributes of its edges, ``n_id`` the nodes' ids in ``data``; ``node_extra`` /
+        ``edge_extra``: more per-node / per-edge tensors of the whole graph, sliced alike."""
         edge_ids, edge_index = self.edges_of(nodes)
         node_t, edge_t = torch.from_numpy(nodes), torch.from_numpy(edge_ids)
         data, n, e = self.data, self.num_nodes, self.data.edge_index.size(1)
@@ -134,8 +136,10 @@ class _Subgraphs:
                 elif data.is_node_attr(key) and value.size(dim) == n:
                     out[key] = value.index_select(dim, node_t.to(value.device))
         out.n_id = node_t
-        for key, value in extra.items():
-            out[key] = value
+        for key, value in (node_extra or {}).items():
+            out[key] = value[node_t]
+        for key, value in (edge_extra or {}).items():
+            out[key] = value[edge_t]
         return out
 
 
@@ -433,9 +437,7 @@ class GraphSAINTSampler(DataLoader):
         nodes = self._draw(rng)
         if self.node_norm is None:
             return self._subgraphs.batch(nodes)
-        edge_ids, _ = self._subgraphs.edges_of(nodes)
-        node_t, edge_t = torch.from_numpy(nodes), torch.from_numpy(edge_ids)
-        return self._subgraphs.batch(nodes, node_norm=self.node_norm[node_t], edge_norm=self.edge_norm[edge_t])
+        return self._subgraphs.batch(nodes, {"node_norm": self.node_norm}, {"edge_norm": self.edge_norm})
 
     def _compute_norm(self) -> None:
         sub = self._subgraphs
@@ -535,12 +537,5 @@ class GraphSAINTRandomWalkSampler(GraphSAINTSampler):
         return np.concatenate(visited)
 
 
-def edges_kept(loader: Any, num_edges: int) -> float:
-    """The share of the graph's ``num_edges`` edges that one pass over ``loader`` puts
-    inside its batches (each batch's ``edge_index``, counted once per batch)."""
-    kept = sum(int(batch.edge_index.size(1)) for batch in loader)
-    return kept / max(num_edges, 1)
-
-
 __all__ = ["ClusterData", "ClusterLoader", "ClusterBatchSelector", "GraphSAINTSampler", "GraphSAINTNodeSampler",
-           "GraphSAINTRandomWalkSampler", "edges_kept"]
+           "GraphSAINTRandomWalkSampler"]

@@ -435,14 +435,14 @@ class ScorePruningSelector(_PrunedRun):
         state = from_portable(state)
         self._check_state(state, {"class", "num_examples", "score_sum", "observed", "correct", "learnt", "drawn",
                                   "kept", "pruned_epochs", "pruned_shares"})
-        arrays = {k: np.asarray(tensor_to_numpy(state[k])) for k in ("score_sum", "observed", "correct", "learnt")}
+        arrays = {k: np.asarray(state[k]) for k in ("score_sum", "observed", "correct", "learnt")}
         if any(a.shape != (self.num_examples,) for a in arrays.values()):
             raise ValueError(f"state holds per-example arrays of shapes {[a.shape for a in arrays.values()]}, "
                              f"expected ({self.num_examples},)")
         self.score_sum_ = arrays["score_sum"].astype(np.float64)
         self.observed_ = arrays["observed"].astype(np.int64)
         self.correct_, self.learnt_ = arrays["correct"].astype(bool), arrays["learnt"].astype(bool)
-        kept = np.asarray(tensor_to_numpy(state["kept"]), dtype=np.int64)
+        kept = np.asarray(state["kept"], dtype=np.int64)
         self.kept_ = check_indices(kept, self.num_examples, "kept").copy() if bool(state["drawn"]) else None
         self.pruned_share_ = {int(e): float(s) for e, s in zip(state["pruned_epochs"], state["pruned_shares"])}
 
