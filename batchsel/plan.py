@@ -345,11 +345,19 @@ def load_plans(path: str | os.PathLike) -> list[EpochPlan]:
         raise ValueError(f"{path!r} is a directory, not a plan file")
     if not os.path.exists(path):
         raise ValueError(f"no such plan file {path!r}")
+    unreadable = f"{path!r} is not a readable plan file (corrupted or truncated?)"
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        loaded = np.load(path, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - damaged zips raise BadZipFile, NotImplementedError, zlib.error, ...
-        raise ValueError(f"{path!r} is not a readable plan file (corrupted or truncated?): {exc}") from None
+        raise ValueError(f"{unreadable}: {exc}") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path!r} holds one array (an .npy file?), not a plan: plans are the .npz files "
+                         "`batchsel plan --out` writes")
+    try:
+        with loaded as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{unreadable}: {exc}") from None
     if "checksum" not in arrays or "header" not in arrays:
         raise ValueError(f"{path!r} is not a batchsel plan file")
     if str(arrays["checksum"]) != _checksum(arrays):

@@ -62,6 +62,8 @@ def train(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     rank, world = init_torch_distributed_from_mpi()
+    if rank == 0:  # the irreducible-loss model's summary once, not once per rank
+        logging.getLogger("batchsel.irreducible").setLevel(logging.INFO)
     x, y, xt, yt = load_data(args.data, args.label_noise)
     filt = None
     if args.score != "none":
@@ -153,8 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.steps = 200
     logging.basicConfig(format="%(message)s")
-    for name in ("train_filter", "batchsel.irreducible"):
-        logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger("train_filter").setLevel(logging.INFO)
     result = train(args)
     if result["rank"] == 0:
         logger.info("%s: %d steps on %d rank(s), test accuracy %.4f, %.1f s (scoring forward %.0f%%, filter %.0f%%)",

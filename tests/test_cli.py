@@ -234,6 +234,7 @@ BAD_IN_PROCESS = {
     "output under a file": ["plan", "emb.npy", "--batch-size", "8", "--workers", "2", "--out", "emb.npy/out.npz"],
     "batch size zero": ["plan", "emb.npy", "--batch-size", "0", "--workers", "2", "--out", "out.npz"],
     "not a plan file": ["inspect", "not_a_plan.npz", "--plot", "out.png"],
+    "embeddings given as the plan": ["inspect", "emb.npy"],
     "inspect labels of the wrong length": ["inspect", "plan.npz", "--labels", "labels_short.npy"],
     "graph of the wrong size": ["inspect", "plan.npz", "--graph", "small_graph.npz"],
     "coreset without labels": ["plan", "emb.npy", "--method", "coreset", "--batch-size", "8", "--workers", "2",
@@ -244,6 +245,13 @@ BAD_IN_PROCESS = {
     "bad --k": ["select", "emb.npy", "--k", "three"],
     "no command": [],
 }
+
+
+def test_inspect_of_embeddings_says_it_wants_a_plan(work, capsys):
+    # was: "'numpy.ndarray' object does not support the context manager protocol"
+    assert cli.main(["inspect", str(work / "emb.npy")]) == 2
+    err = capsys.readouterr().err
+    assert "not a plan" in err and "batchsel plan --out" in err and "context manager" not in err
 
 
 def check_one_line_error(code: int, out: str, err: str, folder: Path, before: list[str]) -> None:
