@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,plot,mpi]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)

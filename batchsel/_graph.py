@@ -57,7 +57,10 @@ def metis_blocks(graph: sp.csr_matrix, num_blocks: int, seed: int = 0, recursive
     >>> np.bincount(metis_blocks(ring, 2)).tolist()
     [4, 4]
     """
-    import pymetis
+    try:
+        import pymetis
+    except ImportError as exc:
+        raise ImportError("graph blocks partition with METIS: pip install 'batchsel[graph]' (pymetis)") from exc
 
     n = graph.shape[0]
     if num_blocks >= n:

