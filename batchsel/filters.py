@@ -1,69 +1,13 @@
-"""Online batch selection inside the training loop: score a candidate batch, train on the
-best B of it (DESIGN 2.7).
+"""Online batch selection inside the training loop: score a candidate batch, train on the best B.
 
-Each step the batch sampler yields a *candidate* batch of ``ratio x B`` examples (any
-selector built with ``batch_size=filter.candidate_size``: shards, epochs, equal counts per
-rank, mid-epoch resume and ``verify()`` are the sampler's, unchanged); the loop runs a
-no-grad forward on it and :class:`CandidateFilter` returns the positions of the B
-candidates to train on. Every rank filters its own candidates with no communication; the
-number kept depends only on the number of candidates, so ranks with equally large
-candidate batches keep equally many and DDP stays in lock-step.
+The sampler yields ``ratio x B`` candidates, the loop runs a no-grad forward on them and
+:class:`CandidateFilter` returns the positions of the B to train on: by training loss
+(Loshchilov & Hutter 2015), a gradient-norm bound (Katharopoulos & Fleuret 2018), RHO-LOSS's
+reducible loss (Mindermann et al. 2022) or Selective-Backprop's loss percentile (Jiang et al.
+2019), optionally diverse (facility location) and mixed with a uniform share. Every rank
+filters its own candidates and keeps as many as the others, so DDP stays in lock-step.
 
-Scores (larger = train on it):
-
-- ``"loss"``: the training loss ``L(y | x; theta_t)`` (Loshchilov & Hutter 2015). Picks
-  hard examples, and under label noise the mislabeled ones.
-- ``"gradnorm"``: ``|softmax(z) - onehot(y)|_2``, the norm of the loss gradient w.r.t. the
-  logits, times ``|h|_2`` of the last hidden layer when given: an upper bound on the
-  per-example gradient norm of the last layer (Katharopoulos & Fleuret 2018).
-- ``"rho"``: the reducible loss ``L(y | x; theta_t) - L(y | x; IL model)`` (RHO-LOSS,
-  Mindermann et al. 2022), with irreducible losses from
-  :class:`~batchsel.irreducible.IrreducibleLoss` (cross-fitted, so no example is lost) or
-  the user's. Mislabeled examples have a high irreducible loss and learnt ones a low
-  training loss: both are skipped. ``irreducible_weight`` < 1 shrinks the irreducible
-  term, for irreducible-loss models much weaker than the trained model (see below).
-
-``diversity=lambda > 0`` keeps B that are high-scoring *and* diverse: greedy maximization
-of ``sum_{i in S} r_i + lambda * (B / |C|) * FL_C(S)`` over the candidates C, with ``r`` the
-scores' ranks among the candidates scaled to [0, 1] (free of the scores' scale and of the
-heavy tail of losses) and ``FL_C(S) = sum_{i in C} max_{j in S} sim(i, j)`` the facility
-location of S over the candidates' embeddings, ``sim = exp(-|e_i - e_j|^2 / sigma^2)``
-(sigma^2 the candidates' mean squared distance). Both terms are then at most B, so
-``lambda = 1`` weighs them equally. The greedy is :func:`batchsel.maximize` (naive: one
-vectorized gain pass per pick, ties to the smaller position) on a
-:class:`~batchsel.functions.Mixture` of :class:`~batchsel.functions.Modular` and
-:class:`~batchsel.functions.FacilityLocation`; the uniformly drawn examples count as
-already chosen, so the greedy covers what they leave uncovered.
-
-``uniform_fraction`` mixes that share of uniformly drawn candidates into every kept batch
-(the rest is chosen by score), so a bad score cannot take training far from random
-batches; ``warmup_steps`` anneals the share linearly from 1 (random batches, while the
-model is untrained and its losses say little) down to ``uniform_fraction``.
-
-Cost: the no-grad forward on ``ratio x B`` examples costs about ``ratio / 3`` training
-steps. Wrap it in :meth:`CandidateFilter.timed` and the filter reports it
-(:meth:`CandidateFilter.cost`) as a fraction of the wall time of the steps. The selection
-itself takes ~0.1 ms per step (top-B), 1-3 ms with ``diversity`` (128-320 candidates).
-
-Measured (MLP 40-256-256-10 on mnist1d, Adam 1e-3, B = 32, ratio 4, 3000 steps, final test
-accuracy, mean +- s.e. over 5 seeds, random batches in the same run; k-NN irreducible
-losses cross-fitted on the input features):
-
-=====================  ===============  ===============
-                       clean            25 % label noise
-=====================  ===============  ===============
-random                 0.638 +- 0.001   0.477 +- 0.006
-loss                   0.659 +- 0.003   0.454 +- 0.005
-gradnorm               0.646 +- 0.004   0.452 +- 0.003
-rho, weight 1          0.623 +- 0.007   0.508 +- 0.002
-rho, weight 0.5        0.643 +- 0.006   0.500 +- 0.004
-rho + diversity, 0.5   0.643 +- 0.003   0.504 +- 0.004
-=====================  ===============  ===============
-
-On digits (3 seeds) random / rho weight 1 / weight 0.5: 0.973 / 0.966 / 0.971 clean,
-0.808 / 0.931 / 0.891 with 25 % noise. The loss and gradient-norm filters pick the
-mislabeled examples under noise (37-55 % of the kept ones) and end below or level with
-random there.
+The scores, the RHO-LOSS guard, costs and measurements: docs/design/filters.md.
 """
 from __future__ import annotations
 

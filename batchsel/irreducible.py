@@ -1,54 +1,12 @@
-"""Irreducible losses for RHO-LOSS (Mindermann et al., ICML 2022): per-example losses of a
-small model that was *not* trained on the example.
+"""Irreducible losses for RHO-LOSS (Mindermann et al., ICML 2022).
 
-``reducible loss = training loss - irreducible loss``: a mislabeled example keeps a high
-loss under any model that generalizes (high irreducible loss: skipped), a learnt one has a
-low training loss (skipped); what remains are the examples the model can still learn.
-The irreducible-loss (IL) model decides whether this works, so this module fits it and
-reports its accuracy (``accuracy_``), from the embeddings (input features, or features of
-a pretrained network):
+A small model *not* trained on an example gives its irreducible loss; ``training loss -
+irreducible loss`` is the reducible loss the filter ranks by. :class:`IrreducibleLoss` fits
+that model on embeddings (k-NN, logistic regression or an MLP), cross-fitted so that no
+example is lost to a holdout (or on a holdout, as in the paper), corrects for class priors
+and reports how decisive and how accurate it is.
 
-- cross-fitted (default): the data are split into ``folds`` random folds and each fold's
-  losses come from a model fit on the other folds, so every example gets an irreducible
-  loss and none is lost to a holdout;
-- ``holdout``: the paper's setting, a model fit on a random holdout split scores the rest;
-  the holdout examples get NaN and must not be trained on (``train_indices_`` are the
-  others).
-
-Models: ``"knn"`` (default; distance-weighted votes of the ``neighbors`` nearest
-neighbours, exact search with faiss), ``"logistic"`` and ``"mlp"`` (scikit-learn), any
-scikit-learn classifier with ``predict_proba``, and torch models trained by batchsel as
-the paper does (``"net"``, a small MLP on the features, or the user's own small
-architecture as a factory ``model_fn() -> nn.Module``): a fixed budget of epochs, early
-stopping on a slice of the fit folds, seeded from ``(seed, fold)``. Features are standardized with the
-statistics of the data each model is fit on. On mnist1d with 25 % symmetric label noise
-the k-NN and MLP models separate the mislabeled examples best (ROC AUC of the
-irreducible loss as a detector of the wrong labels 0.87 for both, logistic regression
-0.77; out-of-fold accuracy against the true labels 0.48, 0.48 and 0.28; the k-NN fit takes
-0.2 s, the MLP 14 s): a linear model of mnist1d's raw features is too weak, and RHO-LOSS
-on it trains no better than random. On digits all three are good (AUC 0.98-0.996).
-
-The IL model the benchmark's validation split chose (``benchmarks/bench_quality.py
---split val``, 5 seeds; out-of-fold accuracy against the labels given, 25 % of them wrong
-under noise):
-
-==========================  ==========  ==========  ==============================
-                            k-NN        ``"net"``   the task's CNN (``model_fn``)
-==========================  ==========  ==========  ==============================
-digits, noise / clean       0.71/0.95   0.70/0.97   -
-mnist1d, noise / clean      0.35/0.49   0.33/-      0.43/0.75
-ROC AUC of wrong labels     1.00/0.85   0.99/0.84   -/0.93  (digits/mnist1d, seed 0)
-fit time (5 folds)          0.1 s       1-20 s      10-45 s
-==========================  ==========  ==========  ==============================
-
-The torch MLP on the features is no better than k-NN on either dataset (RHO-LOSS with it:
-digits +1.2 +- 0.7 points against k-NN's +2.5 +- 0.8 under noise; mnist1d MLP -3.4 +- 0.7
-against -3.7 +- 0.7) and costs 10-100x the fit time, so k-NN stays the default. A stronger
-architecture is what helps: a cross-fitted copy of the mnist1d CNN as IL model took the
-RHO-LOSS filter from -9.8 +- 1.3 to +1.2 +- 1.0 points (CNN, noise, weight 1), from
--3.7 +- 0.7 to +0.5 +- 0.5 (MLP, noise) and from -2.5 +- 0.4 to -0.4 +- 0.6 (MLP, clean),
-at 2-9x random's wall time (its fit dominates on these small tasks). Pass your model:
-``IrreducibleLoss(lambda: MyNet(), lr=..., epochs=...)``.
+The models, the guard and the measurements: docs/design/irreducible.md.
 """
 from __future__ import annotations
 

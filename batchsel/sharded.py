@@ -1,51 +1,12 @@
 """The index and the k-NN graph sharded over ranks (MPI, torch.distributed).
 
-Each rank reads only its rows ``[lo, hi)`` of the embeddings (an ``.npy`` file is opened
-memory-mapped) and indexes them; every search is answered by all shards and merged, so
-the results equal those of one :class:`~batchsel.index.EmbeddingIndex` over all rows:
+Each rank reads only its rows of the embeddings and indexes them; every search is answered
+by all shards and merged, so results equal one process's :class:`~batchsel.index.EmbeddingIndex`
+(flat: exact; IVF: one quantizer trained on rank 0 and broadcast, preassigned lists). The
+k-NN graph stays distributed (CSR rows with global indices, symmetrized across ranks) or is
+gathered to every rank or to one; facility location runs as a distributed lazy greedy.
 
-- ``kind="flat"``: exact search of every shard, top-k merged.
-- ``kind="ivf"``: ONE coarse quantizer, trained on rank 0 exactly as the single-process
-  index trains it (same seeded sample, same k-means), broadcast; every rank adds its rows
-  to an IVF index with that quantizer. The owner of a query computes its ``nprobe``
-  nearest lists once and ships them with the query (faiss ``search_preassigned``), so the
-  shards scan the same lists one process would scan, each its part of them. ``nprobe``
-  is tuned as the single-process index tunes it, over the sharded search: same choice.
-- ``kind="hnsw"`` is refused (a graph index per shard would not give the same results).
-
-Queries travel in rounds of ``block_rows`` (``block_rows / W`` per rank): all-gathered,
-searched by every shard, the ``(D, I)`` all-gathered back and merged by (distance, global
-index). Memory per round is about ``block_rows * (2 d * 4 + 2 k * 12)`` bytes; the all-gathers move ``W`` times
-what an all-to-all would (the :class:`~batchsel.communicator.Communicator` protocol has
-none), which matters little for the handful of ranks of a CPU cluster job.
-
-The k-NN graph (:meth:`ShardedIndex.knn_graph`) stays distributed: each rank holds its
-rows as an ``(hi - lo) x N`` CSR matrix with global int64 column indices, weighted by the
-kernels of :meth:`EmbeddingIndex.knn_graph` (sigma from the global median), symmetrized
-across ranks (the transpose's entries are sent to the rank owning their row).
-:func:`gather_graph` assembles the ``N x N`` graph (on every rank, or on one root rank
-only), equal to the single-process ``EmbeddingIndex.knn_graph``; :func:`save_graph_shard` /
-:func:`load_graph_shards` keep it in one file per rank.
-
-Plans from the distributed graph: :func:`facility_location` (exact lazy greedy, the graph
-stays distributed) and :func:`submodular_partition` (GreedMax on the graph gathered to
-one rank, which must hold it: the same limit as the METIS blocks of the graph plan).
-
-Example
--------
->>> import numpy as np
->>> from batchsel.integrations import SingleProcessComm
->>> from batchsel.index import EmbeddingIndex
->>> x = np.random.default_rng(0).normal(size=(300, 8)).astype(np.float32)
->>> comm = SingleProcessComm()
->>> index = ShardedIndex(x, comm, metric="euclidean", progress=False)
->>> index.row_range
-(0, 300)
->>> rows = index.knn_graph(k=5)          # this rank's rows, global columns
->>> g = gather_graph(rows, comm)
->>> ref = EmbeddingIndex(x, metric="euclidean", progress=False).knn_graph(k=5)
->>> (g != ref).nnz, g.indices.dtype
-(0, dtype('int64'))
+Design and limits: docs/design/sharded.md.
 """
 from __future__ import annotations
 

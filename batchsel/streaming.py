@@ -1,44 +1,13 @@
-"""Streaming selection: sieve-streaming (Badanidiyuru, Mirzasoleiman, Karbasi, Krause, KDD
-2014) over chunks of an ``.npy`` file, a memmap or any iterator of arrays, in one pass and
-bounded memory; apricot calls it ``partial_fit`` (its ``SieveGreedy`` optimizer).
+"""Streaming selection: sieve-streaming (Badanidiyuru, Mirzasoleiman, Karbasi, Krause, KDD 2014).
 
-Sieve-streaming keeps one candidate set per threshold ``v = (1 + eps)^i`` with
-``m <= v <= 2 k m``, ``m`` the largest singleton value seen so far; a row joins sieve ``v``
-when the sieve holds fewer than k rows and the row's marginal gain is at least
-``(v / 2 - f(S_v)) / (k - |S_v|)``. Sieves whose threshold falls below ``m`` are dropped
-(the best of them is remembered), new ones start empty as ``m`` grows. The best sieve is a
-``(1/2 - eps)``-approximation of the best k rows of the whole stream. With ``refine=True``
-(default) the rows the sieves hold are kept and, at the end, lazy greedy picks k of their
-union; the better of that and the best sieve is the result (the guarantee stays; measured
-0.88-0.98 of offline lazy greedy's value for the best sieve alone, 0.92-0.98 refined, at
-about the same CPU time per row as lazy greedy: ``benchmarks/results/bench_streaming.md``).
+One pass over chunks of an ``.npy`` file, a memmap or any iterator of arrays, in memory
+O(k d) plus one chunk; apricot calls it ``partial_fit``. The best sieve is a
+``(1/2 - eps)``-approximation of the best k rows of the stream; ``refine=True`` (default)
+runs lazy greedy on the union of the sieves' rows at the end. Feature-based functions are
+exact; facility location is evaluated against a reference sample
+(:class:`ReferenceFacilityLocation`). Resumable through ``state_dict``.
 
-What streams:
-
-- ``"feature-based"``: ``f(S) = sum_f phi(sum_{x in S} x_f)`` over non-negative features,
-  exactly the function of :class:`batchsel.FeatureBased` on all the rows; a sieve's state is
-  its ``d`` feature sums.
-- ``"facility-location"``: needs the ground set, which a stream does not keep. It is
-  replaced by a fixed *reference sample* ``R`` of ``m`` rows:
-  ``f(S) = sum_{r in R} max_{s in S} sim(r, s)`` (:class:`ReferenceFacilityLocation`); a
-  sieve's state is the coverage of the m reference rows. With ``R`` a uniform sample,
-  ``(N / m) f(S)`` is an unbiased estimate of the facility location over all N rows with
-  the same similarity (for euclidean, ``max(D - d^2, 0)`` with ``D`` the largest squared
-  distance within ``R``, a little below apricot's largest over all rows). ``R`` is drawn with
-  ``seed`` when :meth:`SieveStreaming.fit` gets an array or a file (their length is known),
-  else it is the first ``reference_size`` rows of the stream (biased when the stream is
-  sorted, e.g. by class: pass ``reference=`` a sample then).
-- Not streamed: graph cut, sum redundancy, saturated coverage and log-determinant need
-  the similarities to the whole ground set (or all pairs of the set) as well; select
-  offline with :func:`batchsel.maximize` on a sample instead.
-
-Memory: the sieves (``O(log(k) / eps)`` of them, each k indices and gains plus ``d``
-feature sums or ``m`` coverages), the rows they hold for the refinement (each row once: at
-most ``k log(2k) / log(1 + eps)`` rows of d floats, about 1.7 k in practice), one chunk,
-and for facility location the reference and one block of ``block x m`` similarities.
-Results are the same for any chunking (every row is processed as if it came alone), and
-:meth:`SieveStreaming.state_dict` after any chunk, loaded into a fresh object, continues
-exactly as the uninterrupted run.
+The method and its measurements: docs/guide/streaming.md.
 """
 from __future__ import annotations
 

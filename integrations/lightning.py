@@ -1,28 +1,12 @@
 """PyTorch Lightning: one callback wires a :class:`SelectionBatchSampler` into a ``Trainer``.
 
-The training ``DataLoader`` takes the sampler as ``batch_sampler`` (built anywhere: the
-module's ``__init__``, ``train_dataloader``, a DataModule), and::
+The training ``DataLoader`` takes the sampler as ``batch_sampler``, and::
 
     trainer = Trainer(callbacks=[BatchselCallback(sampler)], use_distributed_sampler=False)
 
-The callback
-
-- checks that Lightning will not replace the sampler (``use_distributed_sampler=False``
-  with several devices: the sampler shards the data itself);
-- lets Lightning set the epoch (it calls ``batch_sampler.sampler.set_epoch``, which the
-  sampler forwards), and verifies that every rank works from the same plan;
-- hands per-example feedback to selectors that use it: ``training_step`` returns
-  ``{"loss": loss, "losses": per_example_losses}`` (and / or ``"logits"``,
-  ``"embeddings"``); the indices are the sampler's own record of the batch, so the batch
-  needs no index column;
-- saves every rank's sampler state in the checkpoint (counted in batches *finished*, not
-  fetched ahead by DataLoader workers) and restores it before the resumed epoch's first
-  batch is fetched, so a run resumed mid-epoch trains exactly the batches still to come.
-
-``BatchselCallback()`` without a sampler finds it among the attributes of the
-LightningModule / DataModule, or else in the training DataLoader.
-
-Requires ``lightning`` (``pip install batchsel[lightning]``); ``pytorch_lightning`` works too.
+The callback sets the epoch, hands ``training_step``'s per-example losses to the sampler,
+checkpoints every rank's sampler state and resumes mid-epoch exactly. What it checks and
+how: docs/guide/lightning-callback.md.
 """
 from __future__ import annotations
 

@@ -378,10 +378,10 @@ def test_prefetch_is_checked():
 def test_selection_kernels_release_the_gil():
     # a background selection only overlaps the step if its compiled loops let go of the GIL
     from batchsel import _heap
-    from batchsel.selectors import loss_rank, submodular
+    from batchsel.selectors import _counter_rng, _smdl_kernels, loss_rank
 
-    for kernel in (submodular._smdl_greedy, submodular._smdl_draws, submodular._gain, submodular._add,
-                   loss_rank._loss_rank_batch, submodular._choice,
+    for kernel in (_smdl_kernels._smdl_greedy, _smdl_kernels._smdl_draws, _smdl_kernels._gain, _smdl_kernels._add,
+                   loss_rank._loss_rank_batch, _counter_rng._choice,
                    loss_rank._sort_shard,
                    _heap.lazy_pop, _heap.heapify):
         assert kernel.targetoptions.get("nogil"), kernel.__name__

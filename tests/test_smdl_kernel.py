@@ -21,7 +21,7 @@ from batchsel import SubmodularSelector
 from batchsel._blas import one_blas_thread
 from batchsel._heap import before, heap_pop, heap_push
 from batchsel.functions import _kernels
-from batchsel.selectors import submodular
+from batchsel.selectors import _smdl_kernels
 
 
 @numba.njit(cache=True, fastmath=True, nogil=True)
@@ -321,7 +321,7 @@ def test_similarity_kernel_is_the_numpy_similarity_bit_for_bit():
     x = clustered(1024, 64)
     cov = np.sort(np.random.default_rng(0).choice(1024, 256, replace=False))
     sq = np.array([_kernels.einsum_dot(r, r) for r in x], dtype=np.float32)
-    sim, nans = submodular._similarity_kernel(x, sq, cov)
+    sim, nans = _smdl_kernels._similarity_kernel(x, sq, cov)
     assert nans == 0 and np.array_equal(sim, _numpy_similarity(x, cov))
 
 
@@ -388,7 +388,7 @@ def test_primitives_are_numpys_to_rounding_on_any_build():
     x = clustered(512, 32)
     cov = np.sort(rng.choice(512, 128, replace=False))
     sq = np.array([_kernels.einsum_dot(r, r) for r in x], dtype=np.float32)
-    sim, nans = submodular._similarity_kernel(x, sq, cov)
+    sim, nans = _smdl_kernels._similarity_kernel(x, sq, cov)
     assert nans == 0 and np.allclose(sim, _numpy_similarity(x, cov), rtol=1e-5, atol=1e-6)
 
 
@@ -403,7 +403,7 @@ def test_non_finite_terms_are_refused_without_running_greedy():
 
 
 def test_one_batch_is_one_gil_free_kernel():
-    for kernel in (submodular._smdl_select, submodular._similarity_kernel, _kernels.gemm_fma, _kernels.exp_f32):
+    for kernel in (_smdl_kernels._smdl_select, _smdl_kernels._similarity_kernel, _kernels.gemm_fma, _kernels.exp_f32):
         assert kernel.targetoptions.get("nogil"), kernel.__name__
 
 
@@ -438,7 +438,7 @@ def test_compiled_draws_are_distinct_uniform_and_keyed():
     """A batch's draws (typical batch, coverage set, greedy's uniforms): distinct positions
     of the pool, each position as likely as any other, uniforms in [0, 1), the same for the
     same key and independent streams for different keys."""
-    from batchsel.selectors.submodular import _smdl_draws
+    from batchsel.selectors._smdl_kernels import _smdl_draws
 
     counts = np.zeros(12)
     for key in range(3000):

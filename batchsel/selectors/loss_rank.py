@@ -1,33 +1,13 @@
-"""Online batch selection by loss rank (Loshchilov & Hutter, 2015) — a baseline.
+"""Online batch selection by loss rank (Loshchilov & Hutter, 2015).
 
-Examples are ranked by their latest known loss, largest first; the example of rank r
-(0-based, among the n examples of this rank's shard) is drawn with probability
-proportional to ``exp(-ln(s_e) * r / (n - 1))``, so the top example is exactly ``s_e``
-times as likely as the last (the selection pressure, typically 1e2..1e8, often annealed:
-``selector.pressure`` may be changed between batches). Losses are refreshed by
-``observe(indices, losses=...)`` whenever examples were in a batch.
+Examples are ranked by their latest known loss, largest first; rank r of n is drawn with
+probability proportional to ``exp(-ln(s_e) * r / (n - 1))`` (``s_e``: the selection
+pressure), with replacement across batches and without within a batch. Losses arrive
+through ``observe(indices, losses=...)``. An epoch has as many batches as a random epoch;
+a batch is one compiled GIL-free call from a counter-based generator keyed by
+(seed, epoch, rank, batch).
 
-Sampling is *with* replacement across batches (that is the method: hard examples come back
-often, easy ones rarely) and without replacement within a batch (exact sequential sampling
-without replacement). An epoch has as many batches as a random epoch.
-
-A batch is one compiled call that runs without the GIL (so a ``prefetch`` thread overlaps
-it with the training step) and costs O(n), not a sort of the shard:
-
-- the run keeps its shard in rank order (sorted once, at its first batch); each batch
-  scans the shard's losses for the ones that changed since (by ``observe`` or otherwise),
-  takes them out of the order and merges them back: the order is always the sort by
-  (loss, position) a fresh sort would give, whatever the history, so a resumed run draws
-  what the uninterrupted one would have;
-- the B ranks are drawn by inverse CDF of the truncated geometric distribution of the
-  ranks with repeats discarded (the same distribution as sequential sampling without
-  replacement); when repeats become the rule (B close to n under high pressure) the
-  ranks still missing come from an exponential race over the ranks left;
-- a rank's example is read off the order; examples with equal losses (the unseen ones,
-  say) share their block of ranks uniformly at random.
-
-Its random numbers come from a counter-based generator (splitmix64) keyed by (seed,
-epoch, rank, batch number), drawn inside the compiled call: no numpy Generator per batch.
+Details and measurements: docs/design/loss-rank.md.
 """
 from __future__ import annotations
 
