@@ -9,19 +9,39 @@ filter that keeps the best B of a scored candidate batch (loss, gradient norm, R
 reducible loss, optionally diverse). Adapters for torch and MPI live in
 ``batchsel.integrations``.
 """
-from .index import EmbeddingIndex, knn_graph
-from .dedup import Deduplication, deduplicate
 from .data_audit import Audit, audit
-from .functions import (Custom, FacilityLocation, FeatureBased, GraphCut, LogDeterminant, MaxCoverage, Mixture, Modular,
-                        SaturatedCoverage, SetFunction, SumRedundancy)
-from .optimizers import Selection, greedi_facility_location, maximize
-from .streaming import ReferenceFacilityLocation, SieveStreaming
+from .dedup import Deduplication, deduplicate
 from .filters import CandidateFilter, gradnorm_scores, loss_scores
+from .functions import (
+    Custom,
+    FacilityLocation,
+    FeatureBased,
+    GraphCut,
+    LogDeterminant,
+    MaxCoverage,
+    Mixture,
+    Modular,
+    SaturatedCoverage,
+    SetFunction,
+    SumRedundancy,
+)
+from .index import EmbeddingIndex, knn_graph
 from .irreducible import IrreducibleLoss
+from .optimizers import Selection, greedi_facility_location, maximize
 from .plan import EpochPlan, load_plans, save_plans
-from .selectors import (CoresetSelector, GraphBlockSelector, InfoBatchSelector, LossRankSelector, RandomSelector,
-                        ScorePruningSelector, Selector, SubmodularSelector, coverage_centric_selection,
-                        submodular_partition)
+from .selectors import (
+    CoresetSelector,
+    GraphBlockSelector,
+    InfoBatchSelector,
+    LossRankSelector,
+    RandomSelector,
+    ScorePruningSelector,
+    Selector,
+    SubmodularSelector,
+    coverage_centric_selection,
+    submodular_partition,
+)
+from .streaming import ReferenceFacilityLocation, SieveStreaming
 
 __version__ = "0.1.0"
 

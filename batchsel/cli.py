@@ -38,7 +38,6 @@ from .plan import load_plans, save_plans
 from .plotting import PLOT_SUFFIXES, plot_reports, require_matplotlib
 from .report import format_report, plan_report
 
-
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 0, 1, 2, 130, 141, 143
 
 OBJECTIVES = ("facility-location", "feature-based", "graph-cut", "sum-redundancy", "saturated-coverage")

@@ -127,7 +127,7 @@ def _similarity(x: np.ndarray) -> np.ndarray:
 
 # -- the filter --------------------------------------------------------------------------
 class CandidateFilter:
-    """Chooses the B examples to train on from a scored candidate batch (DESIGN 2.7).
+    """Chooses the B examples to train on from a scored candidate batch (docs: design/filters.md).
 
     Parameters
     ----------
@@ -145,36 +145,13 @@ class CandidateFilter:
         that must not be trained on, such as a holdout), or a fitted
         :class:`~batchsel.irreducible.IrreducibleLoss`.
     irreducible_weight:
-        w >= 0 in ``"rho"``'s score ``loss - w * irreducible_loss`` (1 is RHO-LOSS as
-        published, 0 the plain loss), or ``"auto"`` (default): w from the evidence of
-        label noise that the fitted :class:`~batchsel.irreducible.IrreducibleLoss` sees,
-        its ``confident_disagreement_`` c (examples it decisively puts in another class):
-        ``w = 0.5 + 0.5 * clip((c - 0.075) / 0.075, 0, 1)``, i.e. 0.5 up to c = 7.5 %, 1
-        from c = 15 % on; 0.5 for irreducible losses given as an array. Why both ends: under
-        label noise w < 1 lets a mislabeled example still score ``(1 - w) x`` its high
-        loss, so it gets picked (digits, 25 % wrong labels, validation split: w = 1
-        +6.2 +- 0.7 points over random batches against +2.5 +- 0.8 for w = 0.5, both at
-        0.5x the steps); without noise the irreducible term scores only the IL model's own
-        errors, and 0.5 did better (clean -0.1 +- 0.1 against +0.6 +- 0.2, long-tailed
-        -1.1 +- 0.4 against -0.7 +- 0.5, redundant -0.8 +- 0.6 against +0.2 +- 0.3). c
-        separates the two (k-NN IL model: digits 0.22 under 25 % noise and <= 0.025 in
-        its other regimes; mnist1d <= 0.077 in every regime; 2-class sets 0.08-0.10 /
-        0.12-0.19 / <= 0.028 with 10 % / 25 % / no wrong labels) where the IL model's
-        error rate cannot (0.52 on clean mnist1d). The resolved weight is ``irreducible_weight_``.
-        ``"auto"`` also trusts the irreducible loss of an example only as far as the IL
-        model is decisive about it (``IrreducibleLoss.decisive_mask_``: its class at
-        least twice as likely as the runner-up): elsewhere its term is scaled by the same
-        ramp, ``clip((c - 0.075) / 0.075, 0, 1)`` (``indecisive_trust_``), so it is
-        dropped without evidence of label noise and kept in full with it. An IL model
-        unsure of an example says little about its label, but its high irreducible loss
-        would still push the example down: on mnist1d's redundant set (half of it
-        near-duplicates the IL model is sure of, the other half examples it mostly is
-        not) that made RHO-LOSS pick the duplicates and end -2.7 +- 1.1 (CNN) and
-        -0.1 +- 0.9 (MLP) points against random batches; trusting only the decisive
-        examples: +0.7 +- 0.9 (0.64x the steps) and +2.0 +- 1.3 (validation, 5 seeds).
-        Under label noise the indecisive examples include many mislabeled ones, hence
-        the full term there (decisive-only dropped digits' +6.1 to +0.4).
-        A number keeps the published score for every example.
+        w >= 0 in ``"rho"``'s score ``loss - w * irreducible_loss`` (1: RHO-LOSS as
+        published, 0: the plain loss), or ``"auto"`` (default): 0.5 up to 7.5 % and 1 from
+        15 % of examples the fitted :class:`~batchsel.irreducible.IrreducibleLoss` decisively
+        puts in another class (``confident_disagreement_``), linear in between, and the
+        term of examples the IL model is not decisive about scaled by the same ramp
+        (``indecisive_trust_``); 0.5 for irreducible losses given as an array. The
+        resolved weight is ``irreducible_weight_``. Why: docs/design/filters.md.
     diversity:
         lambda >= 0 of the facility-location term (0: plain top-B by score); needs the
         candidates' ``embeddings`` in :meth:`select`.
@@ -182,26 +159,6 @@ class CandidateFilter:
         Share in [0, 1] of every kept batch drawn uniformly from the candidates (default
         0.25: a bad score cannot take training far from random batches).
 
-    Defaults: ``uniform_fraction=0.25`` and ratio 4 were chosen on the validation split of
-    ``benchmarks/bench_quality.py`` (3 seeds; digits and mnist1d MLPs; clean, 25 % label
-    noise, long-tailed) as the least harmful of the settings tried: w = 1 and no uniform
-    share lost 6-10 points of balanced accuracy on long-tailed data, w = 0.5 with no
-    uniform share 3-4 points. With every default (5 seeds, points against random batches /
-    steps to random's accuracy; validation, test): digits clean +0.0 / 0.58x, +0.1 /
-    0.42x; 25 % noise +6.2 / 0.51x, +6.1 / 0.67x; long-tailed -0.4 / 0.32x, +0.3 / 1.09x;
-    redundant +0.2 / 0.56x, +0.2 / 0.49x; mnist1d redundant MLP +1.3, +0.1 / 0.87x, CNN
-    +1.2 / 0.55x, +1.1 / 0.70x; mnist1d clean, noise and long-tailed: the guard's random
-    batches (``benchmarks/results/rho_auto``). Every loss-seeking filter ended 2-5 points
-    *below* random batches on the mnist1d MLP (it does not overfit: random batches'
-    validation accuracy still rises at the end; the filtered runs rise slower from step
-    400 on): measure on your own validation split before keeping one.
-
-    ``uniform_fraction=0.5`` and ``ratio=2`` did not fix the clean mnist1d MLP (-2.3 +- 0.6
-    and -1.5 +- 0.3 against -2.5 +- 0.4, validation); a stronger IL model did (-0.4 +- 0.6
-    with a cross-fitted CNN), and so does the guard (``min_il_skill``), which finds the
-    k-NN IL model too weak there. The models of the benchmark have no dropout or batch
-    norm, so the scoring forward's train / eval mode changes nothing there; with such
-    layers run it in ``model.eval()`` mode (the losses of the model you evaluate).
     warmup_steps:
         Over the first ``warmup_steps`` steps the uniform share falls linearly from 1 to
         ``uniform_fraction``.
@@ -217,34 +174,13 @@ class CandidateFilter:
         ``pick="percentile"``'s exponent (> 0) and history length (>= 1).
     min_il_skill, min_il_decisive:
         The guard against a weak irreducible-loss model (``"rho"`` with a fitted
-        :class:`~batchsel.irreducible.IrreducibleLoss`, whose ``accuracy_``, ``chance_`` and
-        ``decisive_`` it reads). Its irreducible losses mostly score its own mistakes, not
-        wrong labels, when its skill ``(accuracy_ - chance_) / (1 - chance_)`` is below
-        ``min_il_skill`` (near chance) or when it is decisive (its class at least twice as
-        likely as the runner-up, ``IrreducibleLoss.decisive_``) on fewer than
-        ``min_il_decisive`` of the examples (it knows little about most of them); then
-        the filter logs a warning and keeps uniform draws only
-        (``guard_ = "uniform"``). Better still, check ``guard_`` before building the
-        sampler and train on plain random batches of B without the filter (as
-        ``examples/train_filter.py`` and the benchmark do): keeping B uniform draws of
-        ``ratio x B`` candidates samples the examples with replacement across steps and
-        took 1.2 +- 0.1x random's steps to its accuracy on mnist1d (test, 3 regimes). 0
-        switches a criterion off. Plain arrays of irreducible losses carry no accuracy
-        and are trusted. Chosen on the validation split (5 seeds, points against random
-        batches): the k-NN IL model on mnist1d has skill 0.43 / 0.26-0.28 / 0.16-0.21
-        and is decisive on 0.19-0.20 / 0.16-0.17 / 0.16-0.18 of the examples (clean /
-        25 % label noise / long-tailed), and RHO-LOSS on it ended 2.5 +- 0.4 / 3.7 +- 0.7 / 2.3 +- 0.7
-        points below random batches with the MLP, 9.8 +- 1.3 (noise) with the CNN; the
-        torch MLP IL model (skill 0.25) 3.4 +- 0.7 below under noise. k-NN on digits
-        has skill 0.67-0.95 and is decisive on 0.74-0.94 in every regime. The default
-        ``min_il_skill=0.3`` alone let clean mnist1d through; ``min_il_decisive=0.5``
-        catches it. The skill is measured against the labels given, so under heavy label
-        noise even a perfect IL model scores low (``(1 - rate - chance) / (1 - chance)``:
-        0.72 at 25 % noise on 10 classes, 0.5 at 25 % on 2); being decisive depends on
-        them far less (a ratio of the top two classes: 25 % wrong labels on 2 classes
-        leave a good model 3x, 40 % only 1.5x), which is why that criterion carries the
-        stricter threshold. (A first version asked for a top probability >= (1 + 1/C) / 2
-        and refused good IL models on 2-class data with 10-25 % wrong labels.)
+        :class:`~batchsel.irreducible.IrreducibleLoss`): when its skill
+        ``(accuracy_ - chance_) / (1 - chance_)`` is below ``min_il_skill`` (0.3) or it is
+        decisive on fewer than ``min_il_decisive`` (0.5) of the examples, the filter warns
+        and keeps uniform draws only (``guard_ = "uniform"``); better, check ``guard_`` and
+        train on plain random batches. 0 switches a criterion off; plain arrays of
+        irreducible losses are trusted. How the thresholds were chosen:
+        docs/design/filters.md.
     reference_accuracy:
         Optional: the held-out accuracy the trained model reaches, measured against labels
         like the IL model's (e.g. a random-batch run scored on a held-out part of the
@@ -255,6 +191,12 @@ class CandidateFilter:
         Seeds the uniform draws: step t on candidates ``indices`` uses the generator of
         ``(seed, t, crc32(indices))``, so ranks draw independently and a resumed run draws
         what the uninterrupted one did.
+
+    The defaults (``uniform_fraction=0.25``, ratio 4) were chosen on a validation split;
+    every loss-seeking filter can end below random batches on a model that does not
+    overfit: measure on your own validation split (docs/design/filters.md).
+    The models of the benchmark have no dropout or batch norm; with such layers run the
+    scoring forward in ``model.eval()`` mode.
 
     Attributes
     ----------
@@ -505,10 +447,10 @@ class CandidateFilter:
         return rest[np.argsort(-keys, kind="stable")[:count]]
 
     def _diverse(self, s: np.ndarray, emb: np.ndarray, uniform: np.ndarray, k: int) -> np.ndarray:
+        from scipy.stats import rankdata
+
         from .functions import FacilityLocation, Mixture, Modular
         from .optimizers import maximize
-
-        from scipy.stats import rankdata
 
         n = len(s)
         scaled = (rankdata(s) - 1.0) / max(n - 1, 1)  # score ranks in [0, 1], ties share a rank

@@ -1,4 +1,4 @@
-"""Graph-regularized semi-supervised loss that decomposes over mini-batches (DESIGN §2.3,
+"""Graph-regularized semi-supervised loss that decomposes over mini-batches (docs: design/graph-batches.md;
 after Thulasidasan & Bilmes 2016 and measure propagation).
 
 For a batch ``b`` with labeled subset ``L`` (label -1 marks an unlabeled example),
@@ -31,11 +31,7 @@ logger = logging.getLogger(__name__)
 
 REDUCTIONS = ("sum", "mean")
 
-# Defaults measured on digits (benchmarks/bench_ssl.py; validation accuracy only, 5 seeds,
-# reduction="mean", k=10 RBF graph on raw pixels, batch 64 of GraphBlockSelector, 5% labels):
-# mu = 0.3 / 1 / 3 / 10 gave 92.1 / 93.1 / 93.3 / 92.0 %: flat (within noise) from 1 to 3.
-# Random batches keep ~12x fewer edges inside a batch and did best at mu = 10. nu = 0.01 and 0.1 were
-# equal, 0.3 cost 1-3 points (2 seeds): a small entropy weight.
+# Chosen on digits' validation split (benchmarks/bench_ssl.py): docs/design/graph-batches.md.
 DEFAULT_MU = 1.0
 DEFAULT_NU = 0.01
 
@@ -89,7 +85,7 @@ def batch_edges(graph: sp.csr_matrix, batch_indices: np.ndarray) -> tuple[np.nda
 
 class GraphRegularizedLoss(torch.nn.Module):
     """Cross-entropy on labeled examples + graph smoothness (KL along in-batch edges) -
-    entropy, for semi-supervised training on graph-consistent batches (DESIGN §2.3).
+    entropy, for semi-supervised training on graph-consistent batches (docs: design/graph-batches.md).
 
     Parameters
     ----------

@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit
 from tqdm.auto import tqdm
 
 from ._checks import check_indices, check_int, check_number, check_seed, load_embeddings, tensor_to_numpy
+
 # lazy greedy's indexed heap (shared tie rule: batchsel._heap.before)
-from ._heap import heapify as _heapify, lazy_drop as _lazy_drop, lazy_pop as _lazy_pop, lazy_push as _lazy_push
+from ._heap import heapify as _heapify
+from ._heap import lazy_drop as _lazy_drop
+from ._heap import lazy_pop as _lazy_pop
+from ._heap import lazy_push as _lazy_push
 from .communicator import Communicator, check_ranks_agree
 from .functions.base import SetFunction
 from .functions.facility_location import METRICS, FacilityLocation, _CoverRows, _rows_similarity
@@ -414,11 +417,9 @@ def _stochastic(run: _Run, pool: np.ndarray, budget: float, epsilon: float, rng:
         pos = np.sort(rng.choice(live.size, size=min(sample_size, live.size), replace=False))
         sample = live[pos]
         if lazy:
-            best_pos, best_r = _lazy_in_sample(run, sample, bounds)
+            best_pos, _ = _lazy_in_sample(run, sample, bounds)
         else:
-            r = run.ratios(sample)
-            best_pos = int(np.argmax(r))
-            best_r = float(r[best_pos])
+            best_pos = int(np.argmax(run.ratios(sample)))
         j = int(sample[best_pos])
         remaining -= run.take(j)
         picks.append(j)

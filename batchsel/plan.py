@@ -205,7 +205,7 @@ class EpochPlan:
 
         >>> plan = EpochPlan([[np.array([0, 1])], [np.array([2, 3])]], num_examples=5)
         >>> rep = plan.report()
-        >>> rep["coverage"], [r["batch_size"]["max"] for r in rep["ranks"]]
+        >>> rep["coverage"], [r["batch_size"].get("max") for r in rep["ranks"]]
         (0.8, [2, 2])
         """
         from .report import plan_report  # batchsel.report imports this module

@@ -21,8 +21,16 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from ._checks import check_int, check_metric, check_scale, check_seed, load_embeddings, mark_symmetric, \
-    tensor_to_numpy, to_int64
+from ._checks import (
+    check_int,
+    check_metric,
+    check_scale,
+    check_seed,
+    load_embeddings,
+    mark_symmetric,
+    tensor_to_numpy,
+    to_int64,
+)
 from .communicator import Communicator, check_ranks_agree
 from .index import AUTO_EXACT_MAX, BLOCK_ROWS, IVF_TRAIN_PER_LIST, KERNELS, KINDS, METRICS, EmbeddingIndex
 from .io import atomic_write

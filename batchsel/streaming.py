@@ -23,10 +23,10 @@ from numba import njit
 from tqdm.auto import tqdm
 
 from ._checks import check_int, check_number, check_scale, check_seed, load_embeddings
-from .functions.base import SetFunction
 from ._state import from_portable, to_portable
-from .io import load_array
+from .functions.base import SetFunction
 from .functions.feature_based import CONCAVE, FeatureBased, _increment
+from .io import load_array
 from .optimizers import Selection, maximize
 
 logger = logging.getLogger(__name__)

@@ -21,12 +21,12 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+from batchsel.integrations import SelectionBatchSampler, WeightedDataset, init_torch_distributed_from_mpi
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
 import batchsel
-from batchsel.integrations import SelectionBatchSampler, WeightedDataset, init_torch_distributed_from_mpi
 from batchsel.io import atomic_write
 
 METHODS = ("random", "submodular", "loss", "coreset")

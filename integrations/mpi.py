@@ -14,8 +14,15 @@ import os
 import socket
 from typing import Any
 
-from .comm import (Communicator, _destroy_process_group, MPIComm, get_communicator, install_mpi_abort_hook, launched_by_mpi,
-                   launched_by_torchrun)
+from .comm import (
+    Communicator,
+    MPIComm,
+    _destroy_process_group,
+    get_communicator,
+    install_mpi_abort_hook,
+    launched_by_mpi,
+    launched_by_torchrun,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -287,7 +287,8 @@ class ClusterBatchSelector(Selector):
 
     def num_batches(self, world_size: int = 1) -> int:
         world_size = check_int(world_size, "world_size", minimum=1, maximum=self.num_examples)
-        return -(-(-(-self.num_examples // world_size)) // self.batch_size)
+        per_rank = -(-self.num_examples // world_size)  # ceil divisions
+        return -(-per_rank // self.batch_size)
 
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         epoch = check_int(epoch, "epoch", minimum=0)

@@ -151,6 +151,8 @@ class SelectionBatchSampler:
         all-gather also checks that every rank is at the same :meth:`observe` call of
         the same epoch (``RuntimeError`` naming each rank's call otherwise).
 
+    Notes
+    -----
     The contract is DistributedSampler's: call :meth:`set_epoch` before each epoch
     (Lightning and accelerate call ``batch_sampler.sampler.set_epoch``: :attr:`sampler`
     forwards it), ``len(sampler)`` batches on every rank (padding or dropping follows the

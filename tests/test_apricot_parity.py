@@ -24,8 +24,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from batchsel import (FacilityLocation, FeatureBased, GraphCut, MaxCoverage, Mixture, SaturatedCoverage, SumRedundancy,
-                      maximize)
+from batchsel import (
+    FacilityLocation,
+    FeatureBased,
+    GraphCut,
+    MaxCoverage,
+    Mixture,
+    SaturatedCoverage,
+    SumRedundancy,
+    maximize,
+)
 from batchsel.functions.facility_location import similarity_from_embeddings
 
 apricot = pytest.importorskip("apricot")

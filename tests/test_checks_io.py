@@ -7,8 +7,16 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from batchsel._checks import (check_finite, check_graph, check_int, check_labels, check_scale, check_seed,
-                              load_embeddings, to_int64)
+from batchsel._checks import (
+    check_finite,
+    check_graph,
+    check_int,
+    check_labels,
+    check_scale,
+    check_seed,
+    load_embeddings,
+    to_int64,
+)
 from batchsel.io import array_shape, atomic_group, atomic_write, c_stdout_to_stderr, load_array, save_npy
 
 

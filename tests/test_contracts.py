@@ -16,8 +16,14 @@ from batchsel import EmbeddingIndex
 from batchsel._checks import check_metric
 from batchsel._heap import before, heap_pop, heap_push
 from batchsel.communicator import Communicator
-from batchsel.selectors import (CoresetSelector, GraphBlockSelector, LossRankSelector, RandomSelector, Selector,
-                                SubmodularSelector)
+from batchsel.selectors import (
+    CoresetSelector,
+    GraphBlockSelector,
+    LossRankSelector,
+    RandomSelector,
+    Selector,
+    SubmodularSelector,
+)
 
 N, B = 60, 6
 

@@ -237,8 +237,16 @@ def _stateful() -> dict[str, object]:
     """One instance, with some state in it, per class of the library that has state_dict."""
     from batchsel.integrations import SelectionBatchSampler
     from batchsel.integrations.lightning import BatchselCallback
-    from batchsel.selectors import (CoresetSelector, GraphBlockSelector, InfoBatchSelector, LossRankSelector,
-                                    RandomSelector, ScorePruningSelector, SubmodularSelector)
+
+    from batchsel.selectors import (
+        CoresetSelector,
+        GraphBlockSelector,
+        InfoBatchSelector,
+        LossRankSelector,
+        RandomSelector,
+        ScorePruningSelector,
+        SubmodularSelector,
+    )
 
     x, y = blobs(60)
     graph = batchsel.EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=5)
@@ -265,9 +273,8 @@ def _stateful() -> dict[str, object]:
         return f
 
     def cluster_loader():
-        from torch_geometric.data import Data
-
         from batchsel.integrations.pyg import ClusterData, ClusterLoader
+        from torch_geometric.data import Data
 
         ring = torch.arange(24)
         data = Data(x=torch.randn(24, 2), edge_index=torch.stack([ring, (ring + 1) % 24]))
@@ -276,9 +283,8 @@ def _stateful() -> dict[str, object]:
         return loader
 
     def saint(kind):
-        from torch_geometric.data import Data
-
         from batchsel.integrations import pyg
+        from torch_geometric.data import Data
 
         ring = torch.arange(24)
         data = Data(x=torch.randn(24, 2), edge_index=torch.stack([ring, (ring + 1) % 24]))

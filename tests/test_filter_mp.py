@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from test_integrations_mp import MPIEXEC, TIMEOUT, clean_env  # puts tests/mp_scripts on sys.path
-
 from common import run_command  # noqa: E402
+from test_integrations_mp import MPIEXEC, TIMEOUT, clean_env  # puts tests/mp_scripts on sys.path
 
 JOB = Path(__file__).resolve().parent / "mp_scripts" / "filter_job.py"
 

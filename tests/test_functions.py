@@ -5,8 +5,18 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from batchsel import (FacilityLocation, FeatureBased, GraphCut, LogDeterminant, Mixture, Modular,
-                      SaturatedCoverage, SumRedundancy, knn_graph, maximize)
+from batchsel import (
+    FacilityLocation,
+    FeatureBased,
+    GraphCut,
+    LogDeterminant,
+    Mixture,
+    Modular,
+    SaturatedCoverage,
+    SumRedundancy,
+    knn_graph,
+    maximize,
+)
 
 apricot = pytest.importorskip("apricot")
 

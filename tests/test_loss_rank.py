@@ -8,8 +8,14 @@ import torch
 from scipy.stats import chisquare
 
 from batchsel.selectors import LossRankSelector
-from batchsel.selectors.loss_rank import (_draw_ranks, _examples_of_ranks, _loss_rank_batch, _refresh, _sort_shard,
-                                          _log_q)
+from batchsel.selectors.loss_rank import (
+    _draw_ranks,
+    _examples_of_ranks,
+    _log_q,
+    _loss_rank_batch,
+    _refresh,
+    _sort_shard,
+)
 
 
 def _pooled_chisquare(counts, expected):

@@ -7,8 +7,19 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from batchsel import (FacilityLocation, FeatureBased, GraphCut, LogDeterminant, Mixture, Modular,
-                      SaturatedCoverage, Selection, SumRedundancy, knn_graph, maximize)
+from batchsel import (
+    FacilityLocation,
+    FeatureBased,
+    GraphCut,
+    LogDeterminant,
+    Mixture,
+    Modular,
+    SaturatedCoverage,
+    Selection,
+    SumRedundancy,
+    knn_graph,
+    maximize,
+)
 
 
 def _points(n, d=8, seed=0):

@@ -6,11 +6,17 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import load_digits
 
-from batchsel import (CoresetSelector, EmbeddingIndex, GraphBlockSelector, LossRankSelector, RandomSelector,
-                      SubmodularSelector, submodular_partition)
-from batchsel.selectors import gradient_proxies, partition_values
+from batchsel import (
+    CoresetSelector,
+    EmbeddingIndex,
+    GraphBlockSelector,
+    LossRankSelector,
+    RandomSelector,
+    SubmodularSelector,
+    submodular_partition,
+)
+from batchsel.selectors import gradient_proxies, graph_blocks, partition_values
 from batchsel.selectors.base import balanced_sizes
-from batchsel.selectors import graph_blocks
 from batchsel.selectors.coreset import class_budgets
 from batchsel.selectors.submodular import entropy_of_logits
 

@@ -6,8 +6,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from batchsel import (CoresetSelector, EmbeddingIndex, GraphBlockSelector, LossRankSelector, RandomSelector,
-                      SubmodularSelector)
+from batchsel import (
+    CoresetSelector,
+    EmbeddingIndex,
+    GraphBlockSelector,
+    LossRankSelector,
+    RandomSelector,
+    SubmodularSelector,
+)
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

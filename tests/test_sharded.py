@@ -8,16 +8,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
-from batchsel.index import EmbeddingIndex
 from batchsel.integrations import SingleProcessComm
-from batchsel.selectors.partition import submodular_partition as one_process_partition
-from batchsel.sharded import (ShardedIndex, _merge, facility_location, gather_graph, load_graph_shards,
-                              save_graph_shard, shard_range, submodular_partition)
-
+from common import run_command  # noqa: E402
 from test_integrations_mp import MPIEXEC, clean_env  # puts tests/mp_scripts on sys.path
 
-from common import run_command  # noqa: E402
+from batchsel.index import EmbeddingIndex
+from batchsel.selectors.partition import submodular_partition as one_process_partition
+from batchsel.sharded import (
+    ShardedIndex,
+    _merge,
+    facility_location,
+    gather_graph,
+    load_graph_shards,
+    save_graph_shard,
+    shard_range,
+    submodular_partition,
+)
 
 JOB = Path(__file__).resolve().parent / "mp_scripts" / "sharded_job.py"
 GATHER_JOB = JOB.with_name("sharded_gather_job.py")

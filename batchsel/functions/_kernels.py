@@ -14,6 +14,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+
 # -- facility location: sum_v max(S[j, v] - cur[v], 0) ------------------------------------
 def _fl_dense(sim, cur, cand, out):
     n = sim.shape[1]

@@ -87,9 +87,11 @@ class CoresetSelector(Selector):
     drop_last:
         DistributedSampler's policy over the coreset.
 
-    Attributes (computed on first use, recomputed after ``observe(embeddings=...)``):
-    ``indices_`` (the coreset, sorted), ``weights_`` (float32, sum N), ``budgets_`` (picks
-    per class).
+    Attributes
+    ----------
+    indices_, weights_, budgets_:
+        The coreset (sorted), its weights (float32, summing to N) and the picks per class;
+        computed on first use, recomputed after ``observe(embeddings=...)``.
 
     Example
     -------

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 
 class GraphBlockSelector(Selector):
-    """Batches of ``q`` METIS blocks of a graph, shuffled every epoch (DESIGN 2.3).
+    """Batches of ``q`` METIS blocks of a graph, shuffled every epoch (docs: design/graph-batches.md).
 
     Parameters
     ----------
@@ -54,6 +54,8 @@ class GraphBlockSelector(Selector):
     neighbors:
         k of the k-NN graph when ``graph`` is an EmbeddingIndex.
 
+    Notes
+    -----
     The epoch has ``M = round(N / B)`` batches in all (at least 1), each of exactly ``q``
     blocks, built from ``q * M`` METIS blocks of about ``N / (q M) ~ B / q`` examples.
     Batch sizes are not exactly B: METIS balances blocks to within a few percent, and a

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 class LossRankSelector(CounterKeyedBatches, OnlineSelector):
-    """Rank-based online batch selection with selection pressure ``s_e`` (DESIGN 2.2).
+    """Rank-based online batch selection with selection pressure ``s_e`` (docs: design/loss-rank.md).
 
     Parameters
     ----------

@@ -11,8 +11,8 @@ import numpy as np
 
 from .._checks import check_indices, check_int, check_labels, check_number, check_rows, check_seed, tensor_to_numpy
 from .._state import from_portable, to_portable
-from ..plan import EpochPlan
 from ..filters import gradnorm_scores
+from ..plan import EpochPlan
 from .base import Selector, epoch_rng, even_split, shard_length, split_batches
 
 

@@ -82,7 +82,7 @@ def entropy_of_logits(logits: np.ndarray) -> np.ndarray:
 
 
 class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
-    """Submodular mini-batch selection (SMDL, DESIGN section 2.1), online.
+    """Submodular mini-batch selection (SMDL; docs: design/smdl.md), online.
 
     Parameters
     ----------
@@ -132,6 +132,8 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         points, validation, 10 seeds: ``benchmarks/results/smdl_default/val.md``);
         :meth:`select_from_pool` draws its coverage set per call whatever this is.
 
+    Notes
+    -----
     Uncertainty uses the latest logits of each example. Before any logits were observed it
     is uniform (it does not change the choice); afterwards, examples never observed count as
     maximally uncertain (entropy ``ln C``), so they are explored first. Losses are ignored.

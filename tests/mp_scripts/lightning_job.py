@@ -15,13 +15,12 @@ import sys
 import time
 import warnings
 
+import lightning.pytorch as pl
 import torch
+from batchsel.integrations.lightning import BatchselCallback
 from torch.utils.data import DataLoader, TensorDataset
 
-import lightning.pytorch as pl
-
 from batchsel import RandomSelector, SelectionBatchSampler
-from batchsel.integrations.lightning import BatchselCallback
 from batchsel.selectors import LossRankSelector
 
 N, BATCH, DIM, CLASSES = 40, 4, 4, 3
