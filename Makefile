@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test pytest lint docs bench venv clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,19 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP)
+# CI (.ci/run) runs exactly this: lint, the strict docs build, then the tests
+test: lint docs pytest
+
+pytest: $(STAMP)
 	$(PY) -m pytest tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# strict: a broken link, reference or docstring fails the build
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done

@@ -42,6 +42,7 @@ from .selectors import (
     submodular_partition,
 )
 from .streaming import ReferenceFacilityLocation, SieveStreaming
+from .warmup import warmup
 
 __version__ = "0.1.0"
 
@@ -68,5 +69,6 @@ __all__ = [
     "CandidateFilter", "IrreducibleLoss", "loss_scores", "gradnorm_scores",
     "GraphRegularizedLoss",
     "SelectionBatchSampler",
+    "warmup",
     "__version__",
 ]

@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="print the traceback of errors")
     force = argparse.ArgumentParser(add_help=False)
     force.add_argument("--force", action="store_true", help="replace output files that exist")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub: Any = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("select", parents=[common, force], formatter_class=fmt, epilog=SELECT_EXAMPLE,
                        help="pick k examples by submodular maximization",
@@ -531,8 +531,10 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
     ``random``), and the k-NN graph it built (method graph without ``--graph``; else
     None)."""
     from . import selectors
+    from .selectors.base import Selector
     common = {"seed": args.seed, "drop_last": args.drop_last}
     built = None
+    selector: Selector
     if args.method == "random":
         selector = selectors.RandomSelector(n, args.batch_size, **common)
     elif args.method == "submodular":
@@ -560,7 +562,7 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
         if graph is None and getattr(args, "comm", None) is not None:  # under mpiexec: the sharded graph
             from .sharded import ShardedIndex, gather_graph
 
-            index = ShardedIndex(args.embeddings, args.comm, metric=_metric(args.metric or "euclidean"),
+            index: Any = ShardedIndex(args.embeddings, args.comm, metric=_metric(args.metric or "euclidean"),
                                  progress=not args.quiet)
             rows = index.knn_graph(k=10 if args.neighbors is None else args.neighbors)
             del index

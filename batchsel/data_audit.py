@@ -128,7 +128,7 @@ def neighbor_probabilities(I: np.ndarray, S: np.ndarray, labels: np.ndarray, num
     rows = np.repeat(np.arange(n), I.shape[1])[valid.ravel()]
     votes = np.bincount(rows * num_classes + labels[I[valid]], weights=w[valid],
                         minlength=n * num_classes).reshape(n, num_classes)
-    votes += PRIOR_WEIGHT * prior
+    votes += PRIOR_WEIGHT * prior  # type: ignore[arg-type]
     return votes / votes.sum(axis=1, keepdims=True)
 
 

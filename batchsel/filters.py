@@ -327,7 +327,7 @@ class CandidateFilter:
             ref = skill(self.reference_accuracy)
             share = self.il_skill_ / ref if ref > 0 else 0.0
             weight = self.irreducible_weight_
-            self.irreducible_weight_ = weight * max(0.0, min(1.0, share))
+            self.irreducible_weight_ = weight * max(0.0, min(1.0, share))  # type: ignore[operator]
             self.guard_ = "downweight"
             logger.warning("irreducible-loss model accuracy %.3f is below the reference accuracy %.3f: "
                            "irreducible_weight %.3g -> %.3g", self.il_accuracy_, self.reference_accuracy,

@@ -157,9 +157,9 @@ class EmbeddingIndex:
         if self.kind == "flat":
             index = faiss.IndexFlat(d, faiss_metric)
         elif self.kind == "ivf":
-            index = self._trained_ivf(self.embeddings, faiss_metric)
+            index = self._trained_ivf(self.embeddings, faiss_metric)  # type: ignore[assignment]
         else:
-            index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss_metric)
+            index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss_metric)  # type: ignore[assignment]
             index.hnsw.efSearch = self.ef_search
         logger.info("adding %d x %d vectors to a %s index (%s)", n, d, self.kind, self.metric)
         bar = tqdm(total=n, desc="index add", unit="pt", disable=not self.progress or n <= BLOCK_ROWS, leave=False)
@@ -168,7 +168,7 @@ class EmbeddingIndex:
             bar.update(stop - start)
         bar.close()
         if self.kind == "ivf":
-            self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)
+            self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)  # type: ignore[arg-type]
             index.nprobe = self.nprobe_
         return index
 

@@ -620,7 +620,7 @@ def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | 
 
 
 def _digest(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8)).hexdigest()[:16]
+    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8)).hexdigest()[:16]  # type: ignore[arg-type]
 
 
 def _check_same_selection(comm: Communicator, sel: Selection) -> None:

@@ -332,10 +332,10 @@ def save_plans(path: str | os.PathLike | IO[bytes], plans: Sequence[EpochPlan], 
             arrays[f"e{e}_{name}"] = arr
     arrays["checksum"] = np.array(_checksum(arrays))
     if hasattr(path, "write"):
-        np.savez(path, **arrays)
+        np.savez(path, **arrays)  # type: ignore[arg-type]
         return
     with atomic_write(path, "wb", overwrite=overwrite) as f:
-        np.savez(f, **arrays)
+        np.savez(f, **arrays)  # type: ignore[arg-type]
 
 
 def load_plans(path: str | os.PathLike) -> list[EpochPlan]:

@@ -190,7 +190,7 @@ class ShardedIndex(EmbeddingIndex):
                 # rank 0 reads the training sample (of all rows) and trains the quantizer
                 # exactly as EmbeddingIndex does; every rank then adds its rows to a copy
                 blob = faiss.serialize_index(self._trained_ivf(self._scattered_source(), faiss_metric))
-            index = faiss.deserialize_index(self.comm.broadcast(blob, root=0))
+            index = faiss.deserialize_index(self.comm.broadcast(blob, root=0))  # type: ignore[assignment]
             self.train_size_ = min(self.num_examples, index.nlist * IVF_TRAIN_PER_LIST)
         logger.info("rank %d: adding rows %d..%d of %d x %d to a %s index (%s)", self.comm.rank, lo, hi,
                     self.num_examples, self.dim, self.kind, self.metric)
@@ -208,7 +208,7 @@ class ShardedIndex(EmbeddingIndex):
         self._drop_pages()  # the index holds its own copy
         if self.kind == "ivf":
             self.index = index  # _tune_nprobe searches through self.index on every rank
-            self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)
+            self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)  # type: ignore[arg-type]
             index.nprobe = self.nprobe_
         return index
 
@@ -371,14 +371,14 @@ class ShardedIndex(EmbeddingIndex):
             dest, src = (rank + step) % size, (rank - step) % size
             cut = transposed[b[dest]:b[dest + 1]]
             if step == 0:
-                pieces[rank] = (cut.indptr, cut.indices, cut.data)
+                pieces[rank] = (cut.indptr, cut.indices, cut.data)  # type: ignore[call-overload]
                 continue
             got = [self.comm.allgather(a)[src] for a in (cut.indptr, cut.indices, np.ascontiguousarray(cut.data))]
-            pieces[src] = tuple(got)
+            pieces[src] = tuple(got)  # type: ignore[call-overload]
         del transposed
         # hstack of the pieces (columns of piece s are the rows of rank s): row by row,
         # piece after piece, which keeps every row's columns sorted
-        counts = np.stack([np.diff(p[0]) for p in pieces])  # size x (hi - lo)
+        counts = np.stack([np.diff(p[0]) for p in pieces])   # type: ignore[index]  # size x (hi - lo)
         indptr = np.zeros(hi - lo + 1, dtype=np.int64)
         np.cumsum(counts.sum(axis=0), out=indptr[1:])
         indices = np.empty(indptr[-1], dtype=np.int64)
@@ -423,7 +423,7 @@ def gather_graph(rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
             raise ValueError(f"root must be None or a rank in [0, {comm.size}), got {root!r}")
 
-        def collect(a: np.ndarray) -> list | None:
+        def collect(a: np.ndarray) -> list | None:  # type: ignore[misc]
             return comm.gather(a, root=int(root))
     columns = rows.shape[1]
     indptrs = collect(rows.indptr)
@@ -431,8 +431,8 @@ def gather_graph(rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True
     data = collect(np.ascontiguousarray(rows.data))
     if indptrs is None:  # not the root
         return None
-    indices = np.concatenate(indices).astype(np.int64, copy=False)
-    data = np.concatenate(data)
+    indices = np.concatenate(indices).astype(np.int64, copy=False)  # type: ignore[assignment]
+    data = np.concatenate(data)  # type: ignore[assignment]
     offsets = np.cumsum([0] + [int(p[-1]) for p in indptrs])
     indptr = np.concatenate([[0]] + [p[1:] + o for p, o in zip(indptrs, offsets)]).astype(np.int64)
     n = indptr.size - 1

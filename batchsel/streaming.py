@@ -408,7 +408,7 @@ class SieveStreaming:
             message = re.sub(r"\(row (\d+)\)|at row (\d+)", lambda m: m.group(0).replace(
                 m.group(1) or m.group(2), str(self.n_seen_ + int(m.group(1) or m.group(2)))), str(exc))
             raise ValueError(message) from None
-        if self._d is None:
+        if self._d is None:  # type: ignore[has-type]
             self._d = x.shape[1]
         elif x.shape[1] != self._d:
             raise ValueError(f"chunk at row {self.n_seen_} has {x.shape[1]} columns, earlier rows had {self._d}")
@@ -416,10 +416,10 @@ class SieveStreaming:
             if self._given_reference is not None:
                 self._set_reference(self._given_reference)
             else:  # the first reference_size rows: held back until they have all arrived
-                self._pending.append(np.array(x))
-                self._pending_rows += x.shape[0]
+                self._pending.append(np.array(x))  # type: ignore[has-type]
+                self._pending_rows += x.shape[0]  # type: ignore[has-type]
                 self.n_seen_ += x.shape[0]
-                if self._pending_rows >= self.reference_size:
+                if self._pending_rows >= self.reference_size:  # type: ignore[has-type]
                     self._flush()
                 return self
         self._consume(x, self.n_seen_)
@@ -524,13 +524,13 @@ class SieveStreaming:
             if getattr(self, "_sampled_reference", False):
                 self._given_reference = None  # fit() draws it again from its data
         self._sampled_reference = False
-        self._d: int | None = None
-        self._pending: list[np.ndarray] = []
+        self._d: int | None = None  # type: ignore[no-redef]
+        self._pending: list[np.ndarray] = []  # type: ignore[no-redef]
         self._pending_rows = 0
         self._sieves: dict[int, _Sieve] = {}
         # the rows of the sieves' sets, once each (for the refinement)
-        self._kept: dict[int, np.ndarray] = {}
-        self._dropped: tuple[float, tuple[int, np.ndarray, np.ndarray]] | None = None
+        self._kept: dict[int, np.ndarray] = {}  # type: ignore[no-redef]
+        self._dropped: tuple[float, tuple[int, np.ndarray, np.ndarray]] | None = None  # type: ignore[no-redef]
         self.n_seen_ = 0
         self.max_singleton_ = 0.0
         self.evaluations_ = 0

@@ -93,8 +93,9 @@ class GCN(torch.nn.Module):
 
 
 def loaders(data, kind: str, parts: int, per_batch: int, seed: int):
-    from batchsel.integrations.pyg import ClusterData, ClusterLoader, GraphSAINTRandomWalkSampler
     from torch_geometric.loader import RandomNodeLoader
+
+    from batchsel.integrations.pyg import ClusterData, ClusterLoader, GraphSAINTRandomWalkSampler
 
     steps = parts // per_batch
     if kind == "cluster-gcn":
@@ -172,9 +173,10 @@ def bench_training(args) -> dict:
 
 def scale_child(n: int, degree: int, parts: int) -> None:
     """In a child process: peak memory is this partition's, not the parent's training runs'."""
-    from batchsel.integrations.pyg import ClusterData, ClusterLoader
     from torch_geometric.data import Data
     from torch_geometric.loader import RandomNodeLoader
+
+    from batchsel.integrations.pyg import ClusterData, ClusterLoader
 
     rng = np.random.default_rng(0)
     blocks = max(1, n // 1000)

@@ -98,9 +98,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batchsel.integrations import SelectionBatchSampler  # noqa: E402
-
 import batchsel  # noqa: E402
+from batchsel.integrations import SelectionBatchSampler  # noqa: E402
 from batchsel.io import atomic_write  # noqa: E402
 
 # the sampler's default sync_every (what --mpi runs share feedback with unless --sync-every)

@@ -97,9 +97,9 @@ def blobs(n: int, d: int = 32, centers: int = 500, seed: int = 0) -> np.ndarray:
 
 def worker_greedi(path: str, k: int, reps: int) -> None:
     import scipy.sparse as sp
-    from batchsel.integrations import get_communicator, greedi
 
     from batchsel.functions import FacilityLocation
+    from batchsel.integrations import get_communicator, greedi
     from batchsel.optimizers import maximize
 
     comm = get_communicator()
@@ -184,7 +184,6 @@ def worker_allgather_mpi(size: int, reps: int) -> None:
 
 def worker_feedback(reps: int) -> None:
     from batchsel.integrations import MPIComm, SelectionBatchSampler
-
     from batchsel.selectors import LossRankSelector
 
     comm = MPIComm()
@@ -201,6 +200,7 @@ def worker_feedback(reps: int) -> None:
 def _torch_allgather_rank(rank: int, world: int, port: int, size: int, reps: int, queue) -> None:
     import torch
     import torch.distributed as dist
+
     from batchsel.integrations import TorchDistComm
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))

@@ -78,7 +78,6 @@ def worker(mode: str, path: str, k: int) -> None:
                           "digests": _digests(graph, 0, index.num_examples)}), flush=True)
         return
     from batchsel.integrations import MPIComm
-
     from batchsel.sharded import ShardedIndex
 
     comm = MPIComm()

@@ -109,13 +109,53 @@ def run_all(ranks: int, out: str, quick: bool) -> list[dict]:
     return results
 
 
-def print_table(results: list[dict]) -> None:
-    head = f"{'run':28s} {'labels':>7s} {'test acc':>9s} {'steps':>6s} {'wall s':>7s} {'selecting':>10s}"
-    print("\n" + head + "\n" + "-" * len(head))
+def format_table(results: list[dict]) -> str:
+    head = (f"{'run':28s} {'labels':>7s} {'test acc':>9s} {'steps':>6s} {'wall s':>7s} {'selecting':>10s} "
+            f"{'compile s':>10s}")
+    lines = [head, "-" * len(head)]
     for r in results:
         share = r["select_seconds"] / max(r["wall_seconds"], 1e-9)
-        print(f"{r['label']:28s} {r['label_fraction']:>7.0%} {r['final_accuracy']:>9.4f} {r['steps']:>6d} "
-              f"{r['wall_seconds']:>7.1f} {share:>10.1%}")
+        lines.append(f"{r['label']:28s} {r['label_fraction']:>7.0%} {r['final_accuracy']:>9.4f} {r['steps']:>6d} "
+                     f"{r['wall_seconds']:>7.1f} {share:>10.1%} {r.get('compile_seconds', 0.0):>10.1f}")
+    return "\n".join(lines)
+
+
+# docs/demo.md holds a fresh install's output between these markers (--write-docs rewrites it)
+DOCS = os.path.join(os.path.dirname(HERE), "docs", "demo.md")
+BEGIN, END = "<!-- demo-sample -->\n```text\n", "```\n<!-- /demo-sample -->"
+# run-to-run noise of the sample's figures (2 ranks, gloo, the machine's load): stated in docs/demo.md
+ACC_NOISE = 0.03
+
+
+def docs_sample() -> dict[str, tuple[float, int]]:
+    """(test accuracy, steps) per run in docs/demo.md's sample."""
+    with open(DOCS) as f:
+        text = f.read()
+    table = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        label, rest = line[:28].strip(), line[28:].split()
+        rows[label] = (float(rest[1]), int(rest[2]))
+    return rows
+
+
+def compare_with_docs(results: list[dict]) -> None:
+    sample = docs_sample()
+    off = [f"{r['label']}: {r['final_accuracy']:.4f} vs {sample[r['label']][0]:.4f}, steps {r['steps']} vs "
+           f"{sample[r['label']][1]}" for r in results if r["label"] in sample
+           and (abs(r["final_accuracy"] - sample[r["label"]][0]) > ACC_NOISE or r["steps"] != sample[r["label"]][1])]
+    if off:
+        print(f"differs from the sample in docs/demo.md beyond +-{ACC_NOISE} accuracy: " + "; ".join(off))
+    else:
+        print(f"matches the sample in docs/demo.md (test accuracy within +-{ACC_NOISE}, the same steps)")
+
+
+def write_docs(table: str) -> None:
+    with open(DOCS) as f:
+        text = f.read()
+    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
+    with atomic_write(DOCS, "w") as f:
+        f.write(text[:a] + table + "\n" + text[b:])
 
 
 def plot(results: list[dict], path: str) -> None:
@@ -145,11 +185,18 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2, help="MPI ranks per training run (default 2)")
     parser.add_argument("--out", default="demo_out", help="folder for the PNG (default demo_out)")
     parser.add_argument("--quick", action="store_true", help="short runs (for tests)")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="write this run's table into docs/demo.md (run it on a fresh install)")
     args = parser.parse_args()
     start = time.perf_counter()
     graph_figures()
     results = run_all(args.ranks, args.out, args.quick)
-    print_table(results)
+    table = format_table(results)
+    print("\n" + table)
+    if args.write_docs:
+        write_docs(table)
+    elif not args.quick:
+        compare_with_docs(results)
     os.makedirs(args.out, exist_ok=True)
     png = os.path.join(args.out, "accuracy.png")
     plot(results, png)

@@ -14,10 +14,11 @@ import argparse
 
 import numpy as np
 import torch
-from batchsel.integrations import get_communicator, init_torch_distributed_from_mpi
-from batchsel.integrations.pyg import ClusterData, ClusterLoader
 from torch_geometric.data import Data
 from torch_geometric.nn import GCNConv
+
+from batchsel.integrations import get_communicator, init_torch_distributed_from_mpi
+from batchsel.integrations.pyg import ClusterData, ClusterLoader
 
 
 def block_model(n: int, classes: int = 10, seed: int = 0) -> Data:

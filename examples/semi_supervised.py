@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from batchsel.integrations import init_torch_distributed_from_mpi
-from batchsel.integrations.comm import launched_by_mpi, launched_by_torchrun
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import batchsel
 from batchsel import EmbeddingIndex, GraphBlockSelector, GraphRegularizedLoss, RandomSelector, SelectionBatchSampler
+from batchsel.integrations import init_torch_distributed_from_mpi
+from batchsel.integrations.comm import launched_by_mpi, launched_by_torchrun
 from batchsel.io import atomic_write
 
 METHODS = ("blocks", "random", "supervised")

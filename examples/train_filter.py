@@ -27,10 +27,10 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from batchsel.integrations import SelectionBatchSampler, init_torch_distributed_from_mpi
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchsel import CandidateFilter, IrreducibleLoss, RandomSelector
+from batchsel.integrations import SelectionBatchSampler, init_torch_distributed_from_mpi
 from batchsel.io import atomic_write
 
 logger = logging.getLogger("train_filter")

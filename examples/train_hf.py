@@ -14,10 +14,10 @@ import tempfile
 
 import torch
 import torch.nn.functional as F
-from batchsel.integrations.hf import BatchselTrainer
 from sklearn.datasets import load_digits
 from transformers import TrainingArguments
 
+from batchsel.integrations.hf import BatchselTrainer
 from batchsel.selectors import LossRankSelector
 
 

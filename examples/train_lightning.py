@@ -13,11 +13,11 @@ import argparse
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-from batchsel.integrations.lightning import BatchselCallback
 from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchsel import SelectionBatchSampler
+from batchsel.integrations.lightning import BatchselCallback
 from batchsel.selectors import LossRankSelector
 
 

@@ -117,7 +117,7 @@ def _from_payload(header: np.ndarray, payload: np.ndarray) -> Any:
     if header[0]:
         (dtype, shape), = _decode_headers(header[:-1])
         return payload.view(dtype).reshape(shape)
-    return pickle.loads(payload)
+    return pickle.loads(payload)  # type: ignore[arg-type]
 
 
 class _Comm(Communicator):

@@ -186,7 +186,7 @@ class BatchselTrainerMixin:
 
     # -- data -----------------------------------------------------------------------------
     def _set_signature_columns_if_needed(self) -> None:
-        super()._set_signature_columns_if_needed()
+        super()._set_signature_columns_if_needed()  # type: ignore[misc]
         for column in (self.batchsel_index_column, self.batchsel_weight_column):
             if column not in self._signature_columns:
                 self._signature_columns.append(column)
@@ -246,7 +246,7 @@ class BatchselTrainerMixin:
     def set_initial_training_values(self, args: Any, dataloader: DataLoader) -> tuple:
         # The Trainer sizes the run (and its learning-rate schedule) as epochs x the first
         # epoch's length; where epoch lengths differ (dynamic pruning) use the exact sum.
-        values = list(super().set_initial_training_values(args, dataloader))
+        values = list(super().set_initial_training_values(args, dataloader))  # type: ignore[misc]
         selector = self.batchsel_selector
         if not selector.epoch_lengths_vary:
             return tuple(values)
@@ -269,7 +269,7 @@ class BatchselTrainerMixin:
 
     def _init_training_state(self, max_steps: int, num_update_steps_per_epoch: int, num_train_epochs: int,
                              resume_from_checkpoint: Any, trial: Any) -> tuple[int, int]:
-        epochs_trained, steps_trained = super()._init_training_state(
+        epochs_trained, steps_trained = super()._init_training_state(  # type: ignore[misc]
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
         if self.batchsel_selector.epoch_lengths_vary and self.state.global_step > 0:
             epochs_trained, done = self._batchsel_position(self.state.global_step)
@@ -281,7 +281,7 @@ class BatchselTrainerMixin:
         if self.batchsel_selector.epoch_lengths_vary and "epoch" in kwargs:
             kwargs["steps_in_epoch"] = self.batchsel_sampler._num_batches_of(kwargs["epoch"])
             kwargs["num_update_steps_per_epoch"] = self._batchsel_update_steps(kwargs["epoch"])
-        return super()._run_epoch(*args, **kwargs)
+        return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
 
     # -- resume ---------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
@@ -290,7 +290,7 @@ class BatchselTrainerMixin:
             checkpoint = get_last_checkpoint(self.args.output_dir)
         self._batchsel_checkpoint = checkpoint or None
         try:
-            return super().train(resume_from_checkpoint, *args, **kwargs)
+            return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
         finally:
             self._batchsel_checkpoint = None
 
@@ -313,7 +313,7 @@ class BatchselTrainerMixin:
         self._batchsel_batch = inputs.pop(self.batchsel_index_column, None)
         self._batchsel_weights = inputs.pop(self.batchsel_weight_column, None)
         try:
-            return super().training_step(model, inputs, *args, **kwargs)
+            return super().training_step(model, inputs, *args, **kwargs)  # type: ignore[misc]
         finally:
             self._batchsel_batch = self._batchsel_weights = None
 
@@ -321,17 +321,17 @@ class BatchselTrainerMixin:
         # an evaluation set may carry the index column too; it is no model input
         inputs = {k: v for k, v in inputs.items()
                   if k not in (self.batchsel_index_column, self.batchsel_weight_column)}
-        return super().prediction_step(model, inputs, *args, **kwargs)
+        return super().prediction_step(model, inputs, *args, **kwargs)  # type: ignore[misc]
 
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      **kwargs: Any) -> Any:
         indices, weights, sampler = self._batchsel_batch, self._batchsel_weights, self.batchsel_sampler
         # only the training step sets indices: evaluation losses never reach the selector
         if indices is None or sampler is None or (weights is None and not sampler.selector.uses_feedback):
-            return super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)
+            return super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)  # type: ignore[misc]
         self._batchsel_batch = self._batchsel_weights = None  # once per training step
         labels = inputs.get("labels")  # compute_loss may pop it
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, **kwargs)
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, **kwargs)  # type: ignore[misc]
         feedback = self.batchsel_feedback(outputs, labels)
         if weights is not None:  # the plan's weights (InfoBatch, coresets) scale each example's loss
             losses = feedback.get("losses")
@@ -346,7 +346,7 @@ class BatchselTrainerMixin:
         return (loss, outputs) if return_outputs else loss
 
 
-class BatchselTrainer(BatchselTrainerMixin, Trainer):
+class BatchselTrainer(BatchselTrainerMixin, Trainer):  # type: ignore[misc]
     """``transformers.Trainer`` with :class:`BatchselTrainerMixin`:
     ``BatchselTrainer(model=..., args=..., train_dataset=..., selector=selector)``."""
 

@@ -340,7 +340,7 @@ class ClusterLoader(DataLoader):
         self.cluster_data = cluster_data
         selector = ClusterBatchSelector(len(cluster_data), batch_size, seed=seed, shuffle=shuffle)
         self.batch_sampler_ = SelectionBatchSampler(selector, rank=rank, world_size=world_size, comm=comm)
-        super().__init__(range(len(cluster_data)), batch_sampler=self.batch_sampler_,
+        super().__init__(range(len(cluster_data)), batch_sampler=self.batch_sampler_,  # type: ignore[arg-type]
                          collate_fn=cluster_data.collate, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
@@ -392,7 +392,7 @@ class GraphSAINTSampler(DataLoader):
             self._compute_norm()
         self._start = 0  # the step the next iteration starts from (a resumed epoch's)
         self._handed_out = 0  # steps of the current epoch handed to the loader
-        super().__init__(range(self.num_steps), batch_size=1, sampler=_Steps(self), collate_fn=self._collate,
+        super().__init__(range(self.num_steps), batch_size=1, sampler=_Steps(self), collate_fn=self._collate,  # type: ignore[arg-type]
                          **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
@@ -421,7 +421,7 @@ class GraphSAINTSampler(DataLoader):
     def _rank(self) -> int:
         return get_communicator().rank if self.rank is None else self.rank
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.rank is None:  # settled before workers copy this loader
             self.rank = self._rank()
         return super().__iter__()

@@ -318,7 +318,7 @@ class SelectionBatchSampler:
 
     def _num_batches_of(self, epoch: int) -> int:
         if self.selector.epoch_lengths_vary:  # known before the epoch starts (dynamic pruning)
-            return self.selector.num_batches(self.world_size, epoch=epoch)
+            return self.selector.num_batches(self.world_size, epoch=epoch)  # type: ignore[call-arg]
         if self._len is None:  # the same every epoch (the selector contract); may cost a plan
             total = self.selector.num_batches(self.world_size)
             if self.drop_last and total and self._last_batch_short():
@@ -374,8 +374,8 @@ class SelectionBatchSampler:
             yield []
         # the replayed batches were drawn before the checkpoint; the selector resumes after them
         source = itertools.chain(((np.asarray(b), None) for b in pending), self._batches(epoch, start))
-        source = itertools.islice(source, max(len(self) - self._iter_base, 0))
-        source = self._background.run(source, self.prefetch)
+        source = itertools.islice(source, max(len(self) - self._iter_base, 0))  # type: ignore[assignment]
+        source = self._background.run(source, self.prefetch)  # type: ignore[assignment]
         try:
             for batch, weights in source:
                 self._yielded += 1
@@ -582,7 +582,7 @@ class SelectionBatchSampler:
         # which call this is, checked across ranks when gathered: a rank that calls observe
         # once less fails there, naming the call, instead of pairing other steps' feedback
         epoch = -1 if self._iter_epoch is None else self._iter_epoch
-        obs["step"] = (epoch, self._observe_calls)
+        obs["step"] = (epoch, self._observe_calls)  # type: ignore[assignment]
         self._buffer.append(obs)
         if len(self._buffer) >= self.sync_every:
             self.sync()

@@ -3,10 +3,10 @@ import doctest
 import importlib
 import pkgutil
 
-import batchsel.integrations
 import pytest
 
 import batchsel
+import batchsel.integrations
 
 
 def modules() -> list[str]:

@@ -237,7 +237,6 @@ def _stateful() -> dict[str, object]:
     """One instance, with some state in it, per class of the library that has state_dict."""
     from batchsel.integrations import SelectionBatchSampler
     from batchsel.integrations.lightning import BatchselCallback
-
     from batchsel.selectors import (
         CoresetSelector,
         GraphBlockSelector,
@@ -273,8 +272,9 @@ def _stateful() -> dict[str, object]:
         return f
 
     def cluster_loader():
-        from batchsel.integrations.pyg import ClusterData, ClusterLoader
         from torch_geometric.data import Data
+
+        from batchsel.integrations.pyg import ClusterData, ClusterLoader
 
         ring = torch.arange(24)
         data = Data(x=torch.randn(24, 2), edge_index=torch.stack([ring, (ring + 1) % 24]))
@@ -283,8 +283,9 @@ def _stateful() -> dict[str, object]:
         return loader
 
     def saint(kind):
-        from batchsel.integrations import pyg
         from torch_geometric.data import Data
+
+        from batchsel.integrations import pyg
 
         ring = torch.arange(24)
         data = Data(x=torch.randn(24, 2), edge_index=torch.stack([ring, (ring + 1) % 24]))

@@ -13,12 +13,12 @@ pytest.importorskip("transformers")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "mp_scripts"))
 import hf_job as H  # noqa: E402
-from batchsel.integrations.hf import STATE_FILE, BatchselTrainer, per_example_feedback  # noqa: E402
 from common import TinyOnline, free_port  # noqa: E402
 from frameworks import run_example, run_ranks  # noqa: E402
 from test_integrations_mp import clean_env  # noqa: E402
 
 from batchsel import RandomSelector  # noqa: E402
+from batchsel.integrations.hf import STATE_FILE, BatchselTrainer, per_example_feedback  # noqa: E402
 from batchsel.selectors import LossRankSelector  # noqa: E402
 
 H.quiet()

@@ -15,11 +15,11 @@ pytest.importorskip("lightning")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "mp_scripts"))
 import lightning_job as J  # noqa: E402
-from batchsel.integrations.lightning import BatchselCallback  # noqa: E402
 from frameworks import run_example, run_ranks  # noqa: E402
 from test_integrations_mp import clean_env  # noqa: E402
 
 from batchsel import RandomSelector, SelectionBatchSampler  # noqa: E402
+from batchsel.integrations.lightning import BatchselCallback  # noqa: E402
 
 J.quiet()
 

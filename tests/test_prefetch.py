@@ -13,11 +13,11 @@ import time
 import numpy as np
 import pytest
 import torch
-from batchsel.integrations.comm import Communicator
-from batchsel.integrations.prefetch import cores_of_this_rank
 
 from batchsel import RandomSelector, SelectionBatchSampler
 from batchsel.index import knn_graph
+from batchsel.integrations.comm import Communicator
+from batchsel.integrations.prefetch import cores_of_this_rank
 from batchsel.selectors import CoresetSelector, GraphBlockSelector, LossRankSelector, SubmodularSelector
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mp_scripts"))

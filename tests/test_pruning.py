@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from batchsel.integrations import SelectionBatchSampler
 from common import run_command  # noqa: E402
 from test_integrations_mp import MPIEXEC, TIMEOUT, clean_env  # puts tests/mp_scripts on sys.path
 
 from batchsel import InfoBatchSelector, ScorePruningSelector, coverage_centric_selection, gradnorm_scores
+from batchsel.integrations import SelectionBatchSampler
 
 JOB = Path(__file__).resolve().parent / "mp_scripts" / "pruning_job.py"
 

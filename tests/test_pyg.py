@@ -11,9 +11,10 @@ import pytest
 import torch
 
 pytest.importorskip("torch_geometric")
-from batchsel.integrations.pyg import ClusterData, ClusterLoader, GraphSAINTNodeSampler, GraphSAINTRandomWalkSampler  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.utils import subgraph  # noqa: E402
+
+from batchsel.integrations.pyg import ClusterData, ClusterLoader, GraphSAINTNodeSampler, GraphSAINTRandomWalkSampler  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "mp_scripts")]

@@ -11,11 +11,11 @@ from collections import deque
 import numpy as np
 import pytest
 import torch
-from batchsel.integrations import WeightedDataset
-from batchsel.integrations.comm import Communicator, SingleProcessComm, get_communicator
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchsel import RandomSelector, SelectionBatchSampler
+from batchsel.integrations import WeightedDataset
+from batchsel.integrations.comm import Communicator, SingleProcessComm, get_communicator
 from batchsel.selectors import CoresetSelector, LossRankSelector, SubmodularSelector
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mp_scripts"))

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from batchsel.integrations import SingleProcessComm
 from common import run_command  # noqa: E402
 from test_integrations_mp import MPIEXEC, clean_env  # puts tests/mp_scripts on sys.path
 
 from batchsel.index import EmbeddingIndex
+from batchsel.integrations import SingleProcessComm
 from batchsel.selectors.partition import submodular_partition as one_process_partition
 from batchsel.sharded import (
     ShardedIndex,

@@ -467,7 +467,7 @@ def _stretch_setup(source: np.ndarray, rows: np.ndarray, cov: np.ndarray) -> tup
         sq[i] = einsum_dot(source[rows[i]], source[rows[i]])
     scale = _inverse_sigma2(source, rows, sq)
     right_t = _right_side(source, rows, sq, cov)
-    return right_t, scale
+    return right_t, scale  # type: ignore[return-value]
 
 
 @numba.njit(cache=True, nogil=True)

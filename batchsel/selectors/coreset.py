@@ -166,7 +166,7 @@ class CoresetSelector(Selector):
                 _, nearest = index.search(x, 1)
                 nearest = nearest[:, 0]
                 nearest[chosen] = np.arange(k)  # a pick represents itself (duplicates / ties)
-                counts = np.bincount(nearest, minlength=k)
+                counts = np.bincount(nearest, minlength=k)  # type: ignore[assignment]
             picks.append(members[chosen])
             weights.append(counts)
         idx = np.concatenate(picks).astype(np.int64)

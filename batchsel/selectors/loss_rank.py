@@ -106,7 +106,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         order = run.get("rank_order")
         if order is None:  # the run's first batch: one sort; later ones update it in O(n)
             order = run["rank_order"] = _sort_shard(self.losses_, shard)
-        return _loss_rank_batch(self.losses_, shard, *order, min(self.batch_size, n), _log_q(self._pressure, n),
+        return _loss_rank_batch(self.losses_, shard, *order, min(self.batch_size, n), _log_q(self._pressure, n),  # type: ignore[call-arg]
                                 _stream_key(rng))
 
     def _scores_state(self) -> dict[str, Any]:

@@ -6,10 +6,10 @@ accelerate wraps the batch sampler in BatchSamplerShard, which would keep every 
 the rank's own batches. Each rank prints what it got: the error, or the examples seen."""
 import torch
 from accelerate import Accelerator
-from batchsel.integrations import SelectionBatchSampler
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchsel import RandomSelector
+from batchsel.integrations import SelectionBatchSampler
 
 accelerator = Accelerator(cpu=True)
 sampler = SelectionBatchSampler(RandomSelector(200, 10, seed=0))

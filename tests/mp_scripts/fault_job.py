@@ -10,9 +10,9 @@ that every rank got the same error; a case that must end the job through the abo
 import sys
 
 import numpy as np
-from batchsel.integrations import MPIComm, SelectionBatchSampler
 
 from batchsel.functions import FacilityLocation
+from batchsel.integrations import MPIComm, SelectionBatchSampler
 from batchsel.optimizers import greedi_facility_location, maximize
 from batchsel.selectors import LossRankSelector
 from batchsel.sharded import ShardedIndex, facility_location

@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batchsel.integrations import SelectionBatchSampler, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 from common import spawn_torch  # noqa: E402
 from job import digits, flat_params  # noqa: E402
 
 from batchsel import CandidateFilter, IrreducibleLoss, RandomSelector  # noqa: E402
+from batchsel.integrations import SelectionBatchSampler, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 
 EPOCHS, BATCH, RATIO, SEED = 2, 16, 4, 0
 

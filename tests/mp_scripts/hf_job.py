@@ -12,9 +12,9 @@ import sys
 import warnings
 
 import torch
-from batchsel.integrations.hf import BatchselTrainer
 
 from batchsel import RandomSelector
+from batchsel.integrations.hf import BatchselTrainer
 
 N, BATCH, DIM, CLASSES = 40, 4, 4, 3
 

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batchsel.integrations import TorchDistComm, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 from common import fake_loss, spawn_torch  # noqa: E402
 
 from batchsel import RandomSelector, SelectionBatchSampler  # noqa: E402
+from batchsel.integrations import TorchDistComm, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 from batchsel.selectors import LossRankSelector  # noqa: E402
 
 EPOCHS, BATCH, LR, SEED = 2, 32, 0.1, 0
@@ -193,9 +193,8 @@ def train_ddp(fail_rank=-1, fail_step=-1):
 
 # -- GreeDi -------------------------------------------------------------------------------
 def check_greedi(comm, n=3000, k=50):
-    from batchsel.integrations import greedi
-
     from batchsel.functions import FacilityLocation
+    from batchsel.integrations import greedi
     from batchsel.optimizers import maximize
 
     rng = np.random.default_rng(0)

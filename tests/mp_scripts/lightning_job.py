@@ -17,10 +17,10 @@ import warnings
 
 import lightning.pytorch as pl
 import torch
-from batchsel.integrations.lightning import BatchselCallback
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchsel import RandomSelector, SelectionBatchSampler
+from batchsel.integrations.lightning import BatchselCallback
 from batchsel.selectors import LossRankSelector
 
 N, BATCH, DIM, CLASSES = 40, 4, 4, 3

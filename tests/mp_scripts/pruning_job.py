@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batchsel.integrations import SelectionBatchSampler, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 from job import digits, flat_params  # noqa: E402
 
 from batchsel import InfoBatchSelector, ScorePruningSelector  # noqa: E402
+from batchsel.integrations import SelectionBatchSampler, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 
 EPOCHS, BATCH, SEED, MAX_LR = 5, 32, 0, 0.2
 METHOD = sys.argv[2] if len(sys.argv) > 2 else "infobatch"

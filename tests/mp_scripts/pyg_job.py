@@ -9,9 +9,10 @@ import sys
 
 import numpy as np
 import torch
+from torch_geometric.data import Data
+
 from batchsel.integrations import get_communicator
 from batchsel.integrations.pyg import ClusterData, ClusterLoader
-from torch_geometric.data import Data
 
 rng = np.random.default_rng(0)
 n = 200

@@ -17,10 +17,10 @@ import resource
 import sys
 
 import numpy as np
-from batchsel.integrations import MPIComm, TorchDistComm
-from batchsel.integrations import comm as comm_module
 
 from batchsel.index import EmbeddingIndex
+from batchsel.integrations import MPIComm, TorchDistComm
+from batchsel.integrations import comm as comm_module
 from batchsel.selectors.partition import submodular_partition as one_process
 from batchsel.sharded import ShardedIndex, gather_graph, submodular_partition
 

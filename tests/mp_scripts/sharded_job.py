@@ -14,10 +14,10 @@ import sys
 import time
 
 import numpy as np
-from batchsel.integrations import MPIComm
 
 from batchsel.functions import FacilityLocation
 from batchsel.index import EmbeddingIndex
+from batchsel.integrations import MPIComm
 from batchsel.optimizers import maximize
 from batchsel.sharded import ShardedIndex, facility_location, gather_graph, load_graph_shards, save_graph_shard
 
