@@ -42,7 +42,7 @@ from .selectors import (
     submodular_partition,
 )
 from .streaming import ReferenceFacilityLocation, SieveStreaming
-from .warmup import warmup
+from ._warmup import warmup
 
 __version__ = "0.1.0"
 

@@ -184,7 +184,7 @@ def confident_learning(probs: np.ndarray, labels: np.ndarray) -> tuple[float, np
 
 
 def _advice(a: Audit) -> list[str]:
-    """What the regime benchmark measured on data like this (README, "Which method, when")."""
+    """What the regime benchmark measured on data like this (docs: which-method.md)."""
     tips = []
     if a.neighbor_agreement is not None and a.neighbor_agreement < MIN_AGREEMENT:
         tips.append(f"the neighbours' votes are split (their top class holds {a.neighbor_agreement:.0%} on "

@@ -105,7 +105,7 @@ from batchsel.io import atomic_write  # noqa: E402
 # the sampler's default sync_every (what --mpi runs share feedback with unless --sync-every)
 SYNC_EVERY = inspect.signature(SelectionBatchSampler).parameters["sync_every"].default
 
-REGIMES = ("clean", "noise", "longtail", "redundant")  # the default run, the README's table
+REGIMES = ("clean", "noise", "longtail", "redundant")  # the default run, docs/which-method.md's tables
 EXTRA_REGIMES = ("outliers",)
 NOISE_RATE = 0.25
 IMBALANCE = 10.0
@@ -797,6 +797,8 @@ def _jsonable(obj: Any) -> Any:
 
 def write_outputs(stem: str, payload: dict, methods: list[str], budgets: list[float]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
+    # when and with what the figures were measured: the docs print it beside the tables they generate
+    payload.setdefault("measured", {"date": time.strftime("%Y-%m-%d"), "version": batchsel.__version__})
     with atomic_write(stem + ".json", "w") as f:
         json.dump(_jsonable(payload), f)
     pngs = plot(payload["results"], methods, budgets, stem)

@@ -13,7 +13,7 @@
    planning a run of fixed length would: half, 0.7 and all of random's wall time, every
    run's learning rate decayed over its own budget (the budgeted regime benchmark,
    ``benchmarks/bench_quality.py``, on digits with a wider MLP, clean and redundant, 3
-   seeds; the README's table has 5 seeds and more tasks).
+   seeds; docs/which-method.md has 5 seeds and more tasks).
 
     python examples/demo.py [--ranks 2] [--out demo_out] [--quick]
 """
@@ -37,7 +37,7 @@ from batchsel.io import atomic_write
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (label, script, arguments); every script accepts --metrics-json.
-# Random batches next to each method on the data it is recommended for (README, "Which
+# Random batches next to each method on the data it is recommended for (docs/which-method.md, "Which
 # method, when"): loss-rank and SMDL on clean digits, the RHO-LOSS candidate filter on digits
 # with 25 % wrong labels, graph-block batches for the graph-regularized loss with 5 % labels.
 RUNS = [
@@ -50,7 +50,7 @@ RUNS = [
 ]
 
 
-# the method the README's budgeted table recommends first (clean or redundant data)
+# the method the budgeted tables (docs/which-method.md) recommends first (clean or redundant data)
 RECOMMENDED = "loss-rank"
 BENCH = os.path.join(os.path.dirname(HERE), "benchmarks", "bench_quality.py")
 

@@ -1,7 +1,7 @@
 """Fault injection: the failures a user can provoke, and what they see instead of a
 segfault, a hang, ranks with different results or a destroyed input file.
 
-Each case here failed on the code before its fix (reliability round 3); the README's
+Each case here failed on the code before its fix (reliability round 3); docs/design/reliability.md's
 "Reliability" table lists them with the earlier rounds' guarantees. Multi-rank cases run
 under mpiexec on 2 ranks and end in seconds (the launcher is killed on a timeout)."""
 from __future__ import annotations
