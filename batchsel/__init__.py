@@ -9,6 +9,7 @@ filter that keeps the best B of a scored candidate batch (loss, gradient norm, R
 reducible loss, optionally diverse). Adapters for torch and MPI live in
 ``batchsel.integrations``.
 """
+from ._warmup import warmup
 from .data_audit import Audit, audit
 from .dedup import Deduplication, deduplicate
 from .filters import CandidateFilter, gradnorm_scores, loss_scores
@@ -42,7 +43,6 @@ from .selectors import (
     submodular_partition,
 )
 from .streaming import ReferenceFacilityLocation, SieveStreaming
-from ._warmup import warmup
 
 __version__ = "0.1.0"
 
