@@ -33,7 +33,7 @@ import numpy as np
 
 from . import __version__
 from ._checks import check_graph, check_int, check_labels, check_metric, check_seed, load_embeddings
-from .io import array_shape, atomic_group, atomic_write, load_array, save_npy
+from .io import NpyRows, array_shape, atomic_group, atomic_write, load_array, save_npy
 from .plan import load_plans, save_plans
 from .plotting import PLOT_SUFFIXES, plot_reports, require_matplotlib
 from .report import format_report, plan_report
@@ -408,7 +408,7 @@ def _objective(name: str, x: np.ndarray, metric: str, neighbors: int | None, pro
 
 def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[int, Any]:
     """``select --stream``: sieve streaming over the .npy file, read chunk by chunk."""
-    from .streaming import SieveStreaming, _npy_rows
+    from .streaming import SieveStreaming
 
     if args.objective not in ("facility-location", "feature-based"):
         raise UsageError(f"--stream supports --objective facility-location or feature-based, not {args.objective}")
@@ -424,7 +424,7 @@ def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[in
         path, key = path.rsplit(":", 1)
     if key is not None or not path.endswith(".npy"):
         raise UsageError(f"--stream reads .npy files (chunk by chunk), got {args.embeddings!r}")
-    n = _npy_rows(path).shape[0]
+    n = NpyRows(path).shape[0]
     if args.k > n:
         raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
     sieve = SieveStreaming(args.objective, args.k, epsilon=args.epsilon if args.epsilon is not None else 0.1,

@@ -252,3 +252,34 @@ def array_shape(path: str | os.PathLike, key: str | None = None) -> tuple[int, .
         except (OSError, ValueError, EOFError, zipfile.BadZipFile):
             pass  # load_array names the problem
     return tuple(np.shape(load_array(path, key)))
+
+
+class NpyRows:
+    """The rows of a 2-D ``.npy`` file, read chunk by chunk with plain reads (a memmap's
+    touched pages would count in the resident memory until unmapped)."""
+
+    def __init__(self, path: str) -> None:
+        if not path.endswith(".npy"):
+            raise ValueError(f"streaming reads .npy files (chunk by chunk), got {path!r}")
+        self.array = load_array(path)  # memory-mapped: the header, and random rows for a sample
+        if self.array.ndim != 2:
+            raise ValueError(f"{path!r} must hold a 2-D (N x d) array, got shape {self.array.shape}")
+        if self.array.shape[0] == 0 or self.array.shape[1] == 0:
+            raise ValueError(f"{path!r} is empty: shape {self.array.shape}")
+        self.path, self.shape = path, self.array.shape
+
+    def chunks(self, rows: int, start: int = 0) -> Iterator[np.ndarray]:
+        a = self.array
+        if not isinstance(a, np.memmap) or not a.flags.c_contiguous:
+            for s in range(start, a.shape[0], rows):  # Fortran order: slices of the memmap
+                yield a[s:s + rows]
+            return
+        n, d = a.shape
+        with open(self.path, "rb") as fh:
+            fh.seek(a.offset + start * d * a.dtype.itemsize)
+            for s in range(start, n, rows):
+                count = min(rows, n - s)
+                chunk = np.fromfile(fh, dtype=a.dtype, count=count * d)
+                if chunk.size != count * d:
+                    raise ValueError(f"{self.path!r} is truncated at row {s}")
+                yield chunk.reshape(count, d)

@@ -18,6 +18,7 @@ from typing import IO, Any, Sequence
 import numpy as np
 
 from .io import atomic_write
+from .report import plan_report
 
 FORMAT_VERSION = 1
 
@@ -208,8 +209,6 @@ class EpochPlan:
         >>> rep["coverage"], [r["batch_size"].get("max") for r in rep["ranks"]]
         (0.8, [2, 2])
         """
-        from .report import plan_report  # batchsel.report imports this module
-
         return plan_report(self, labels, graph)
 
     # -- files ------------------------------------------------------------------------

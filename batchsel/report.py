@@ -10,14 +10,16 @@ inspect``; :func:`batchsel.plotting.plot_reports` draws them.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ._checks import check_graph, check_labels
 from ._graph import without_self_loops
-from .plan import EpochPlan
+
+if TYPE_CHECKING:  # plan.py calls this module (EpochPlan.report); no import back at run time
+    from .plan import EpochPlan
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -82,6 +84,7 @@ def plan_report(plan: EpochPlan, labels: np.ndarray | None = None, graph: Any = 
     of unlabeled examples) are None.
 
     >>> import numpy as np
+    >>> from batchsel import EpochPlan
     >>> plan = EpochPlan([[np.array([0, 1]), np.array([2, 0])]], num_examples=4)
     >>> rep = plan_report(plan, labels=np.array([0, 1, 1, 0]))
     >>> rep["coverage"], rep["duplicates"], rep["ranks"][0]["label_entropy"]
@@ -159,6 +162,7 @@ def format_report(path: str, reports: list[dict[str, Any]]) -> str:
     and graph summaries.
 
     >>> import numpy as np
+    >>> from batchsel import EpochPlan
     >>> plan = EpochPlan([[np.array([0, 1])], [np.array([2, 3])]], num_examples=4, method="random")
     >>> print(format_report("plan.npz", [plan_report(plan)]).splitlines()[0])
     plan.npz: 1 epoch(s), method random, seed 0, 4 examples, 2 rank(s) x 1 batches

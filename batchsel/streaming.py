@@ -26,7 +26,7 @@ from ._checks import check_int, check_number, check_scale, check_seed, load_embe
 from ._state import from_portable, to_portable
 from .functions.base import SetFunction
 from .functions.feature_based import CONCAVE, FeatureBased, _increment
-from .io import load_array
+from .io import NpyRows
 from .optimizers import Selection, maximize
 
 logger = logging.getLogger(__name__)
@@ -354,6 +354,13 @@ class SieveStreaming:
     True
     """
 
+    # the stream's state (reset by _clear)
+    _d: int | None
+    _pending: list[np.ndarray]
+    _pending_rows: int
+    _kept: dict[int, np.ndarray]
+    _dropped: tuple[float, tuple[int, np.ndarray, np.ndarray]] | None
+
     def __init__(
         self,
         objective: str,
@@ -408,7 +415,7 @@ class SieveStreaming:
             message = re.sub(r"\(row (\d+)\)|at row (\d+)", lambda m: m.group(0).replace(
                 m.group(1) or m.group(2), str(self.n_seen_ + int(m.group(1) or m.group(2)))), str(exc))
             raise ValueError(message) from None
-        if self._d is None:  # type: ignore[has-type]
+        if self._d is None:
             self._d = x.shape[1]
         elif x.shape[1] != self._d:
             raise ValueError(f"chunk at row {self.n_seen_} has {x.shape[1]} columns, earlier rows had {self._d}")
@@ -416,10 +423,10 @@ class SieveStreaming:
             if self._given_reference is not None:
                 self._set_reference(self._given_reference)
             else:  # the first reference_size rows: held back until they have all arrived
-                self._pending.append(np.array(x))  # type: ignore[has-type]
-                self._pending_rows += x.shape[0]  # type: ignore[has-type]
+                self._pending.append(np.array(x))
+                self._pending_rows += x.shape[0]
                 self.n_seen_ += x.shape[0]
-                if self._pending_rows >= self.reference_size:  # type: ignore[has-type]
+                if self._pending_rows >= self.reference_size:
                     self._flush()
                 return self
         self._consume(x, self.n_seen_)
@@ -435,7 +442,7 @@ class SieveStreaming:
         self._clear()
         total = None
         if isinstance(data, (str, os.PathLike)):
-            source = _npy_rows(os.fspath(data))
+            source = NpyRows(os.fspath(data))
             total = source.shape[0]
             chunks: Iterable[Any] = source.chunks(chunk_rows)
             sample_from: Any = source.array
@@ -524,13 +531,13 @@ class SieveStreaming:
             if getattr(self, "_sampled_reference", False):
                 self._given_reference = None  # fit() draws it again from its data
         self._sampled_reference = False
-        self._d: int | None = None  # type: ignore[no-redef]
-        self._pending: list[np.ndarray] = []  # type: ignore[no-redef]
+        self._d = None
+        self._pending = []
         self._pending_rows = 0
         self._sieves: dict[int, _Sieve] = {}
         # the rows of the sieves' sets, once each (for the refinement)
-        self._kept: dict[int, np.ndarray] = {}  # type: ignore[no-redef]
-        self._dropped: tuple[float, tuple[int, np.ndarray, np.ndarray]] | None = None  # type: ignore[no-redef]
+        self._kept = {}
+        self._dropped = None
         self.n_seen_ = 0
         self.max_singleton_ = 0.0
         self.evaluations_ = 0
@@ -722,38 +729,6 @@ class SieveStreaming:
                 f"rows_seen={self.n_seen_}, selected={self.indices_.size}, value={self.value_:.6g})")
 
 
-# -- reading .npy files chunk by chunk ----------------------------------------------------
-class _npy_rows:
-    """The rows of a 2-D ``.npy`` file, read chunk by chunk with plain reads (a memmap's
-    touched pages would count in the resident memory until unmapped)."""
-
-    def __init__(self, path: str) -> None:
-        if not path.endswith(".npy"):
-            raise ValueError(f"streaming reads .npy files (chunk by chunk), got {path!r}")
-        self.array = load_array(path)  # memory-mapped: the header, and random rows for a sample
-        if self.array.ndim != 2:
-            raise ValueError(f"{path!r} must hold a 2-D (N x d) array, got shape {self.array.shape}")
-        if self.array.shape[0] == 0 or self.array.shape[1] == 0:
-            raise ValueError(f"{path!r} is empty: shape {self.array.shape}")
-        self.path, self.shape = path, self.array.shape
-
-    def chunks(self, rows: int, start: int = 0) -> Iterator[np.ndarray]:
-        a = self.array
-        if not isinstance(a, np.memmap) or not a.flags.c_contiguous:
-            for s in range(start, a.shape[0], rows):  # Fortran order: slices of the memmap
-                yield a[s:s + rows]
-            return
-        n, d = a.shape
-        with open(self.path, "rb") as fh:
-            fh.seek(a.offset + start * d * a.dtype.itemsize)
-            for s in range(start, n, rows):
-                count = min(rows, n - s)
-                chunk = np.fromfile(fh, dtype=a.dtype, count=count * d)
-                if chunk.size != count * d:
-                    raise ValueError(f"{self.path!r} is truncated at row {s}")
-                yield chunk.reshape(count, d)
-
-
 def read_npy_chunks(path: str | os.PathLike, chunk_rows: int = DEFAULT_CHUNK_ROWS, start: int = 0) -> Iterator[np.ndarray]:
     """The rows of a 2-D ``.npy`` file from row ``start`` on, ``chunk_rows`` at a time,
     read with plain reads (never the whole file, never mapped): what
@@ -780,7 +755,7 @@ def read_npy_chunks(path: str | os.PathLike, chunk_rows: int = DEFAULT_CHUNK_ROW
     True
     >>> os.remove(path)
     """
-    source = _npy_rows(os.fspath(path))
+    source = NpyRows(os.fspath(path))
     chunk_rows = check_int(chunk_rows, "chunk_rows", minimum=1)
     start = check_int(start, "start", minimum=0, maximum=source.shape[0])
     return source.chunks(chunk_rows, start)

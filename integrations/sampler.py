@@ -21,7 +21,7 @@ import numpy as np
 
 from batchsel._checks import check_int, check_number, check_seed, tensor_to_numpy
 from batchsel._state import from_portable, to_portable
-from batchsel.selectors.base import RandomSelector, Selector, digest, shard_length
+from batchsel.selectors.base import Selector, digest, shard_length
 from batchsel.selectors.coreset import CoresetSelector
 
 from .comm import Communicator, get_communicator
@@ -205,11 +205,12 @@ class SelectionBatchSampler:
             raise ValueError(f"weighted=True needs an offline selector (a plan with weights); "
                              f"{type(selector).__name__} is online")
         self.drop_last = bool(drop_last)
-        if self.drop_last and not isinstance(selector, (RandomSelector, CoresetSelector)):
+        if self.drop_last and not selector.full_batches:
             # other selectors' batches differ in size by design (balanced sizes, graph
             # blocks): none is "the short last one", and dropping one could differ by rank
-            raise ValueError(f"drop_last=True (BatchSampler's: drop a short last batch) needs a RandomSelector or "
-                             f"CoresetSelector, whose batches are full but the last; got {type(selector).__name__}")
+            raise ValueError(f"drop_last=True (BatchSampler's: drop a short last batch) needs a selector whose "
+                             f"batches are full but the last (full_batches: RandomSelector, CoresetSelector); "
+                             f"got {type(selector).__name__}")
         #: what Lightning and accelerate call ``set_epoch`` on (``batch_sampler.sampler``)
         self.sampler = _EpochSetter(self)
         if rank is not None:

@@ -38,7 +38,7 @@ def test_demo_quick_trains_every_run_on_two_ranks_and_plots(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"), "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    table = proc.stdout.split("selecting\n", 1)[1]
+    table = proc.stdout.split("selecting  compile s\n", 1)[1]  # compilation reported apart from selection
     for label in ("random", "submodular (SMDL)", "loss-rank", "RHO-LOSS filter", "graph-reg. SSL"):
         assert label in table
     assert "2 rank(s)" in proc.stdout
@@ -48,3 +48,17 @@ def test_demo_quick_trains_every_run_on_two_ranks_and_plots(tmp_path):
     assert "digits-wide / clean" in proc.stdout and "wall saved" in proc.stdout
     assert (out / "budget.json").exists() and (out / "budget_clean.png").exists()
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_docs_demo_sample_is_the_demos_table():
+    # docs/demo.md's sample was written by `demo.py --write-docs`: same runs, same columns
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import demo
+    finally:
+        sys.path.pop(0)
+    sample = demo.docs_sample()
+    assert list(sample) == [label for label, _, _ in demo.RUNS]
+    text = (ROOT / "docs" / "demo.md").read_text()
+    header = demo.format_table([]).splitlines()[0]
+    assert header in text and all(0 < acc <= 1 and steps > 0 for acc, steps in sample.values())

@@ -448,6 +448,13 @@ def test_batch_drop_last_resumes_and_refuses_selectors_with_balanced_batches():
     with pytest.raises(ValueError, match="drop_last=True"):
         sampler_for(online_selector(), drop_last=True)
 
+    class FullBatches(RandomSelector):  # a selector of one's own states the capability, no isinstance
+        pass
+
+    FullBatches.full_batches = False
+    with pytest.raises(ValueError, match="full_batches"):
+        sampler_for(FullBatches(10, 4, seed=0), 0, 1, drop_last=True)
+
 
 # -- frameworks (issue #17) ---------------------------------------------------------------
 def test_frameworks_reach_set_epoch_through_batch_sampler_sampler():

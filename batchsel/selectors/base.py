@@ -172,6 +172,9 @@ class Selector:
     #: True when the plans carry per-example weights that belong in the loss (weighted
     #: coresets, dynamic pruning's up-weighting): ``SelectionBatchSampler(weighted=True)``
     weighted_plans: bool = False
+    #: True when every batch holds ``batch_size`` examples but an epoch's last, as
+    #: ``BatchSampler``'s: then ``SelectionBatchSampler(drop_last=True)`` may drop that one
+    full_batches: bool = False
     #: :meth:`get_params` entries that do not change the batches (where a cache lives),
     #: left out of :meth:`fingerprint` so that ranks may differ in them
     _unplanned_params: tuple[str, ...] = ()
@@ -544,6 +547,7 @@ class RandomSelector(Selector):
 
     uses_feedback = False
     supports_start = True
+    full_batches = True
 
     def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False,
                  partition: str = "random", shuffle: bool = True) -> None:

@@ -110,6 +110,7 @@ class CoresetSelector(Selector):
     feedback_fields = ("embeddings",)
     supports_start = True
     weighted_plans = True
+    full_batches = True  # DistributedSampler's policy over the coreset
 
     def __init__(
         self,
