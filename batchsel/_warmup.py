@@ -21,14 +21,20 @@ def warmup() -> float:
 
     start = time.perf_counter()
     rng = np.random.default_rng(0)
-    loss_rank = LossRankSelector(64, batch_size=8, seed=0)
-    batches = loss_rank.iter_batches(epoch=0)
-    first = next(batches)
-    loss_rank.observe(first, losses=rng.random(len(first)))
-    next(batches)
-    smdl = SubmodularSelector(rng.random((64, 4), dtype=np.float32), batch_size=8, seed=0)
-    batch = next(smdl.iter_batches(epoch=0))
-    smdl.observe(batch, logits=np.zeros((len(batch), 3), np.float32))
+    x = rng.random((64, 4), dtype=np.float32)
+    # one process and a rank of several: a rank's shard is a strided view, which numba
+    # compiles apart; float32 feedback as torch gives it
+    for world_size in (1, 2):
+        loss_rank = LossRankSelector(64, batch_size=8, seed=0)
+        batches = loss_rank.iter_batches(epoch=0, rank=0, world_size=world_size)
+        first = next(batches)
+        loss_rank.observe(first, losses=rng.random(len(first)).astype(np.float32))
+        next(batches)
+        smdl = SubmodularSelector(x, batch_size=8, seed=0)
+        batches = smdl.iter_batches(epoch=0, rank=0, world_size=world_size)
+        first = next(batches)
+        smdl.observe(first, logits=np.zeros((len(first), 3), np.float32))
+        next(batches)
     return time.perf_counter() - start
 
 

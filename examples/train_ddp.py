@@ -75,7 +75,12 @@ def train(args: argparse.Namespace) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     xt, yt = torch.from_numpy(x_test), torch.from_numpy(y_test)
 
-    compile_seconds = batchsel.warmup()  # numba kernels compile here (or load from disk), not in the timed run
+    # numba kernels compile here (or load from numba's disk cache), not in the timed run;
+    # rank 0 first, so the other ranks load what it wrote instead of compiling alongside
+    compile_seconds = batchsel.warmup() if rank == 0 else 0.0
+    torch.distributed.barrier()
+    if rank != 0:
+        batchsel.warmup()
     history, step, select_seconds = [], 0, 0.0
     start = time.perf_counter()
     for epoch in range(args.epochs):
