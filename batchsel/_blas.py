@@ -2,10 +2,8 @@
 
 OpenBLAS splits even a 1024 x 66 x 256 product over all cores, and its worker threads then
 spin waiting for the next call. In a data-parallel job every rank process does that next
-to its own training step, so the threads fight over the cores: one SMDL batch (B = 128,
-pool 1024, d = 64) took 11 ms alone and 24 ms with two processes on two busy cores,
-against about 2 ms with one BLAS thread. Products of that size gain little from threads
-even on an idle machine (0.26 ms on two threads, 0.37 ms on one), so they run on one.
+to its own training step, so the threads fight over the cores. Products of that size gain little from threads even
+on an idle machine, so they run on one (figures: docs/design/implementation-notes.md).
 (SMDL itself no longer calls BLAS: its product is computed in its compiled batch kernel,
 see :func:`batchsel.functions._kernels.gemm_fma`; dense facility location still limits
 its small products here.)
@@ -26,7 +24,7 @@ _lock = threading.RLock()  # reentrant: a nested section on the same thread is f
 @contextmanager
 def one_blas_thread() -> Iterator[None]:
     """Limit BLAS (OpenBLAS, MKL, BLIS, ...) to one thread inside the block and restore
-    the previous count after it; about 15 us. Other threads' BLAS calls made meanwhile
+    the previous count after it. Other threads' BLAS calls made meanwhile
     also run on one thread."""
     global _controller
     with _lock:

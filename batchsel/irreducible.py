@@ -101,20 +101,14 @@ class IrreducibleLoss:
         ``accuracy_`` with it (its guard).
     decisive_:
         The share of the scored examples on which the model is decisive
-        (``decisive_mask_``). A weak model is rarely decisive (k-NN, 5 folds, 5 seeds:
-        digits 0.74-0.94 in every regime of the benchmark, 25 % wrong labels included;
-        mnist1d 0.16-0.20, and 0.63-0.71 on the redundant set, half of which are near-duplicates it
-        finds; 2-class data with 25 % wrong labels 0.46-0.71, with 40 % 0.20-0.28).
+        (``decisive_mask_``). A weak model is rarely decisive (figures: docs/design/irreducible.md).
         :class:`~batchsel.filters.CandidateFilter`'s guard reads it.
     confident_disagreement_:
         The share of the scored examples on which the model is decisive for *another*
         class than their label: an estimate of the label noise this model can see. A weak
         model disagrees often but rarely decisively, so this separates noise from the
-        model's own errors where ``1 - accuracy_`` cannot (k-NN, 5 folds: digits
-        0.22-0.23 with 25 % wrong labels and <= 0.025 in its other regimes; 2-class data
-        0.08-0.10 with 10 %, 0.12-0.19 with 25 % wrong labels, <= 0.028 clean; mnist1d
-        0.027-0.031 clean, 0.057-0.077 on the redundant set, where the model is right on only 49 / 71 % of the
-        labels). :class:`~batchsel.filters.CandidateFilter`'s
+        model's own errors where ``1 - accuracy_`` cannot (figures:
+        docs/design/irreducible.md). :class:`~batchsel.filters.CandidateFilter`'s
         ``irreducible_weight="auto"`` reads it.
     epochs_:
         Per fold, the epoch a torch model was kept at (0 for the other models).

@@ -133,8 +133,7 @@ def maximize(
         ``"approximate-lazy"`` (lazy greedy that accepts the top of its queue once its
         re-evaluated gain is at least ``beta`` times its stale bound,
         ``f >= (1 - e^-beta) OPT`` for monotone f; fewer gain evaluations than ``"lazy"``
-        but one at a time, as apricot's: on the 1797 digits, k = 100, 14 % fewer and about
-        4x the time of the batched ``"lazy"``), ``"sample"`` (a random
+        but one at a time, as apricot's, so slower), ``"sample"`` (a random
         ``sample_fraction`` of the items, then lazy greedy on them), ``"modular"`` (the k
         items of largest singleton gain, one pass: a modular approximation) and
         ``"bidirectional"`` (Buchbinder et al.'s randomized double greedy for

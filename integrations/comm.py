@@ -496,7 +496,7 @@ def get_communicator(kind: str = "auto") -> Communicator:
     initialized (the one the DDP loop uses), :class:`MPIComm` if mpiexec launched the
     process and MPI is initialized too over the same ranks (as :func:`~batchsel.integrations.init_torch_distributed_from_mpi`
     leaves it under mpiexec: MPI's shared-memory collectives exchange a step's feedback
-    in ~0.1 ms, gloo's in ~0.5 ms on one node), else :class:`TorchDistComm`;
+    faster than gloo on one node), else :class:`TorchDistComm`;
     :class:`MPIComm` when mpiexec's variables (``OMPI_COMM_WORLD_SIZE``, ``PMI_SIZE``,
     ``PMIX_RANK``) are set or MPI is already initialized; :class:`TorchDistComm` when
     torchrun's (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``) are; otherwise

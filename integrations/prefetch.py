@@ -107,9 +107,8 @@ class _SelectionThread:
     request runs here, and the next requests are left to the training thread too, 1, 3,
     7, ... up to ``_MAX_SKIP`` of them, before the thread is woken again (each request the
     thread serves in time halves the count). A thread kept waiting for the GIL takes it
-    by force after the switch interval (5 ms), and the training thread then waits until
-    the OS schedules it: on a loaded 2-core machine 3 % of the steps stalled 3-5 ms that
-    way, more than the selection itself costs with a small model.
+    by force after the switch interval, and the training thread then waits until the OS
+    schedules it, which can cost more than the selection itself with a small model.
 
     Selections that cost less than a hand-off (a running mean below ``_CHEAP``, 0.1 ms:
     loss-rank's) are not handed to the thread: each runs on the training thread when its

@@ -94,12 +94,9 @@ class SelectionBatchSampler:
         For online selectors in a multi-rank job, every ``sync_every``-th call of
         :meth:`observe` all-gathers the buffered feedback so each rank's selector sees
         everyone's. ``observe`` is then collective: every rank must call it equally often
-        (one call per step in a DDP loop does that). Default 4: one small all-gather
-        costs about 0.8 ms over gloo (0.1 ms over MPI), more than a small model's step,
-        and a selector seeing the other ranks' feedback up to 3 steps late trained as well
-        (loss-rank on 2 ranks over gloo, 10 cases, validation, 5 seeds: within 2 standard
-        errors of every step's in each, at 1.16-1.30x random's wall time instead of 1.55-1.92x;
-        ``benchmarks/results/sync_every/``). 1 shares every step's feedback at once.
+        (one call per step in a DDP loop does that). Default 4: a selector then sees the
+        other ranks' feedback up to 3 steps late, for a quarter of the collectives (why
+        4: docs/design/sampler.md). 1 shares every step's feedback at once.
     weighted:
         Yield ``(index, weight)`` pairs with the plan's weights (weighted coresets)
         instead of plain indices; wrap the dataset in :class:`WeightedDataset` to get
@@ -114,20 +111,11 @@ class SelectionBatchSampler:
         a daemon, stopped when the iteration ends, is closed or is garbage collected; an
         exception in it is raised in the training thread at the next batch. The compiled
         selection kernels release the GIL, so selection and a torch step can use two cores;
-        it hides selection only where a core is free for it (not when torch's threads
-        take every core), and little next to a step that is mostly Python (a tiny model),
-        as the selection's numpy glue needs the GIL too. A process with fewer than two
-        cores of its own (bound to one, as mpiexec binds each rank by default, or sharing
-        the machine's with the other ranks of its node:
-        :func:`~batchsel.integrations.prefetch.cores_of_this_rank`) starts no thread and
-        selects each batch ahead on the training thread when it is needed: the same
-        batches, without a thread taking turns with the step on one core. So do selections
-        cheaper than handing them to the thread (under 0.1 ms, e.g. loss-rank's). A selection
-        the thread has not started when its batch is needed runs on the training thread:
-        no wait for the scheduler; after such a miss the next few selections run there too
-        (a thread waiting for the GIL takes it by force after 5 ms and the training thread
-        then waits for the OS to schedule it: on a loaded machine that cost more than the
-        selection). ``benchmarks/bench_overlap.py`` measures all of this.
+        it pays only where a core is free for it. A process with fewer than two cores of
+        its own (:func:`~batchsel.integrations.prefetch.cores_of_this_rank`), and
+        selections cheaper than a hand-off to the thread, select each batch ahead on the
+        training thread when it is needed: the same batches. The rules and their
+        measurements: docs/design/sampler.md.
 
         Selectors without feedback (random, graph blocks, offline plans) yield exactly the
         batches of ``prefetch=0``. For selectors that use feedback the lag is fixed, never

@@ -151,8 +151,8 @@ class FacilityLocation(SetFunction):
         tight clusters far from their mean, or when distances concentrate (high
         dimension): gains are then only good to ~1e-3 relative and near-tied picks may
         come in another order than apricot's float64 (the objective value stays within
-        ~1e-6). ``"double"`` computes the Gram blocks in float64 (about 1.7x the time of
-        the float32 product) and keeps a float64 similarity (twice the memory and twice
+        ~1e-6). ``"double"`` computes the Gram blocks in float64 (slower than the float32
+        product) and keeps a float64 similarity (twice the memory and twice
         the memory traffic of the greedy passes): apricot's arithmetic, and its selections.
 
         >>> import numpy as np

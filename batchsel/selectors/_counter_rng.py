@@ -1,8 +1,8 @@
 """Counter-based random numbers (splitmix64: a 64-bit mix of a key plus a counter).
 
 A batch is drawn inside one compiled call that never needs the GIL: no numpy Generator is
-built or called per batch (building one from (seed, epoch, rank, t) alone cost 12 us, and
-after a training step, with cold caches, about 0.2 ms). A run's key hashes (seed, epoch,
+built or called per batch (that cost more than the draws, with cold caches after a
+training step). A run's key hashes (seed, epoch,
 rank); batch ``t`` uses ``_batch_key(key, t)``; ``_substream(key, which)`` gives the
 batch's independent streams and ``_uniform(stream, i)`` their numbers.
 """

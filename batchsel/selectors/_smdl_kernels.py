@@ -406,7 +406,7 @@ def _count_below(order: np.ndarray, m: int, bound: int) -> int:
 @numba.njit(cache=True, nogil=True)
 def _stable_argsort(keys: np.ndarray) -> np.ndarray:
     """``np.argsort(keys, kind="stable")`` for non-negative integers: an LSD radix sort, a
-    byte a pass (a pool of 1024: 8 us, numba's merge sort 35 us). A stable sort's order is
+    byte a pass (faster than numba's merge sort). A stable sort's order is
     unique, so it is the merge sort's."""
     n = keys.shape[0]
     top = 0

@@ -437,8 +437,7 @@ class OnlineSelector(Selector):
     def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> Any:
         """The randomness handed to :meth:`_next_batch` for batch ``t`` of ``run``:
         ``epoch_rng(seed, epoch, rank, t)``. A subclass whose compiled kernel draws its own
-        numbers may return a cheaper key of the same (seed, epoch, rank, t) instead
-        (building the Generator costs about 10 us a batch)."""
+        numbers may return a cheaper key of the same (seed, epoch, rank, t) instead."""
         return epoch_rng(self.seed, run["epoch"], rank, t)
 
     def _draw(self, run: dict[str, Any], rank: int) -> np.ndarray:

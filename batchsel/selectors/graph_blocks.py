@@ -60,8 +60,7 @@ class GraphBlockSelector(Selector):
     blocks, built from ``q * M`` METIS blocks of about ``N / (q M) ~ B / q`` examples.
     Batch sizes are not exactly B: METIS balances blocks to within a few percent, and a
     batch's size is the sum of its blocks'. Tolerance: on k-NN graphs batches stay within
-    +-25% of ``N / M`` (tested on digits for q = 1..8; measured within -9%..+13% for q = 4
-    on a 1M-point k-NN graph); ``block_sizes_`` and :meth:`batch_size_range` report the
+    +-25% of ``N / M`` (tested); ``block_sizes_`` and :meth:`batch_size_range` report the
     actual values. Every example is in exactly one
     batch per epoch; batch i goes to rank ``i % W`` (DistributedSampler's interleave),
     so ``world_size`` must be at most M.

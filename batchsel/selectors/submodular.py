@@ -128,8 +128,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         still in the pool are reused: about B examples enter the pool per batch, so only
         theirs are computed (``ceil(pool_size / B)``, 8 at the default pool, computes about
         a quarter of the similarities per batch on average). Other picks than the default's
-        (with coverage alone, n = 8 lost to random on the clean mnist1d MLP, -0.45 +- 0.19
-        points, validation, 10 seeds: ``benchmarks/results/smdl_default/val.md``);
+        (why it is not the default: docs/design/smdl.md);
         :meth:`select_from_pool` draws its coverage set per call whatever this is.
 
     Notes
