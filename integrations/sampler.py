@@ -19,22 +19,18 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from batchsel._checks import check_int, check_number, check_seed, tensor_to_numpy
+from batchsel._checks import check_int, check_number, check_seed
 from batchsel._state import from_portable, to_portable
 from batchsel.selectors.base import Selector, digest, shard_length
 from batchsel.selectors.coreset import CoresetSelector
 
 from .comm import Communicator, get_communicator
+from .feedback import FEEDBACK, exchange, observation, to_numpy
 from .prefetch import BackgroundSelection, Observation
 
 logger = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-_FEEDBACK = ("losses", "logits", "embeddings")
-
-
-def _to_numpy(x: Any) -> np.ndarray:
-    return np.asarray(tensor_to_numpy(x))
 
 
 def _torch_dist_world() -> tuple[int, int] | None:
@@ -225,7 +221,7 @@ class SelectionBatchSampler:
         self._iter_pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         # feedback is gathered across ranks only for selectors that use it (not RandomSelector)
         self._uses_feedback = bool(selector.uses_feedback)
-        self._feedback_fields = frozenset(getattr(selector, "feedback_fields", _FEEDBACK))
+        self._feedback_fields = frozenset(getattr(selector, "feedback_fields", FEEDBACK))
         self._buffer: list[Observation] = []  # feedback not yet all-gathered
         self._observe_calls = 0  # buffered observe() calls of the latest iteration: ranks must agree
         # gathered feedback goes to the selector through this; while an iteration with
@@ -546,21 +542,9 @@ class SelectionBatchSampler:
         """
         if not self._uses_feedback:
             return
-        idx = _to_numpy(indices)
-        if idx.dtype.kind not in "iu" and (idx.size or idx.dtype == object):
-            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-        # a copy: feedback held back (prefetch, sync_every) must not change with the caller's array
-        obs: Observation = {"indices": np.array(idx, dtype=np.int64).reshape(-1)}
-        for name, value in zip(_FEEDBACK, (losses, logits, embeddings)):
-            if name not in self._feedback_fields:
-                value = None  # the selector would not read it: neither converted nor shared
-            if value is not None:
-                value = _to_numpy(value)
-                if value.shape[:1] != (idx.size,):
-                    raise ValueError(f"{name} has shape {value.shape}, expected {idx.size} rows (one per index)")
-            obs[name] = value
-        if all(obs[name] is None for name in _FEEDBACK) and any(v is not None for v in (losses, logits, embeddings)):
-            return  # nothing the selector reads (the same on every rank that calls alike)
+        obs = observation(indices, self._feedback_fields, losses, logits, embeddings)
+        if obs is None:
+            return
         if self.comm is None or self.world_size == 1:
             if self.world_size > 1 and not self._warned_local:
                 logger.warning("no communicator: rank %d's feedback is not shared with the other ranks", self.rank)
@@ -583,24 +567,9 @@ class SelectionBatchSampler:
             self._background.observe(self._buffer)
             self._buffer = []
             return
-        what = "SelectionBatchSampler's feedback all-gather (observe / sync)"
-        wait = getattr(self.comm, "wait_for_ranks", None)
-        if wait is not None:  # batchsel's communicators: bounded by ``timeout``
-            wait(what, self.timeout)
-        try:
-            gathered = self.comm.allgather(self._buffer)
-        except RuntimeError as exc:  # e.g. gloo's own timeout: say which collective it was
-            raise RuntimeError(f"{what} failed on rank {self.rank}: {exc}") from exc
+        gathered = exchange(self.comm, self._buffer, self.rank, self.timeout)
         self._buffer = []
-        steps = [[o.get("step") for o in g] for g in gathered]
-        if any(s != steps[0] for s in steps):
-            def where(calls: list) -> str:
-                return ", ".join("?" if c is None else f"epoch {c[0]} call {c[1]}" for c in calls) or "nothing"
-            held = "; ".join(f"rank {r}: {where(calls)}" for r, calls in enumerate(steps))
-            raise RuntimeError(f"the ranks called observe() differently before this feedback all-gather ({held}); "
-                               f"every rank must call observe once per step, alike")
-        rounds = max(len(g) for g in gathered)
-        self._background.observe([g[c] for c in range(rounds) for g in gathered if c < len(g)])
+        self._background.observe(gathered)
 
     def _feed_selector(self, observations: list[Observation]) -> None:
         # on the training thread, or on the prefetch thread right before a selection
@@ -680,7 +649,7 @@ class WeightedDataset:
     def __init__(self, dataset: Any, weights: Any = None) -> None:
         self.dataset = dataset
         if weights is not None:
-            weights = _to_numpy(weights).astype(np.float32).reshape(-1)
+            weights = to_numpy(weights).astype(np.float32).reshape(-1)
             if len(weights) != len(dataset):
                 raise ValueError(f"weights has {len(weights)} entries, the dataset {len(dataset)}")
             if not np.isfinite(weights).all() or (weights < 0).any():

@@ -1,0 +1,70 @@
+"""Feedback from the training loop: one step's observation, and its exchange across ranks.
+
+:class:`~batchsel.integrations.SelectionBatchSampler` keeps the buffer and the call count;
+this module builds an observation from what the loop hands over (only the fields the
+selector reads) and all-gathers a buffer of them, checking that every rank is at the same
+``observe`` call, so that every rank's selector sees every rank's feedback in one order.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from batchsel._checks import tensor_to_numpy
+
+from .comm import Communicator
+from .prefetch import Observation
+
+#: the kinds of feedback a selector may read (its ``feedback_fields``)
+FEEDBACK = ("losses", "logits", "embeddings")
+GATHER = "SelectionBatchSampler's feedback all-gather (observe / sync)"
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    return np.asarray(tensor_to_numpy(x))
+
+
+def observation(indices: Any, fields: frozenset[str], losses: Any = None, logits: Any = None,
+                embeddings: Any = None) -> Observation | None:
+    """The feedback of one batch as the selector reads it (copies; the fields it does not
+    read left out), or None when all that was given is unread."""
+    idx = to_numpy(indices)
+    if idx.dtype.kind not in "iu" and (idx.size or idx.dtype == object):
+        raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+    # a copy: feedback held back (prefetch, sync_every) must not change with the caller's array
+    obs: Observation = {"indices": np.array(idx, dtype=np.int64).reshape(-1)}
+    for name, value in zip(FEEDBACK, (losses, logits, embeddings)):
+        if name not in fields:
+            value = None  # the selector would not read it: neither converted nor shared
+        if value is not None:
+            value = to_numpy(value)
+            if value.shape[:1] != (idx.size,):
+                raise ValueError(f"{name} has shape {value.shape}, expected {idx.size} rows (one per index)")
+        obs[name] = value
+    if all(obs[name] is None for name in FEEDBACK) and any(v is not None for v in (losses, logits, embeddings)):
+        return None  # nothing the selector reads (the same on every rank that calls alike)
+    return obs
+
+
+def exchange(comm: Communicator, buffer: list[Observation], rank: int, timeout: float | None) -> list[Observation]:
+    """All-gather every rank's buffered observations (collective) and return them in the
+    order every rank applies them: round by round (call order), rank by rank within a
+    round. ``RuntimeError`` when a rank is missing past ``timeout`` or the ranks' buffers
+    hold different ``observe`` calls (their ``"step"`` tags)."""
+    wait = getattr(comm, "wait_for_ranks", None)
+    if wait is not None:  # batchsel's communicators: bounded by ``timeout``
+        wait(GATHER, timeout)
+    try:
+        gathered = comm.allgather(buffer)
+    except RuntimeError as exc:  # e.g. gloo's own timeout: say which collective it was
+        raise RuntimeError(f"{GATHER} failed on rank {rank}: {exc}") from exc
+    steps = [[o.get("step") for o in g] for g in gathered]
+    if any(s != steps[0] for s in steps):
+        def where(calls: list) -> str:
+            return ", ".join("?" if c is None else f"epoch {c[0]} call {c[1]}" for c in calls) or "nothing"
+        held = "; ".join(f"rank {r}: {where(calls)}" for r, calls in enumerate(steps))
+        raise RuntimeError(f"the ranks called observe() differently before this feedback all-gather ({held}); "
+                           f"every rank must call observe once per step, alike")
+    rounds = max(len(g) for g in gathered)
+    return [g[c] for c in range(rounds) for g in gathered if c < len(g)]
