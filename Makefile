@@ -26,6 +26,7 @@ pytest: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 # strict: a broken link, reference or docstring fails the build

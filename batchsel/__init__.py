@@ -9,6 +9,7 @@ filter that keeps the best B of a scored candidate batch (loss, gradient norm, R
 reducible loss, optionally diverse). Adapters for torch and MPI live in
 ``batchsel.integrations``.
 """
+
 from ._warmup import warmup
 from .data_audit import Audit, audit
 from .dedup import Deduplication, deduplicate
@@ -50,23 +51,55 @@ __version__ = "0.1.0"
 def __getattr__(name: str):  # these import torch (~2 s): only when they are used
     if name == "GraphRegularizedLoss":
         from .losses import GraphRegularizedLoss
+
         return GraphRegularizedLoss
     if name == "SelectionBatchSampler":
         from .integrations import SelectionBatchSampler
+
         return SelectionBatchSampler
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
-    "EmbeddingIndex", "knn_graph", "deduplicate", "Deduplication", "audit", "Audit",
-    "SetFunction", "FacilityLocation", "FeatureBased", "GraphCut", "SumRedundancy",
-    "SaturatedCoverage", "LogDeterminant", "Modular", "Mixture", "MaxCoverage", "Custom",
-    "Selection", "maximize", "greedi_facility_location",
-    "SieveStreaming", "ReferenceFacilityLocation",
-    "EpochPlan", "save_plans", "load_plans",
-    "Selector", "RandomSelector", "SubmodularSelector", "LossRankSelector", "GraphBlockSelector",
-    "CoresetSelector", "InfoBatchSelector", "ScorePruningSelector", "coverage_centric_selection",
+    "EmbeddingIndex",
+    "knn_graph",
+    "deduplicate",
+    "Deduplication",
+    "audit",
+    "Audit",
+    "SetFunction",
+    "FacilityLocation",
+    "FeatureBased",
+    "GraphCut",
+    "SumRedundancy",
+    "SaturatedCoverage",
+    "LogDeterminant",
+    "Modular",
+    "Mixture",
+    "MaxCoverage",
+    "Custom",
+    "Selection",
+    "maximize",
+    "greedi_facility_location",
+    "SieveStreaming",
+    "ReferenceFacilityLocation",
+    "EpochPlan",
+    "save_plans",
+    "load_plans",
+    "Selector",
+    "RandomSelector",
+    "SubmodularSelector",
+    "LossRankSelector",
+    "GraphBlockSelector",
+    "CoresetSelector",
+    "InfoBatchSelector",
+    "ScorePruningSelector",
+    "coverage_centric_selection",
     "submodular_partition",
-    "CandidateFilter", "IrreducibleLoss", "loss_scores", "gradnorm_scores",
+    "CandidateFilter",
+    "IrreducibleLoss",
+    "loss_scores",
+    "gradnorm_scores",
     "GraphRegularizedLoss",
     "SelectionBatchSampler",
     "warmup",

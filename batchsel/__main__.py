@@ -1,4 +1,5 @@
 """``python -m batchsel``: the same as the ``batchsel`` command."""
+
 import sys
 
 from .cli import main

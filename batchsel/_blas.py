@@ -8,6 +8,7 @@ on an idle machine, so they run on one (figures: docs/design/implementation-note
 see :func:`batchsel.functions._kernels.gemm_fma`; dense facility location still limits
 its small products here.)
 """
+
 from __future__ import annotations
 
 import threading

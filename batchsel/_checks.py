@@ -1,6 +1,7 @@
 """Input checks shared by every module: one place that turns user input into the
 canonical forms (float32 C-contiguous embeddings, CSR graphs with int64 indices) or
 raises a ``ValueError`` / ``TypeError`` that names the bad value."""
+
 from __future__ import annotations
 
 import math
@@ -76,8 +77,13 @@ def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | 
 def check_number(value: Any, name: str, low: float, high: float | None = None) -> float:
     """Return ``value`` as a ``float`` after checking it is a finite number in
     ``[low, high]`` (``high=None``: no upper bound)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or value < low or (high is not None and value > high):
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or value < low
+        or (high is not None and value > high)
+    ):
         span = f">= {low:g}" if high is None else f"in [{low:g}, {high:g}]"
         raise ValueError(f"{name} must be a finite number {span}, got {value!r}")
     return float(value)
@@ -95,7 +101,7 @@ def check_finite(x: np.ndarray, name: str, source: np.ndarray | None = None, fir
     flat = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
     rows = max(1, _FINITE_BLOCK_BYTES // max(1, flat.shape[1] * flat.itemsize))
     for start in range(0, flat.shape[0], rows):
-        block = flat[start:start + rows]
+        block = flat[start : start + rows]
         if not np.isfinite(block).all():
             bad = np.argwhere(~np.isfinite(block))[0]
             row, col = start + int(bad[0]), int(bad[1])
@@ -105,7 +111,8 @@ def check_finite(x: np.ndarray, name: str, source: np.ndarray | None = None, fir
                     raise ValueError(
                         f"{name} holds {original:.3g} (row {first_row + row}), beyond the float32 range "
                         f"(+-{np.finfo(np.float32).max:.3g}) it is computed in; rescale it (e.g. divide "
-                        f"by its largest absolute value)")
+                        f"by its largest absolute value)"
+                    )
             raise ValueError(f"{name} contains NaN or inf (first at row {first_row + row}: {flat[row, col]})")
 
 
@@ -120,18 +127,22 @@ def check_scale(x: np.ndarray, name: str, center: np.ndarray | None = None, unde
     rows = max(1, _FINITE_BLOCK_BYTES // max(1, flat.shape[1] * 8))
     largest = 0.0
     for start in range(0, flat.shape[0], rows):
-        block = np.asarray(flat[start:start + rows], dtype=np.float64)
+        block = np.asarray(flat[start : start + rows], dtype=np.float64)
         if center is not None:
             block = block - center
         largest = max(largest, float(np.einsum("ij,ij->i", block, block).max(initial=0.0)))
     centered = " (after centering)" if center is not None else ""
     if largest > SQUARED_MAX:
-        raise ValueError(f"{name}: row squared norms reach {largest:.3g}{centered}, so squared distances overflow "
-                         f"float32 (max {np.finfo(np.float32).max:.3g}); rescale the embeddings (e.g. divide them "
-                         f"by their standard deviation)")
+        raise ValueError(
+            f"{name}: row squared norms reach {largest:.3g}{centered}, so squared distances overflow "
+            f"float32 (max {np.finfo(np.float32).max:.3g}); rescale the embeddings (e.g. divide them "
+            f"by their standard deviation)"
+        )
     if underflow and 0.0 < largest < SQUARED_MIN:
-        raise ValueError(f"{name}: row squared norms are at most {largest:.3g}{centered}, so squared distances "
-                         f"underflow float32; rescale the embeddings (e.g. divide them by their standard deviation)")
+        raise ValueError(
+            f"{name}: row squared norms are at most {largest:.3g}{centered}, so squared distances "
+            f"underflow float32; rescale the embeddings (e.g. divide them by their standard deviation)"
+        )
 
 
 def load_embeddings(embeddings: Any, name: str = "embeddings", first_row: int = 0) -> np.ndarray:
@@ -175,7 +186,9 @@ def load_embeddings(embeddings: Any, name: str = "embeddings", first_row: int = 
     return x
 
 
-def check_graph(graph: Any, num_nodes: int | None = None, name: str = "graph", dtype: Any = np.float32) -> sp.csr_matrix:
+def check_graph(
+    graph: Any, num_nodes: int | None = None, name: str = "graph", dtype: Any = np.float32
+) -> sp.csr_matrix:
     """Return ``graph`` as a square CSR matrix with int64 indices and float32 weights
     (``dtype=np.float64`` keeps float64 weights, for the set functions' float64 similarities).
 
@@ -200,8 +213,10 @@ def check_graph(graph: Any, num_nodes: int | None = None, name: str = "graph", d
         g.sum_duplicates()
         g.eliminate_zeros()
     if g.nnz and not np.isfinite(g.data).all():
-        raise ValueError(f"{name} has edge weights beyond the float32 range (+-{np.finfo(np.float32).max:.3g}); "
-                         f"rescale them (e.g. divide by the largest)")
+        raise ValueError(
+            f"{name} has edge weights beyond the float32 range (+-{np.finfo(np.float32).max:.3g}); "
+            f"rescale them (e.g. divide by the largest)"
+        )
     g = to_int64(g)
     # a float32 cast, summed duplicates and dropped zeros keep a matrix symmetric
     return mark_symmetric(g) if known_symmetric(graph) else g
@@ -286,7 +301,9 @@ def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
     with one row per index."""
     values = tensor_to_numpy(values)
     if values.dtype.kind == "c" if isinstance(values, np.ndarray) else np.iscomplexobj(values):
-        raise TypeError(f"{name} must be real numbers, got complex values")  # a float cast would drop the imaginary part
+        raise TypeError(
+            f"{name} must be real numbers, got complex values"
+        )  # a float cast would drop the imaginary part
     try:
         # the dtype before the cast: a float cast turns None into NaN, reported as "NaN or inf"
         raw = values if isinstance(values, np.ndarray) else np.asarray(values)
@@ -320,6 +337,8 @@ def check_metric(metric: Any, allowed: tuple[str, ...], name: str = "metric") ->
     canonical = METRIC_SYNONYMS.get(metric, metric) if isinstance(metric, str) else metric
     if not isinstance(canonical, str) or canonical not in allowed:
         synonyms = [f"{s!r} for {c!r}" for s, c in METRIC_SYNONYMS.items() if c in allowed]
-        raise ValueError(f"{name} must be one of {tuple(allowed)}{' (or ' + ', '.join(synonyms) + ')' if synonyms else ''}, "
-                         f"got {metric!r}")
+        raise ValueError(
+            f"{name} must be one of {tuple(allowed)}{' (or ' + ', '.join(synonyms) + ')' if synonyms else ''}, "
+            f"got {metric!r}"
+        )
     return canonical

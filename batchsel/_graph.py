@@ -1,6 +1,7 @@
 """Graph utilities shared by the selectors that work on a sparse similarity graph
 (GreedMax partitioning, METIS blocks): CSR in, CSR with int64 indices out (see
 :func:`batchsel._checks.check_graph`, which makes a user's graph canonical first)."""
+
 from __future__ import annotations
 
 import logging
@@ -80,14 +81,19 @@ def metis_blocks(graph: sp.csr_matrix, num_blocks: int, seed: int = 0, recursive
     adjacency = pymetis.CSRAdjacency(g.indptr.astype(dtype, copy=False), g.indices.astype(dtype, copy=False))
     logger.info("METIS: %d nodes, %d edges into %d blocks", n, g.nnz // 2, num_blocks)
     with c_stdout_to_stderr():  # METIS printf()s diagnostics: keep them out of stdout (--json)
-        _, membership = pymetis.part_graph(num_blocks, adjacency, eweights=weights, recursive=bool(recursive),
-                                           options=pymetis.Options(seed=int(seed) % (2**31 - 1)))
+        _, membership = pymetis.part_graph(
+            num_blocks,
+            adjacency,
+            eweights=weights,
+            recursive=bool(recursive),
+            options=pymetis.Options(seed=int(seed) % (2**31 - 1)),
+        )
     blocks = np.asarray(membership, dtype=np.int64)
     sizes = np.bincount(blocks, minlength=num_blocks)
     for empty in np.flatnonzero(sizes == 0):  # rare (tiny or edgeless graphs)
         largest = int(np.argmax(sizes))
         members = np.flatnonzero(blocks == largest)
-        moved = members[len(members) // 2:]
+        moved = members[len(members) // 2 :]
         blocks[moved] = empty
         sizes[largest] -= len(moved)
         sizes[empty] = len(moved)

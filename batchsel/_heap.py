@@ -10,6 +10,7 @@ loops that compare candidates directly.
 - an indexed 4-ary max-heap with stale-bound bookkeeping for :func:`batchsel.maximize`'s
   lazy greedy: :func:`heapify`, :func:`lazy_pop`, :func:`lazy_push`, :func:`lazy_drop`.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """State dicts that ``torch.load(weights_only=True)`` reads: numpy arrays travel as
 tensors, numpy scalars as Python ones, so a checkpoint holding a batchsel state loads
 with torch's safe default."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Compile the selectors' numba kernels before a timed run."""
+
 from __future__ import annotations
 
 import time

@@ -15,6 +15,7 @@ files are removed on an error, Ctrl-C or SIGTERM), and an existing file is only 
 with ``--force`` (a symlink is written through; devices and other special files are
 refused).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,17 @@ EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_T
 
 OBJECTIVES = ("facility-location", "feature-based", "graph-cut", "sum-redundancy", "saturated-coverage")
 # every optimizer of maximize but GreeDi (which needs ranks: greedi_facility_location under mpiexec)
-OPTIMIZERS = ("lazy", "naive", "two-stage", "approximate-lazy", "stochastic", "lazier-than-lazy", "sample", "modular",
-              "bidirectional")
+OPTIMIZERS = (
+    "lazy",
+    "naive",
+    "two-stage",
+    "approximate-lazy",
+    "stochastic",
+    "lazier-than-lazy",
+    "sample",
+    "modular",
+    "bidirectional",
+)
 METHODS = ("random", "submodular", "loss", "graph", "coreset")
 # "l2" (faiss's name) is accepted as a synonym of "euclidean": _metric translates it.
 METRICS = ("cosine", "euclidean", "l2")
@@ -162,8 +172,12 @@ exit codes: 0 ok, 2 bad usage or input, 1 internal error (--debug shows the trac
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``batchsel`` command."""
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = _Parser(prog="batchsel", description="Data selection and mini-batch scheduling for data-parallel training.",
-                     epilog=MAIN_EXAMPLE, formatter_class=fmt)
+    parser = _Parser(
+        prog="batchsel",
+        description="Data selection and mini-batch scheduling for data-parallel training.",
+        epilog=MAIN_EXAMPLE,
+        formatter_class=fmt,
+    )
     parser.add_argument("--version", action="version", version=f"batchsel {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--debug", action="store_true", help="print the traceback of errors")
@@ -175,66 +189,127 @@ def build_parser() -> argparse.ArgumentParser:
     force.add_argument("--force", action="store_true", help="replace output files that exist")
     sub: Any = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("select", parents=[common, force], formatter_class=fmt, epilog=SELECT_EXAMPLE,
-                       help="pick k examples by submodular maximization",
-                       description="Pick K examples of EMB (N x d) by greedy maximization of a submodular function;\n"
-                                   "print them in selection order with their marginal gains.")
+    p = sub.add_parser(
+        "select",
+        parents=[common, force],
+        formatter_class=fmt,
+        epilog=SELECT_EXAMPLE,
+        help="pick k examples by submodular maximization",
+        description="Pick K examples of EMB (N x d) by greedy maximization of a submodular function;\n"
+        "print them in selection order with their marginal gains.",
+    )
     p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
     p.add_argument("--k", type=int, required=True, metavar="K", help="number of examples to select")
-    p.add_argument("--objective", choices=OBJECTIVES, default="facility-location", help="set function (default facility-location)")
+    p.add_argument(
+        "--objective", choices=OBJECTIVES, default="facility-location", help="set function (default facility-location)"
+    )
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="lazy", help="greedy variant (default lazy)")
-    p.add_argument("--epsilon", type=float, default=None, metavar="EPS",
-                   help="accuracy of the stochastic optimizers (default 0.01) and of --stream's thresholds (default 0.1)")
-    p.add_argument("--metric", choices=SELECT_METRICS, default=None,
-                   help="similarity of embeddings (default euclidean: max d^2 - d^2, as apricot; cosine: squared "
-                        "cosine; corr: squared Pearson correlation)")
-    p.add_argument("--neighbors", type=int, default=None, metavar="N",
-                   help="sparse similarity over the N-NN graph instead of a dense N x N one "
-                        "(default: dense up to 20000 examples, 20-NN beyond)")
+    p.add_argument(
+        "--epsilon",
+        type=float,
+        default=None,
+        metavar="EPS",
+        help="accuracy of the stochastic optimizers (default 0.01) and of --stream's thresholds (default 0.1)",
+    )
+    p.add_argument(
+        "--metric",
+        choices=SELECT_METRICS,
+        default=None,
+        help="similarity of embeddings (default euclidean: max d^2 - d^2, as apricot; cosine: squared "
+        "cosine; corr: squared Pearson correlation)",
+    )
+    p.add_argument(
+        "--neighbors",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sparse similarity over the N-NN graph instead of a dense N x N one "
+        "(default: dense up to 20000 examples, 20-NN beyond)",
+    )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the stochastic optimizers (default 0)")
-    p.add_argument("--out", metavar="FILE", help="also save the indices to FILE.npy (or indices, gains and value to FILE.npz)")
+    p.add_argument(
+        "--out", metavar="FILE", help="also save the indices to FILE.npy (or indices, gains and value to FILE.npz)"
+    )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
-    p.add_argument("--stream", action="store_true",
-                   help="one pass over EMB.npy in chunks, in bounded memory (sieve streaming): feature-based, or "
-                        "facility-location over a seeded sample of --reference-size rows")
-    p.add_argument("--chunk-rows", type=int, default=None, metavar="N", help="rows read at a time with --stream (default 65536)")
-    p.add_argument("--reference-size", type=int, default=None, metavar="M",
-                   help="facility-location --stream: rows of the reference sample (default 1000)")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="one pass over EMB.npy in chunks, in bounded memory (sieve streaming): feature-based, or "
+        "facility-location over a seeded sample of --reference-size rows",
+    )
+    p.add_argument(
+        "--chunk-rows", type=int, default=None, metavar="N", help="rows read at a time with --stream (default 65536)"
+    )
+    p.add_argument(
+        "--reference-size",
+        type=int,
+        default=None,
+        metavar="M",
+        help="facility-location --stream: rows of the reference sample (default 1000)",
+    )
     p.set_defaults(run=cmd_select)
 
-    p = sub.add_parser("plan", parents=[common, force], formatter_class=fmt, epilog=PLAN_EXAMPLE,
-                       help="compute every worker's batches and save them",
-                       description="Compute the batches of every worker (rank) for E epochs and save them in one\n"
-                                   "plan file.")
+    p = sub.add_parser(
+        "plan",
+        parents=[common, force],
+        formatter_class=fmt,
+        epilog=PLAN_EXAMPLE,
+        help="compute every worker's batches and save them",
+        description="Compute the batches of every worker (rank) for E epochs and save them in one\nplan file.",
+    )
     p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
     p.add_argument("--batch-size", type=int, required=True, metavar="B", help="examples per batch")
-    p.add_argument("--workers", type=int, required=True, metavar="W", help="number of data-parallel workers (world size)")
+    p.add_argument(
+        "--workers", type=int, required=True, metavar="W", help="number of data-parallel workers (world size)"
+    )
     p.add_argument("--epochs", type=int, default=1, metavar="E", help="number of epochs (default 1)")
     p.add_argument("--start-epoch", type=int, default=0, metavar="E0", help="number of the first epoch (default 0)")
     p.add_argument("--method", choices=METHODS, default="random", help="how batches are chosen (default random)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
     p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding ranks to equal size")
     p.add_argument("--labels", metavar="Y", help="class labels (N integers) for --method coreset")
-    p.add_argument("--metric", choices=METRICS, default=None,
-                   help="graph: metric of the k-NN graph built from EMB; coreset: of the facility location "
-                        "(default euclidean)")
-    p.add_argument("--neighbors", type=int, default=None, metavar="K",
-                   help="graph: k of the k-NN graph built from EMB (default 10); coreset: sparse K-NN "
-                        "similarity instead of dense per class")
+    p.add_argument(
+        "--metric",
+        choices=METRICS,
+        default=None,
+        help="graph: metric of the k-NN graph built from EMB; coreset: of the facility location (default euclidean)",
+    )
+    p.add_argument(
+        "--neighbors",
+        type=int,
+        default=None,
+        metavar="K",
+        help="graph: k of the k-NN graph built from EMB (default 10); coreset: sparse K-NN "
+        "similarity instead of dense per class",
+    )
     g = p.add_argument_group("method submodular (SMDL)")
-    g.add_argument("--weights", metavar="LU,LR,LM,LF", default=None,
-                   help="weights of uncertainty, diversity, mean closeness, feature match (default 0.2,0.1,0.5,0.2)")
+    g.add_argument(
+        "--weights",
+        metavar="LU,LR,LM,LF",
+        default=None,
+        help="weights of uncertainty, diversity, mean closeness, feature match (default 0.2,0.1,0.5,0.2)",
+    )
     g.add_argument("--pool-size", type=int, default=None, metavar="P", help="candidates per batch (default 8 B)")
-    g.add_argument("--partition", choices=("random", "submodular"), default=None,
-                   help="worker shards: random every epoch, or representative (GreedMax) (default random)")
+    g.add_argument(
+        "--partition",
+        choices=("random", "submodular"),
+        default=None,
+        help="worker shards: random every epoch, or representative (GreedMax) (default random)",
+    )
     g = p.add_argument_group("method loss (loss-rank)")
     g.add_argument("--losses", metavar="L", help="latest per-example losses (N floats; default: none seen yet)")
-    g.add_argument("--pressure", type=float, default=None, metavar="S_E",
-                   help="selection pressure: first / last rank probability (default 100)")
+    g.add_argument(
+        "--pressure",
+        type=float,
+        default=None,
+        metavar="S_E",
+        help="selection pressure: first / last rank probability (default 100)",
+    )
     g = p.add_argument_group("method graph (graph-consistent batches)")
     g.add_argument("--graph", metavar="G.npz", help="N x N graph (scipy.sparse.save_npz); default: k-NN graph of EMB")
-    g.add_argument("--blocks-per-batch", type=int, default=None, metavar="Q",
-                   help="METIS blocks per batch (default B / 32)")
+    g.add_argument(
+        "--blocks-per-batch", type=int, default=None, metavar="Q", help="METIS blocks per batch (default B / 32)"
+    )
     g.add_argument("--save-graph", metavar="G.npz", help="also save the k-NN graph built from EMB")
     g = p.add_argument_group("method coreset (CRAIG)")
     g.add_argument("--fraction", type=float, default=None, metavar="F", help="share of each class kept (default 0.1)")
@@ -242,10 +317,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(run=cmd_plan)
 
-    p = sub.add_parser("inspect", parents=[common, force], formatter_class=fmt, epilog=INSPECT_EXAMPLE,
-                       help="summarize (and plot) a plan file",
-                       description="Summarize a plan file: fingerprints, coverage, duplicates, per-rank counts,\n"
-                                   "and label entropy / graph edges inside batches when given.")
+    p = sub.add_parser(
+        "inspect",
+        parents=[common, force],
+        formatter_class=fmt,
+        epilog=INSPECT_EXAMPLE,
+        help="summarize (and plot) a plan file",
+        description="Summarize a plan file: fingerprints, coverage, duplicates, per-rank counts,\n"
+        "and label entropy / graph edges inside batches when given.",
+    )
     p.add_argument("plan", metavar="PLAN.npz", help="plan file written by 'batchsel plan' or batchsel.save_plans")
     p.add_argument("--epoch", type=int, default=None, metavar="E", help="only this epoch (default all)")
     p.add_argument("--labels", metavar="Y", help="class labels (N integers, -1 = unlabeled)")
@@ -254,27 +334,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(run=cmd_inspect)
 
-    p = sub.add_parser("dedup", parents=[common, force], formatter_class=fmt, epilog=DEDUP_EXAMPLE,
-                       help="find near-duplicate rows and keep one of each group",
-                       description="Find the rows of EMB whose embeddings are near-duplicates (cosine similarity >= T)\n"
-                                   "and keep one row per group (its smallest index).")
+    p = sub.add_parser(
+        "dedup",
+        parents=[common, force],
+        formatter_class=fmt,
+        epilog=DEDUP_EXAMPLE,
+        help="find near-duplicate rows and keep one of each group",
+        description="Find the rows of EMB whose embeddings are near-duplicates (cosine similarity >= T)\n"
+        "and keep one row per group (its smallest index).",
+    )
     p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
-    p.add_argument("--threshold", type=float, default=0.95, metavar="T",
-                   help="cosine similarity at or above which two rows are near-duplicates, in (0, 1] (default 0.95)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.95,
+        metavar="T",
+        help="cosine similarity at or above which two rows are near-duplicates, in (0, 1] (default 0.95)",
+    )
     p.add_argument("--k", type=int, default=8, metavar="K", help="neighbours searched per row (default 8)")
     p.add_argument("--out", metavar="KEEP.npy", help="save the kept row indices (int64, sorted)")
     p.add_argument("--groups", metavar="GROUPS.npy", help="save, for every row, the row its group keeps")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.set_defaults(run=cmd_dedup)
 
-    p = sub.add_parser("audit", parents=[common, force], formatter_class=fmt, epilog=AUDIT_EXAMPLE,
-                       help="near-duplicates, label noise, imbalance and outliers of a data set",
-                       description="Audit EMB (and its labels): near-duplicates, label noise, class balance, outliers\n"
-                                   "and cluster structure, with what the regime benchmark measured on such data.")
+    p = sub.add_parser(
+        "audit",
+        parents=[common, force],
+        formatter_class=fmt,
+        epilog=AUDIT_EXAMPLE,
+        help="near-duplicates, label noise, imbalance and outliers of a data set",
+        description="Audit EMB (and its labels): near-duplicates, label noise, class balance, outliers\n"
+        "and cluster structure, with what the regime benchmark measured on such data.",
+    )
     p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
     p.add_argument("--labels", metavar="Y", help="class labels (N integers): label noise and class balance")
-    p.add_argument("--threshold", type=float, default=0.95, metavar="T",
-                   help="near-duplicate cosine similarity for the advice, in (0, 1] (default 0.95)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.95,
+        metavar="T",
+        help="near-duplicate cosine similarity for the advice, in (0, 1] (default 0.95)",
+    )
     p.add_argument("--k", type=int, default=10, metavar="K", help="neighbours per row (default 10)")
     p.add_argument("--issues", metavar="FILE.npy", help="save the rows flagged as mislabelled, most likely first")
     p.add_argument("--plot", metavar="FILE.png", help="draw the figures to FILE (.png, .pdf or .svg)")
@@ -286,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------------------
 # inputs and outputs
 # --------------------------------------------------------------------------------------
+
 
 def _embeddings(path: str) -> np.ndarray:
     """N x d float32 embeddings from a file (.npy stays memory-mapped)."""
@@ -329,8 +430,13 @@ def _input_file(spec: str) -> str:
     return spec
 
 
-def _check_output(path: str | None, force: bool, what: str = "output", suffixes: tuple[str, ...] = (),
-                  inputs: Sequence[tuple[str, str | None]] = ()) -> None:
+def _check_output(
+    path: str | None,
+    force: bool,
+    what: str = "output",
+    suffixes: tuple[str, ...] = (),
+    inputs: Sequence[tuple[str, str | None]] = (),
+) -> None:
     """Fail before the expensive work when an output cannot be written (the atomic write
     checks again when it happens) or is one of the ``inputs`` (``(option, path)`` pairs):
     ``--force`` replaces outputs, never the data read."""
@@ -355,8 +461,9 @@ def _check_output(path: str | None, force: bool, what: str = "output", suffixes:
     # a symlink is written through (the atomic write replaces its target, not the link)
     target = os.path.realpath(path) if os.path.islink(path) else path
     if os.path.exists(target) and not os.path.isfile(target):
-        raise UsageError(f"{what} {path!r} is not a regular file (a device, FIFO, socket or folder); "
-                         f"write to a regular file")
+        raise UsageError(
+            f"{what} {path!r} is not a regular file (a device, FIFO, socket or folder); write to a regular file"
+        )
     path = target
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -396,13 +503,18 @@ def _metric(name: str) -> str:
 # select
 # --------------------------------------------------------------------------------------
 
+
 def _objective(name: str, x: np.ndarray, metric: str, neighbors: int | None, progress: bool) -> Any:
     from . import functions
 
     if name == "feature-based":
         return functions.FeatureBased(x)
-    cls = {"facility-location": functions.FacilityLocation, "graph-cut": functions.GraphCut,
-           "sum-redundancy": functions.SumRedundancy, "saturated-coverage": functions.SaturatedCoverage}[name]
+    cls = {
+        "facility-location": functions.FacilityLocation,
+        "graph-cut": functions.GraphCut,
+        "sum-redundancy": functions.SumRedundancy,
+        "saturated-coverage": functions.SaturatedCoverage,
+    }[name]
     return cls.from_embeddings(x, metric=metric, neighbors=neighbors, progress=progress)
 
 
@@ -417,8 +529,9 @@ def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[in
     if args.objective == "feature-based" and args.reference_size is not None:
         raise UsageError("--reference-size applies to --objective facility-location only")
     chunk_rows = check_int(args.chunk_rows if args.chunk_rows is not None else 1 << 16, "--chunk-rows", minimum=1)
-    reference_size = check_int(args.reference_size if args.reference_size is not None else 1000,
-                               "--reference-size", minimum=1)
+    reference_size = check_int(
+        args.reference_size if args.reference_size is not None else 1000, "--reference-size", minimum=1
+    )
     path, key = args.embeddings, None
     if ":" in os.path.basename(path) and not os.path.exists(path):
         path, key = path.rsplit(":", 1)
@@ -427,8 +540,15 @@ def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[in
     n = NpyRows(path).shape[0]
     if args.k > n:
         raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
-    sieve = SieveStreaming(args.objective, args.k, epsilon=args.epsilon if args.epsilon is not None else 0.1,
-                           metric=metric, reference_size=reference_size, seed=seed, progress=not args.quiet)
+    sieve = SieveStreaming(
+        args.objective,
+        args.k,
+        epsilon=args.epsilon if args.epsilon is not None else 0.1,
+        metric=metric,
+        reference_size=reference_size,
+        seed=seed,
+        progress=not args.quiet,
+    )
     return n, sieve.fit(path, chunk_rows=chunk_rows).selection_
 
 
@@ -447,8 +567,10 @@ def cmd_select(args: argparse.Namespace) -> int:
     if not args.stream and (args.chunk_rows is not None or args.reference_size is not None):
         raise UsageError("--chunk-rows and --reference-size apply to --stream only")
     if args.objective == "feature-based" and (args.metric is not None or args.neighbors is not None):
-        raise UsageError("--metric and --neighbors do not apply to --objective feature-based "
-                         "(it uses the embeddings as non-negative features)")
+        raise UsageError(
+            "--metric and --neighbors do not apply to --objective feature-based "
+            "(it uses the embeddings as non-negative features)"
+        )
     metric = check_metric(args.metric or "euclidean", SELECT_METRICS)
     if args.neighbors is not None:
         check_int(args.neighbors, "--neighbors", minimum=1)
@@ -461,8 +583,14 @@ def cmd_select(args: argparse.Namespace) -> int:
         n, result = _select_stream(args, metric, seed)
     else:
         # under mpiexec -n W, sparse facility location by exact greedy runs sharded
-        comm = (_mpi_ranks() if args.objective == "facility-location" and args.neighbors is not None
-                and args.optimizer in ("lazy", "naive") and metric in ("euclidean", "cosine") else None)
+        comm = (
+            _mpi_ranks()
+            if args.objective == "facility-location"
+            and args.neighbors is not None
+            and args.optimizer in ("lazy", "naive")
+            and metric in ("euclidean", "cosine")
+            else None
+        )
         x = _embeddings(args.embeddings) if comm is None else None
         n = x.shape[0] if comm is None else _num_rows(args.embeddings)
         if args.k > n:
@@ -476,31 +604,50 @@ def cmd_select(args: argparse.Namespace) -> int:
 
             # the graph FacilityLocation.from_embeddings(neighbors=...) builds, in row shards
             index = ShardedIndex(args.embeddings, comm, metric=metric, progress=not args.quiet)
-            rows = index.knn_graph(k=args.neighbors, kernel="rbf" if metric == "euclidean" else "cosine",
-                                   self_weight=1.0)
+            rows = index.knn_graph(
+                k=args.neighbors, kernel="rbf" if metric == "euclidean" else "cosine", self_weight=1.0
+            )
             result = facility_location(rows, args.k, comm, index.row_range[0])
             if comm.rank != 0:
                 return EXIT_OK  # rank 0 writes and reports
         else:
             f = _objective(args.objective, x, metric, args.neighbors, progress=not args.quiet)
-            result = maximize(f, args.k, optimizer=args.optimizer,
-                              epsilon=args.epsilon if args.epsilon is not None else 0.01, seed=seed,
-                              progress=not args.quiet)
+            result = maximize(
+                f,
+                args.k,
+                optimizer=args.optimizer,
+                epsilon=args.epsilon if args.epsilon is not None else 0.01,
+                seed=seed,
+                progress=not args.quiet,
+            )
     indices = np.asarray(result.indices, dtype=np.int64)
     gains = np.asarray(result.gains, dtype=np.float64)
     if args.out:
         if args.out.lower().endswith(".npy"):
             _write(args.out, lambda: save_npy(args.out, indices, overwrite=args.force))
         else:
+
             def write_npz() -> None:
                 with atomic_write(args.out, "wb", overwrite=args.force) as fh:
                     np.savez(fh, indices=indices, gains=gains, value=np.float64(result.value))
+
             _write(args.out, write_npz)
     if args.json:
-        _print_json({"embeddings": args.embeddings, "num_examples": n, "k": args.k, "objective": args.objective,
-                     "optimizer": "sieve" if args.stream else args.optimizer, "metric": None if args.objective == "feature-based" else metric,
-                     "neighbors": args.neighbors,
-                     "seed": seed, "value": float(result.value), "indices": indices.tolist(), "gains": gains.tolist()})
+        _print_json(
+            {
+                "embeddings": args.embeddings,
+                "num_examples": n,
+                "k": args.k,
+                "objective": args.objective,
+                "optimizer": "sieve" if args.stream else args.optimizer,
+                "metric": None if args.objective == "feature-based" else metric,
+                "neighbors": args.neighbors,
+                "seed": seed,
+                "value": float(result.value),
+                "indices": indices.tolist(),
+                "gains": gains.tolist(),
+            }
+        )
     else:
         sys.stdout.write("".join(f"{i}\t{g:.8g}\n" for i, g in zip(indices.tolist(), gains.tolist())))
     return EXIT_OK
@@ -509,6 +656,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 # plan
 # --------------------------------------------------------------------------------------
+
 
 def _given(**options: Any) -> dict[str, Any]:
     """The options the user gave; the others keep the library's defaults."""
@@ -525,13 +673,20 @@ def _weights(text: str) -> tuple[float, ...]:
     return values
 
 
-def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np.ndarray | None,
-              losses: np.ndarray | None, graph: Any) -> tuple[Any, Any]:
+def _selector(
+    args: argparse.Namespace,
+    x: np.ndarray | None,
+    n: int,
+    labels: np.ndarray | None,
+    losses: np.ndarray | None,
+    graph: Any,
+) -> tuple[Any, Any]:
     """The selector for ``--method`` over ``n`` examples (embeddings ``x``, None for
     ``random``), and the k-NN graph it built (method graph without ``--graph``; else
     None)."""
     from . import selectors
     from .selectors.base import Selector
+
     common = {"seed": args.seed, "drop_last": args.drop_last}
     built = None
     selector: Selector
@@ -545,9 +700,15 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
                 return None, None  # rank 0 plans and writes
             x = _embeddings(args.embeddings)  # SMDL itself needs all rows: on rank 0 only
         selector = selectors.SubmodularSelector(
-            x, args.batch_size, **common,
-            **_given(weights=_weights(args.weights) if args.weights else None, pool_size=args.pool_size,
-                     partition=args.partition))
+            x,
+            args.batch_size,
+            **common,
+            **_given(
+                weights=_weights(args.weights) if args.weights else None,
+                pool_size=args.pool_size,
+                partition=args.partition,
+            ),
+        )
         if shards is not None:
             # the shards the selector would compute itself (same graph, same seed): handed
             # over through its state, which carries GreedMax shards per world size
@@ -562,8 +723,9 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
         if graph is None and getattr(args, "comm", None) is not None:  # under mpiexec: the sharded graph
             from .sharded import ShardedIndex, gather_graph
 
-            index: Any = ShardedIndex(args.embeddings, args.comm, metric=_metric(args.metric or "euclidean"),
-                                 progress=not args.quiet)
+            index: Any = ShardedIndex(
+                args.embeddings, args.comm, metric=_metric(args.metric or "euclidean"), progress=not args.quiet
+            )
             rows = index.knn_graph(k=10 if args.neighbors is None else args.neighbors)
             del index
             # to rank 0 only: the other ranks would hold the whole graph just to drop it
@@ -577,13 +739,19 @@ def _selector(args: argparse.Namespace, x: np.ndarray | None, n: int, labels: np
             index = EmbeddingIndex(x, metric=_metric(args.metric or "euclidean"), progress=not args.quiet)
             graph = built = index.knn_graph(k=10 if args.neighbors is None else args.neighbors)
             del index
-        selector = selectors.GraphBlockSelector(graph, args.batch_size, **common,
-                                                **_given(blocks_per_batch=args.blocks_per_batch))
+        selector = selectors.GraphBlockSelector(
+            graph, args.batch_size, **common, **_given(blocks_per_batch=args.blocks_per_batch)
+        )
     else:  # coreset
         selector = selectors.CoresetSelector(
-            x, labels, args.batch_size, **common,
-            **_given(fraction=args.fraction, metric=_metric(args.metric) if args.metric else None,
-                     neighbors=args.neighbors))
+            x,
+            labels,
+            args.batch_size,
+            **common,
+            **_given(
+                fraction=args.fraction, metric=_metric(args.metric) if args.metric else None, neighbors=args.neighbors
+            ),
+        )
     return selector, built
 
 
@@ -615,18 +783,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_int(args.neighbors, "--neighbors", minimum=1)
     args.seed = check_seed(args.seed)
     # Options that the chosen method would silently ignore are mistakes worth naming.
-    used_by = {"labels": ("coreset",), "metric": ("graph", "coreset"), "neighbors": ("graph", "coreset"),
-               "weights": ("submodular",), "pool_size": ("submodular",), "partition": ("submodular",),
-               "losses": ("loss",), "pressure": ("loss",), "graph": ("graph",), "blocks_per_batch": ("graph",),
-               "save_graph": ("graph",), "fraction": ("coreset",)}
+    used_by = {
+        "labels": ("coreset",),
+        "metric": ("graph", "coreset"),
+        "neighbors": ("graph", "coreset"),
+        "weights": ("submodular",),
+        "pool_size": ("submodular",),
+        "partition": ("submodular",),
+        "losses": ("loss",),
+        "pressure": ("loss",),
+        "graph": ("graph",),
+        "blocks_per_batch": ("graph",),
+        "save_graph": ("graph",),
+        "fraction": ("coreset",),
+    }
     for option, methods in used_by.items():
         if getattr(args, option) is not None and args.method not in methods:
             raise UsageError(f"--{option.replace('_', '-')} is used only by --method {' or '.join(methods)}")
     if args.method == "coreset" and args.labels is None:
         raise UsageError("--method coreset needs --labels")
     if args.graph is not None and (args.save_graph or args.neighbors or args.metric):
-        raise UsageError("--neighbors, --metric and --save-graph are for the graph built from EMB; "
-                         "they do not combine with --graph")
+        raise UsageError(
+            "--neighbors, --metric and --save-graph are for the graph built from EMB; they do not combine with --graph"
+        )
     inputs = [("EMB", args.embeddings), ("--labels", args.labels), ("--losses", args.losses), ("--graph", args.graph)]
     # numpy's savez would append .npz to another name; a plan file is read back by its name
     _check_output(args.out, args.force, what="plan", suffixes=(".npz",), inputs=inputs)
@@ -636,8 +815,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     # under mpiexec -n W (W > 1), method graph and the GreedMax partition build the k-NN
     # graph sharded over the ranks (each reads its rows of EMB); rank 0 writes the outputs
-    args.comm = (_mpi_ranks() if (args.method == "graph" and args.graph is None)
-                 or (args.method == "submodular" and args.partition == "submodular") else None)
+    args.comm = (
+        _mpi_ranks()
+        if (args.method == "graph" and args.graph is None)
+        or (args.method == "submodular" and args.partition == "submodular")
+        else None
+    )
     if args.method == "random" or args.comm is not None:
         x, n = None, _num_rows(args.embeddings)
     else:
@@ -655,8 +838,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.comm is not None and args.comm.rank != 0:
         return EXIT_OK  # the graph is built; rank 0 partitions it and writes the outputs
     epochs = range(args.start_epoch, args.start_epoch + args.epochs)
-    plans = [selector.plan(epoch=e, world_size=args.workers)
-             for e in _progress(epochs, args.quiet, desc="plan", unit="epoch")]
+    plans = [
+        selector.plan(epoch=e, world_size=args.workers)
+        for e in _progress(epochs, args.quiet, desc="plan", unit="epoch")
+    ]
 
     def write_outputs() -> None:
         # one group: the plan is renamed into place only when the graph was written too
@@ -668,18 +853,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
                 with group.open(args.save_graph, "wb", overwrite=args.force) as fh:
                     sp.save_npz(fh, built_graph)
+
     _write(args.out if args.save_graph is None else [args.out, args.save_graph], write_outputs)
 
-    summary = {"out": args.out, "method": args.method, "seed": args.seed, "num_examples": n,
-               "batch_size": args.batch_size, "world_size": args.workers, "num_batches": plans[0].num_batches,
-               "epochs": [{"epoch": p.epoch, "fingerprint": p.fingerprint()} for p in plans]}
+    summary = {
+        "out": args.out,
+        "method": args.method,
+        "seed": args.seed,
+        "num_examples": n,
+        "batch_size": args.batch_size,
+        "world_size": args.workers,
+        "num_batches": plans[0].num_batches,
+        "epochs": [{"epoch": p.epoch, "fingerprint": p.fingerprint()} for p in plans],
+    }
     if args.json:
         _print_json(summary)
     else:
         sizes = [b.size for p in plans for r in range(p.world_size) for b in p.batches(r)]
-        print(f"wrote {args.out}: {len(plans)} epoch(s) x {args.workers} worker(s) x {plans[0].num_batches} "
-              f"batches of {min(sizes)}..{max(sizes)} examples (method {args.method}, seed {args.seed}, "
-              f"{n} examples)")
+        print(
+            f"wrote {args.out}: {len(plans)} epoch(s) x {args.workers} worker(s) x {plans[0].num_batches} "
+            f"batches of {min(sizes)}..{max(sizes)} examples (method {args.method}, seed {args.seed}, "
+            f"{n} examples)"
+        )
         for p in plans:
             print(f"epoch {p.epoch}  fingerprint {p.fingerprint()}")
     return EXIT_OK
@@ -688,6 +883,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 # inspect
 # --------------------------------------------------------------------------------------
+
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     if args.epoch is not None:
@@ -707,10 +903,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     n = plans[0].num_examples
     labels = _labels(args.labels, n, allow_unlabeled=True) if args.labels else None
     graph = _graph(args.graph, n) if args.graph else None
-    reports = [plan_report(p, labels, graph) for p in _progress(plans, args.quiet or len(plans) < 3, desc="inspect", unit="epoch")]
+    reports = [
+        plan_report(p, labels, graph)
+        for p in _progress(plans, args.quiet or len(plans) < 3, desc="inspect", unit="epoch")
+    ]
     if args.plot:
-        _write(args.plot, lambda: plot_reports(args.plot, reports, source=os.path.basename(args.plan),
-                                               overwrite=args.force))
+        _write(
+            args.plot,
+            lambda: plot_reports(args.plot, reports, source=os.path.basename(args.plan), overwrite=args.force),
+        )
     if args.json:
         _print_json({"plan": args.plan, "epochs": reports, **({"plot": args.plot} if args.plot else {})})
     else:
@@ -727,6 +928,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 # dedup
 # --------------------------------------------------------------------------------------
+
 
 def _check_threshold(value: float) -> None:
     if not (math.isfinite(value) and 0 < value <= 1):
@@ -776,26 +978,40 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             for path, array in outputs:
                 with group.open(path, "wb", overwrite=args.force) as fh:
                     np.save(fh, array)
+
     if outputs:
         _write([p for p, _ in outputs], write_outputs)
     sizes = np.unique(result.group, return_counts=True)[1]
-    report = {"embeddings": args.embeddings, "num_examples": result.num_examples, "threshold": result.threshold,
-              "k": result.k, "kept": int(result.keep.size), "removed": int(result.num_examples - result.keep.size),
-              "removed_fraction": result.removed_fraction, "pairs": int(result.pairs[0].size),
-              "groups": int((sizes > 1).sum()), "largest_group": int(sizes.max()), "seconds": round(result.seconds, 3),
-              **({"out": args.out} if args.out else {}), **({"groups_file": args.groups} if args.groups else {})}
+    report = {
+        "embeddings": args.embeddings,
+        "num_examples": result.num_examples,
+        "threshold": result.threshold,
+        "k": result.k,
+        "kept": int(result.keep.size),
+        "removed": int(result.num_examples - result.keep.size),
+        "removed_fraction": result.removed_fraction,
+        "pairs": int(result.pairs[0].size),
+        "groups": int((sizes > 1).sum()),
+        "largest_group": int(sizes.max()),
+        "seconds": round(result.seconds, 3),
+        **({"out": args.out} if args.out else {}),
+        **({"groups_file": args.groups} if args.groups else {}),
+    }
     if args.json:
         _print_json(report)
     else:
-        print(f"{args.embeddings}: {report['kept']} of {report['num_examples']} rows kept, {report['removed']} "
-              f"near-duplicates removed ({100 * report['removed_fraction']:.1f} %) at cosine >= {result.threshold:g}; "
-              f"{report['groups']} groups of 2 or more, the largest of {report['largest_group']} rows")
+        print(
+            f"{args.embeddings}: {report['kept']} of {report['num_examples']} rows kept, {report['removed']} "
+            f"near-duplicates removed ({100 * report['removed_fraction']:.1f} %) at cosine >= {result.threshold:g}; "
+            f"{report['groups']} groups of 2 or more, the largest of {report['largest_group']} rows"
+        )
     return EXIT_OK
 
 
 # --------------------------------------------------------------------------------------
 # audit
 # --------------------------------------------------------------------------------------
+
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from .data_audit import audit
@@ -820,11 +1036,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.issues is not None:
         _write(args.issues, lambda: save_npy(args.issues, report.label_issues, overwrite=args.force))
     if args.plot is not None:
-        _write(args.plot, lambda: plot_audit(args.plot, report, source=os.path.basename(args.embeddings),
-                                             overwrite=args.force))
+        _write(
+            args.plot,
+            lambda: plot_audit(args.plot, report, source=os.path.basename(args.embeddings), overwrite=args.force),
+        )
     if args.json:
-        _print_json({"embeddings": args.embeddings, **report.to_dict(),
-                     **({"issues": args.issues} if args.issues else {}), **({"plot": args.plot} if args.plot else {})})
+        _print_json(
+            {
+                "embeddings": args.embeddings,
+                **report.to_dict(),
+                **({"issues": args.issues} if args.issues else {}),
+                **({"plot": args.plot} if args.plot else {}),
+            }
+        )
     else:
         print(f"{args.embeddings}: {report.format()}")
     return EXIT_OK
@@ -866,8 +1090,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
-                        format="batchsel: %(levelname)s: %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        stream=sys.stderr,
+        format="batchsel: %(levelname)s: %(name)s: %(message)s",
+    )
     try:
         # None: the previous handler was not set from Python (the default action)
         previous = signal.signal(signal.SIGTERM, _on_sigterm) or signal.SIG_DFL
@@ -890,8 +1117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _is_bad_input(exc):
             sys.stderr.write(f"batchsel: error: {_one_line(exc)}\n")
             return EXIT_USAGE
-        sys.stderr.write(f"batchsel: internal error: {type(exc).__name__}: {_one_line(exc)}"
-                         f"{'' if debug else '; rerun with --debug for the traceback'}\n")
+        sys.stderr.write(
+            f"batchsel: internal error: {type(exc).__name__}: {_one_line(exc)}"
+            f"{'' if debug else '; rerun with --debug for the traceback'}\n"
+        )
         return EXIT_UNEXPECTED
     except KeyboardInterrupt:
         sys.stderr.write("batchsel: interrupted\n")
@@ -913,8 +1142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"batchsel: internal error: {type(exc).__name__}: {_one_line(exc)}"
-                         f"{'' if debug else '; rerun with --debug for the traceback'}\n")
+        sys.stderr.write(
+            f"batchsel: internal error: {type(exc).__name__}: {_one_line(exc)}"
+            f"{'' if debug else '; rerun with --debug for the traceback'}\n"
+        )
         return EXIT_UNEXPECTED
     finally:
         if previous is not None:

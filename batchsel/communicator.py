@@ -21,6 +21,7 @@ Example
 >>> isinstance(Solo(), Communicator)
 True
 """
+
 from __future__ import annotations
 
 import logging

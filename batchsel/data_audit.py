@@ -14,6 +14,7 @@ Everything comes from the ``k`` nearest neighbours (cosine) of every row, one se
 - outliers: rows far less similar to their neighbours than rows usually are;
 - cluster structure: how much more similar neighbours are than random pairs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,20 +51,20 @@ class Audit:
 
     num_examples: int
     dim: int
-    duplicates: dict[float, float]          # threshold -> share of rows removed
+    duplicates: dict[float, float]  # threshold -> share of rows removed
     threshold: float
-    duplicate_group: np.ndarray             # per row, the row its group keeps (at ``threshold``)
-    outlier_score: np.ndarray               # 1 - mean cosine similarity to the k neighbours
-    outliers: np.ndarray                    # rows flagged, most isolated first
-    neighbor_similarity: float              # mean cosine similarity of rows to their neighbours
-    random_similarity: float                # ... and of random pairs
+    duplicate_group: np.ndarray  # per row, the row its group keeps (at ``threshold``)
+    outlier_score: np.ndarray  # 1 - mean cosine similarity to the k neighbours
+    outliers: np.ndarray  # rows flagged, most isolated first
+    neighbor_similarity: float  # mean cosine similarity of rows to their neighbours
+    random_similarity: float  # ... and of random pairs
     class_counts: dict[int, int] | None = None
-    noise_rate: float | None = None         # estimated share of wrong labels
+    noise_rate: float | None = None  # estimated share of wrong labels
     label_issues: np.ndarray | None = None  # rows most likely mislabelled, most likely first
     probabilities: np.ndarray | None = None  # N x C leave-one-out neighbour class probabilities
-    classes: np.ndarray | None = None        # the labels' distinct values (columns of probabilities)
+    classes: np.ndarray | None = None  # the labels' distinct values (columns of probabilities)
     label_positions: np.ndarray | None = None  # each row's label as a column of probabilities
-    neighbor_agreement: float | None = None   # mean share of the neighbours' vote for their top class
+    neighbor_agreement: float | None = None  # mean share of the neighbours' vote for their top class
     advice: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -77,37 +78,46 @@ class Audit:
 
     def to_dict(self, top: int = 20) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "num_examples": self.num_examples, "dim": self.dim,
+            "num_examples": self.num_examples,
+            "dim": self.dim,
             "near_duplicates": {f"{t:g}": round(v, 6) for t, v in self.duplicates.items()},
             "threshold": self.threshold,
             "outlier_share": round(self.outliers.size / max(self.num_examples, 1), 6),
             "outliers": self.outliers[:top].tolist(),
             "neighbor_similarity": round(self.neighbor_similarity, 4),
             "random_similarity": round(self.random_similarity, 4),
-            "seconds": round(self.seconds, 3), "advice": self.advice,
+            "seconds": round(self.seconds, 3),
+            "advice": self.advice,
         }
         if self.class_counts is not None:
-            out.update(class_counts={str(c): n for c, n in self.class_counts.items()}, imbalance=self.imbalance,
-                       noise_rate=None if self.noise_rate is None else round(self.noise_rate, 4),
-                       neighbor_agreement=round(self.neighbor_agreement, 4),
-                       noise_rate_reliable=self.neighbor_agreement >= MIN_AGREEMENT,
-                       label_issues=self.label_issues[:top].tolist(),
-                       num_label_issues=int(self.label_issues.size))
+            out.update(
+                class_counts={str(c): n for c, n in self.class_counts.items()},
+                imbalance=self.imbalance,
+                noise_rate=None if self.noise_rate is None else round(self.noise_rate, 4),
+                neighbor_agreement=round(self.neighbor_agreement, 4),
+                noise_rate_reliable=self.neighbor_agreement >= MIN_AGREEMENT,
+                label_issues=self.label_issues[:top].tolist(),
+                num_label_issues=int(self.label_issues.size),
+            )
         return out
 
     def format(self) -> str:
         """A short text report."""
         d = self.to_dict()
         curve = ", ".join(f"{v:.1%} at {t}" for t, v in d["near_duplicates"].items())
-        lines = [f"{self.num_examples} rows x {self.dim}",
-                 f"near-duplicates (cosine >= T): {curve}",
-                 f"outliers: {d['outlier_share']:.1%} of rows (most isolated: {d['outliers'][:5]})",
-                 f"cluster structure: neighbours {self.neighbor_similarity:.2f} vs random pairs "
-                 f"{self.random_similarity:.2f} cosine similarity"]
+        lines = [
+            f"{self.num_examples} rows x {self.dim}",
+            f"near-duplicates (cosine >= T): {curve}",
+            f"outliers: {d['outlier_share']:.1%} of rows (most isolated: {d['outliers'][:5]})",
+            f"cluster structure: neighbours {self.neighbor_similarity:.2f} vs random pairs "
+            f"{self.random_similarity:.2f} cosine similarity",
+        ]
         if self.class_counts is not None:
-            lines += [f"classes: {len(self.class_counts)}, largest / smallest {self.imbalance:.1f}",
-                      f"label noise: about {self.noise_rate:.1%} of labels look wrong; {self.label_issues.size} rows "
-                      f"flagged (most likely: {self.label_issues[:5].tolist()})"]
+            lines += [
+                f"classes: {len(self.class_counts)}, largest / smallest {self.imbalance:.1f}",
+                f"label noise: about {self.noise_rate:.1%} of labels look wrong; {self.label_issues.size} rows "
+                f"flagged (most likely: {self.label_issues[:5].tolist()})",
+            ]
         lines += [f"advice: {a}" for a in self.advice]
         return "\n".join(lines)
 
@@ -126,8 +136,9 @@ def neighbor_probabilities(I: np.ndarray, S: np.ndarray, labels: np.ndarray, num
     valid = I >= 0
     w = np.where(valid, np.maximum(S, 0.0), 0.0).astype(np.float64)
     rows = np.repeat(np.arange(n), I.shape[1])[valid.ravel()]
-    votes = np.bincount(rows * num_classes + labels[I[valid]], weights=w[valid],
-                        minlength=n * num_classes).reshape(n, num_classes)
+    votes = np.bincount(rows * num_classes + labels[I[valid]], weights=w[valid], minlength=n * num_classes).reshape(
+        n, num_classes
+    )
     votes += PRIOR_WEIGHT * prior  # type: ignore[arg-type]
     return votes / votes.sum(axis=1, keepdims=True)
 
@@ -152,8 +163,9 @@ def confident_learning(probs: np.ndarray, labels: np.ndarray) -> tuple[float, np
     counts = np.bincount(labels, minlength=c)
     present = counts > 0
     thresholds = np.full(c, np.inf)
-    np.divide(np.bincount(labels, weights=probs[np.arange(n), labels], minlength=c), counts, out=thresholds,
-              where=present)
+    np.divide(
+        np.bincount(labels, weights=probs[np.arange(n), labels], minlength=c), counts, out=thresholds, where=present
+    )
     above = probs >= thresholds[None, :] - 1e-12
     masked = np.where(above, probs, -np.inf)
     real = masked.argmax(axis=1)
@@ -187,33 +199,52 @@ def _advice(a: Audit) -> list[str]:
     """What the regime benchmark measured on data like this (docs: which-method.md)."""
     tips = []
     if a.neighbor_agreement is not None and a.neighbor_agreement < MIN_AGREEMENT:
-        tips.append(f"the neighbours' votes are split (their top class holds {a.neighbor_agreement:.0%} on "
-                    f"average): the embeddings separate the classes poorly, so the label-noise estimate also "
-                    f"counts the neighbours' own errors; use better embeddings (a trained model's) to audit labels")
+        tips.append(
+            f"the neighbours' votes are split (their top class holds {a.neighbor_agreement:.0%} on "
+            f"average): the embeddings separate the classes poorly, so the label-noise estimate also "
+            f"counts the neighbours' own errors; use better embeddings (a trained model's) to audit labels"
+        )
     if a.noise_rate is not None and a.noise_rate >= 0.05:
-        tips.append(f"about {a.noise_rate:.0%} of labels look wrong: with 25 % wrong labels no method beat random "
-                    f"batches at equal wall time, and loss-seeking ones (loss-rank, loss / gradient-norm filters) "
-                    f"ended 2-38 points below it; keep random batches (shorter runs did best), or clean the "
-                    f"flagged labels first")
+        tips.append(
+            f"about {a.noise_rate:.0%} of labels look wrong: with 25 % wrong labels no method beat random "
+            f"batches at equal wall time, and loss-seeking ones (loss-rank, loss / gradient-norm filters) "
+            f"ended 2-38 points below it; keep random batches (shorter runs did best), or clean the "
+            f"flagged labels first"
+        )
     removed = a.duplicates.get(a.threshold, 0.0)
     if removed >= 0.05:
-        tips.append(f"{removed:.0%} of rows are near-duplicates at cosine >= {a.threshold:g}: removing them "
-                    f"(batchsel dedup) saves that share of every epoch's steps; on redundant data loss-rank "
-                    f"ended +0.2 to +5.4 points above random at the full budget")
+        tips.append(
+            f"{removed:.0%} of rows are near-duplicates at cosine >= {a.threshold:g}: removing them "
+            f"(batchsel dedup) saves that share of every epoch's steps; on redundant data loss-rank "
+            f"ended +0.2 to +5.4 points above random at the full budget"
+        )
     if a.imbalance is not None and a.imbalance >= 5:
-        tips.append(f"classes are imbalanced ({a.imbalance:.0f}x): loss-rank saved 29-33 % of the wall time on "
-                    f"the long-tailed step-dominated tasks; pass labels to InfoBatchSelector (its rule without "
-                    f"them lost 3-4 points on long tails)")
+        tips.append(
+            f"classes are imbalanced ({a.imbalance:.0f}x): loss-rank saved 29-33 % of the wall time on "
+            f"the long-tailed step-dominated tasks; pass labels to InfoBatchSelector (its rule without "
+            f"them lost 3-4 points on long tails)"
+        )
     if not tips:
-        tips.append("no label noise, duplication or imbalance stands out: loss-rank is the method to try first "
-                    "(it saved 31 % of the wall time on the clean ResNet task, 25-59 % on the digits MLPs); "
-                    "with a model that overfits, nothing beat random batches")
+        tips.append(
+            "no label noise, duplication or imbalance stands out: loss-rank is the method to try first "
+            "(it saved 31 % of the wall time on the clean ResNet task, 25-59 % on the digits MLPs); "
+            "with a model that overfits, nothing beat random batches"
+        )
     return tips
 
 
-def audit(embeddings: Any, labels: Any = None, *, k: int = 10, threshold: float = 0.95,
-          thresholds: tuple[float, ...] = DUPLICATE_THRESHOLDS, nprobe: int | None = NPROBE,
-          comm: Communicator | None = None, progress: bool = True, seed: int = 0) -> Audit:
+def audit(
+    embeddings: Any,
+    labels: Any = None,
+    *,
+    k: int = 10,
+    threshold: float = 0.95,
+    thresholds: tuple[float, ...] = DUPLICATE_THRESHOLDS,
+    nprobe: int | None = NPROBE,
+    comm: Communicator | None = None,
+    progress: bool = True,
+    seed: int = 0,
+) -> Audit:
     """Audit ``embeddings`` (``N x d`` array, tensor or ``.npy`` path) and, if given, integer
     ``labels`` (length N): see the module docstring. ``threshold`` is the near-duplicate
     threshold of the groups returned (and of the advice); ``thresholds`` the curve's.
@@ -284,7 +315,7 @@ def _cosine_rows(index: EmbeddingIndex, a: np.ndarray, b: np.ndarray) -> np.ndar
     """Cosine similarity of rows ``a`` and ``b`` (the index's normalized vectors)."""
     x = index._rows_of(np.concatenate([a, b]))
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
-    return np.einsum("ij,ij->i", x[:a.size], x[a.size:])
+    return np.einsum("ij,ij->i", x[: a.size], x[a.size :])
 
 
 __all__ = ["audit", "Audit", "confident_learning", "neighbor_probabilities", "DUPLICATE_THRESHOLDS"]

@@ -9,6 +9,7 @@ the connected components of those pairs, and each group keeps its row of smalles
 a deterministic rule that needs no order of processing, so one process and any number of
 ranks keep the same rows. Every removed row saves a step in every epoch.
 """
+
 from __future__ import annotations
 
 import logging
@@ -77,8 +78,10 @@ class Deduplication:
         return [g for g in np.split(order, bounds) if g.size > 1]
 
     def __repr__(self) -> str:
-        return (f"Deduplication(num_examples={self.num_examples}, kept={self.keep.size}, "
-                f"removed_fraction={self.removed_fraction:.3f}, threshold={self.threshold}, pairs={self.pairs[0].size})")
+        return (
+            f"Deduplication(num_examples={self.num_examples}, kept={self.keep.size}, "
+            f"removed_fraction={self.removed_fraction:.3f}, threshold={self.threshold}, pairs={self.pairs[0].size})"
+        )
 
 
 def _pairs(D: np.ndarray, I: np.ndarray, first_row: int, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -126,8 +129,9 @@ def check_threshold(threshold: Any, name: str = "threshold") -> float:
     return threshold
 
 
-def cosine_index(embeddings: Any, comm: Communicator | None, nprobe: int | None, progress: bool,
-                 seed: int) -> tuple[EmbeddingIndex, Communicator | None]:
+def cosine_index(
+    embeddings: Any, comm: Communicator | None, nprobe: int | None, progress: bool, seed: int
+) -> tuple[EmbeddingIndex, Communicator | None]:
     """The cosine index of ``embeddings``: sharded over ``comm``'s ranks when it has several
     (collective), else one process's; returned with the communicator in use (None for one)."""
     if comm is not None and int(comm.size) > 1:
@@ -137,8 +141,16 @@ def cosine_index(embeddings: Any, comm: Communicator | None, nprobe: int | None,
     return EmbeddingIndex(embeddings, metric="cosine", nprobe=nprobe, progress=progress, seed=seed), None
 
 
-def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe: int | None = NPROBE,
-                comm: Communicator | None = None, progress: bool = True, seed: int = 0) -> Deduplication:
+def deduplicate(
+    embeddings: Any,
+    threshold: float = 0.95,
+    *,
+    k: int = 8,
+    nprobe: int | None = NPROBE,
+    comm: Communicator | None = None,
+    progress: bool = True,
+    seed: int = 0,
+) -> Deduplication:
     """Find the near-duplicates among the rows of ``embeddings`` and keep one per group.
 
     Parameters
@@ -188,11 +200,32 @@ def deduplicate(embeddings: Any, threshold: float = 0.95, *, k: int = 8, nprobe:
     group = groups_of_pairs(i, j, n)
     keep = np.flatnonzero(group == np.arange(n)).astype(np.int64)
     seconds = time.perf_counter() - start
-    logger.info("deduplicate: %d of %d rows kept (%.1f %% near-duplicates at cosine >= %g), %d pairs, %.1f s",
-                keep.size, n, 100 * (1 - keep.size / n), threshold, i.size, seconds)
-    return Deduplication(keep, group, (i, j, s), threshold, k, seconds,
-                         extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None)})
+    logger.info(
+        "deduplicate: %d of %d rows kept (%.1f %% near-duplicates at cosine >= %g), %d pairs, %.1f s",
+        keep.size,
+        n,
+        100 * (1 - keep.size / n),
+        threshold,
+        i.size,
+        seconds,
+    )
+    return Deduplication(
+        keep,
+        group,
+        (i, j, s),
+        threshold,
+        k,
+        seconds,
+        extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None)},
+    )
 
 
-__all__ = ["deduplicate", "Deduplication", "groups_of_pairs", "check_threshold", "cosine_index", "NPROBE",
-           "SIMILARITY_SLACK"]
+__all__ = [
+    "deduplicate",
+    "Deduplication",
+    "groups_of_pairs",
+    "check_threshold",
+    "cosine_index",
+    "NPROBE",
+    "SIMILARITY_SLACK",
+]

@@ -9,6 +9,7 @@ filters its own candidates and keeps as many as the others, so DDP stays in lock
 
 The scores, the RHO-LOSS guard, costs and measurements: docs/design/filters.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,10 +29,31 @@ SCORES = ("loss", "gradnorm", "rho")
 PICKS = ("top", "percentile")
 STATE_VERSION = 1
 # settings a checkpoint must agree on (the counters are restored, these are checked)
-_SETTINGS = ("batch_size", "ratio", "score", "irreducible_weight", "diversity", "uniform_fraction", "warmup_steps",
-             "min_il_skill", "min_il_decisive", "reference_accuracy", "seed", "pick", "beta", "window")
-_COUNTERS = ("steps_", "candidates_", "kept_", "kept_uniform_", "forward_seconds_", "select_seconds_",
-             "elapsed_seconds_")
+_SETTINGS = (
+    "batch_size",
+    "ratio",
+    "score",
+    "irreducible_weight",
+    "diversity",
+    "uniform_fraction",
+    "warmup_steps",
+    "min_il_skill",
+    "min_il_decisive",
+    "reference_accuracy",
+    "seed",
+    "pick",
+    "beta",
+    "window",
+)
+_COUNTERS = (
+    "steps_",
+    "candidates_",
+    "kept_",
+    "kept_uniform_",
+    "forward_seconds_",
+    "select_seconds_",
+    "elapsed_seconds_",
+)
 
 
 # -- scores ------------------------------------------------------------------------------
@@ -273,14 +295,20 @@ class CandidateFilter:
         self.window = check_int(window, "window", minimum=1)
         self._history = np.empty(0)  # pick="percentile": the latest ``window`` scores, oldest first
         self.irreducible_losses = None if irreducible_losses is None else _check_irreducible(irreducible_losses)
-        self.irreducible_weight = irreducible_weight if isinstance(irreducible_weight, str) and \
-            irreducible_weight == "auto" else check_number(irreducible_weight, "irreducible_weight", low=0.0)
+        self.irreducible_weight = (
+            irreducible_weight
+            if isinstance(irreducible_weight, str) and irreducible_weight == "auto"
+            else check_number(irreducible_weight, "irreducible_weight", low=0.0)
+        )
         if score == "rho" and self.irreducible_losses is None:
             raise ValueError("score='rho' needs irreducible_losses (an array, or a fitted IrreducibleLoss)")
         self.min_il_skill = check_number(min_il_skill, "min_il_skill", low=0.0, high=1.0)
         self.min_il_decisive = check_number(min_il_decisive, "min_il_decisive", low=0.0, high=1.0)
-        self.reference_accuracy = None if reference_accuracy is None else \
-            check_number(reference_accuracy, "reference_accuracy", low=0.0, high=1.0)
+        self.reference_accuracy = (
+            None
+            if reference_accuracy is None
+            else check_number(reference_accuracy, "reference_accuracy", low=0.0, high=1.0)
+        )
         self._guard(irreducible_losses)
         for name in _COUNTERS:
             setattr(self, name, 0.0 if name.endswith("seconds_") else 0)
@@ -313,15 +341,23 @@ class CandidateFilter:
         if self.min_il_skill > 0 and self.il_skill_ < self.min_il_skill:
             # a near-chance IL model scores its own errors, not label noise: random batches
             self.guard_ = "uniform"
-            logger.warning("irreducible-loss model accuracy %.3f is near chance (%.3f; skill %.2f < min_il_skill "
-                           "%.2f): the filter falls back to uniform batches", self.il_accuracy_, chance,
-                           self.il_skill_, self.min_il_skill)
+            logger.warning(
+                "irreducible-loss model accuracy %.3f is near chance (%.3f; skill %.2f < min_il_skill "
+                "%.2f): the filter falls back to uniform batches",
+                self.il_accuracy_,
+                chance,
+                self.il_skill_,
+                self.min_il_skill,
+            )
         elif decisive_share is not None and decisive_share < self.min_il_decisive:
             # an IL model unsure of most examples cannot tell a wrong label from a hard example
             self.guard_ = "uniform"
-            logger.warning("irreducible-loss model is decisive (IrreducibleLoss.decisive_) on only %.3f of the "
-                           "examples (< min_il_decisive %.2f): the filter falls back to uniform batches",
-                           decisive_share, self.min_il_decisive)
+            logger.warning(
+                "irreducible-loss model is decisive (IrreducibleLoss.decisive_) on only %.3f of the "
+                "examples (< min_il_decisive %.2f): the filter falls back to uniform batches",
+                decisive_share,
+                self.min_il_decisive,
+            )
         elif self.reference_accuracy is not None and self.il_accuracy_ < self.reference_accuracy:
             # the trained model knows more than the IL model: shrink the IL term in proportion
             ref = skill(self.reference_accuracy)
@@ -329,9 +365,14 @@ class CandidateFilter:
             weight = self.irreducible_weight_
             self.irreducible_weight_ = weight * max(0.0, min(1.0, share))  # type: ignore[operator]
             self.guard_ = "downweight"
-            logger.warning("irreducible-loss model accuracy %.3f is below the reference accuracy %.3f: "
-                           "irreducible_weight %.3g -> %.3g", self.il_accuracy_, self.reference_accuracy,
-                           weight, self.irreducible_weight_)
+            logger.warning(
+                "irreducible-loss model accuracy %.3f is below the reference accuracy %.3f: "
+                "irreducible_weight %.3g -> %.3g",
+                self.il_accuracy_,
+                self.reference_accuracy,
+                weight,
+                self.irreducible_weight_,
+            )
 
     # -- sizes --------------------------------------------------------------------------
     @property
@@ -369,12 +410,15 @@ class CandidateFilter:
         il = il[idx]
         if np.isnan(il).any():
             bad = int(idx[np.isnan(il)][0])
-            raise ValueError(f"example {bad} has no irreducible loss (NaN: it is in the IL model's holdout, "
-                             f"which must not be trained on; sample from IrreducibleLoss.train_indices_)")
+            raise ValueError(
+                f"example {bad} has no irreducible loss (NaN: it is in the IL model's holdout, "
+                f"which must not be trained on; sample from IrreducibleLoss.train_indices_)"
+            )
         return losses - self.irreducible_weight_ * il
 
-    def __call__(self, indices: Any, logits: Any, labels: Any, *, hidden: Any = None,
-                 embeddings: Any = None) -> np.ndarray:
+    def __call__(
+        self, indices: Any, logits: Any, labels: Any, *, hidden: Any = None, embeddings: Any = None
+    ) -> np.ndarray:
         """:meth:`scores` then :meth:`select`: the positions (into the candidate batch) to
         train on."""
         start = time.perf_counter()
@@ -441,9 +485,9 @@ class CandidateFilter:
     def _percentile_draw(self, s: np.ndarray, rest: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
         """``count`` of the positions ``rest``, drawn without replacement with weights
         ``CDF(score) ** beta`` over the history (Efraimidis-Spirakis keys ``log(u) / w``)."""
-        self._history = np.concatenate([self._history, s])[-self.window:]
+        self._history = np.concatenate([self._history, s])[-self.window :]
         cdf = np.searchsorted(np.sort(self._history), s[rest], side="right") / len(self._history)
-        keys = np.log(rng.random(len(rest))) / np.maximum(cdf ** self.beta, 1e-300)
+        keys = np.log(rng.random(len(rest))) / np.maximum(cdf**self.beta, 1e-300)
         return rest[np.argsort(-keys, kind="stable")[:count]]
 
     def _diverse(self, s: np.ndarray, emb: np.ndarray, uniform: np.ndarray, k: int) -> np.ndarray:
@@ -488,10 +532,14 @@ class CandidateFilter:
         ['elapsed_seconds', 'forward_fraction', 'forward_seconds', 'select_fraction', 'select_seconds', 'steps']
         """
         elapsed = self.elapsed_seconds_
-        return {"steps": int(self.steps_), "forward_seconds": self.forward_seconds_,
-                "select_seconds": self.select_seconds_, "elapsed_seconds": elapsed,
-                "forward_fraction": self.forward_seconds_ / elapsed if elapsed > 0 else 0.0,
-                "select_fraction": self.select_seconds_ / elapsed if elapsed > 0 else 0.0}
+        return {
+            "steps": int(self.steps_),
+            "forward_seconds": self.forward_seconds_,
+            "select_seconds": self.select_seconds_,
+            "elapsed_seconds": elapsed,
+            "forward_fraction": self.forward_seconds_ / elapsed if elapsed > 0 else 0.0,
+            "select_fraction": self.select_seconds_ / elapsed if elapsed > 0 else 0.0,
+        }
 
     # -- resume -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -499,15 +547,21 @@ class CandidateFilter:
         with ``weights_only`` handle it). The step counter makes a resumed run draw its
         uniform shares as the uninterrupted one did. It is the same on every rank (only
         the timers differ), so rank 0's state can resume every rank."""
-        return {"version": STATE_VERSION, "class": type(self).__name__,
-                "settings": {k: getattr(self, k) for k in _SETTINGS},
-                "counters": {k: getattr(self, k) for k in _COUNTERS},
-                "history": self._history.tolist()}
+        return {
+            "version": STATE_VERSION,
+            "class": type(self).__name__,
+            "settings": {k: getattr(self, k) for k in _SETTINGS},
+            "counters": {k: getattr(self, k) for k in _COUNTERS},
+            "history": self._history.tolist(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (the settings must be this filter's)."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION \
-                or state.get("class") != type(self).__name__:
+        if (
+            not isinstance(state, dict)
+            or state.get("version") != STATE_VERSION
+            or state.get("class") != type(self).__name__
+        ):
             raise ValueError(f"not a CandidateFilter state (version {STATE_VERSION})")
         # as torch's load_state_dict: name every missing and unexpected key at once
         # (settings may lack the guards added later; older states have no history)
@@ -517,12 +571,15 @@ class CandidateFilter:
         unexpected += sorted(f"settings.{k}" for k in set(state.get("settings") or {}) - set(_SETTINGS))
         unexpected += sorted(f"counters.{k}" for k in set(state.get("counters") or {}) - set(_COUNTERS))
         if missing or unexpected:
-            raise ValueError(f"not a complete CandidateFilter state: missing keys {missing}, unexpected keys "
-                             f"{unexpected}; pass what CandidateFilter.state_dict() returned")
+            raise ValueError(
+                f"not a complete CandidateFilter state: missing keys {missing}, unexpected keys "
+                f"{unexpected}; pass what CandidateFilter.state_dict() returned"
+            )
         for key, mine in ((k, getattr(self, k)) for k in _SETTINGS):
             if key in state["settings"] and state["settings"][key] != mine:  # (older states lack the guard's)
-                raise ValueError(f"the state was saved with {key}={state['settings'].get(key)!r}, "
-                                 f"this filter has {mine!r}")
+                raise ValueError(
+                    f"the state was saved with {key}={state['settings'].get(key)!r}, this filter has {mine!r}"
+                )
         for key in _COUNTERS:
             value = state["counters"][key]
             setattr(self, key, float(value) if key.endswith("seconds_") else int(value))
@@ -530,14 +587,17 @@ class CandidateFilter:
         self._clock = None  # the wall clock restarts at the next step
 
     def __repr__(self) -> str:
-        extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("diversity", "uniform_fraction", "warmup_steps")
-                        if getattr(self, k))
+        extra = "".join(
+            f", {k}={getattr(self, k)!r}" for k in ("diversity", "uniform_fraction", "warmup_steps") if getattr(self, k)
+        )
         if self.pick != "top":
             extra += f", pick={self.pick!r}, beta={self.beta:g}, window={self.window}"
         if self.score == "rho" and self.irreducible_weight != "auto":
             extra = f", irreducible_weight={self.irreducible_weight!r}" + extra
-        return (f"CandidateFilter(batch_size={self.batch_size}, ratio={self.ratio:g}, score={self.score!r}"
-                f"{extra}, seed={self.seed})")
+        return (
+            f"CandidateFilter(batch_size={self.batch_size}, ratio={self.ratio:g}, score={self.score!r}"
+            f"{extra}, seed={self.seed})"
+        )
 
 
 def _check_candidates(indices: Any, count: int | None = None) -> np.ndarray:

@@ -4,6 +4,7 @@ numpy in, ``(distances, indices)`` out, as in faiss. Embeddings may be a memory-
 ``.npy`` file: they are read in blocks and never copied whole by this module (faiss keeps
 its own copy inside a flat or IVF index, as it must).
 """
+
 from __future__ import annotations
 
 import logging
@@ -211,16 +212,22 @@ class EmbeddingIndex:
         for nprobe in steps:
             index.nprobe = nprobe
             _, found = self._search_same(index, queries, k)
-            hits = [np.intersect1d(f[f != i], t[t != i]).size / max(1, (t != i).sum())
-                    for i, f, t in zip(sample, found, truth)]
+            hits = [
+                np.intersect1d(f[f != i], t[t != i]).size / max(1, (t != i).sum())
+                for i, f, t in zip(sample, found, truth)
+            ]
             self.recall_ = float(np.mean(hits))
             if self.recall_ >= NPROBE_TARGET or nprobe >= NPROBE_STEPS[-1]:
                 break
         if self.recall_ < 0.95:
-            logger.warning("IVF recall@10 is only %.2f at nprobe=%d on this data; pass a larger nprobe "
-                           "or use kind='hnsw'", self.recall_, nprobe)
-        logger.info("nprobe=%d of %d lists: recall@10 %.3f on %d sampled points", nprobe, index.nlist,
-                    self.recall_, len(sample))
+            logger.warning(
+                "IVF recall@10 is only %.2f at nprobe=%d on this data; pass a larger nprobe or use kind='hnsw'",
+                self.recall_,
+                nprobe,
+            )
+        logger.info(
+            "nprobe=%d of %d lists: recall@10 %.3f on %d sampled points", nprobe, index.nlist, self.recall_, len(sample)
+        )
         return nprobe
 
     # -- search -----------------------------------------------------------------------
@@ -260,12 +267,16 @@ class EmbeddingIndex:
         missing = I < 0
         if self.kind == "flat" and missing.any():
             # exact search finds k neighbours of every point unless distances were NaN
-            raise ValueError(f"exact search found no neighbour for {int(missing.any(axis=1).sum())} of "
-                             f"{self.num_examples} points: the distances are not finite; check and rescale "
-                             f"the embeddings")
+            raise ValueError(
+                f"exact search found no neighbour for {int(missing.any(axis=1).sum())} of "
+                f"{self.num_examples} points: the distances are not finite; check and rescale "
+                f"the embeddings"
+            )
         if not np.isfinite(D[~missing]).all():
-            raise ValueError("k-NN distances are not finite (the embeddings overflow float32); rescale the "
-                             "embeddings (e.g. divide them by their standard deviation)")
+            raise ValueError(
+                "k-NN distances are not finite (the embeddings overflow float32); rescale the "
+                "embeddings (e.g. divide them by their standard deviation)"
+            )
         rows = np.arange(self._first_row, self._first_row + I.shape[0])[:, None]
         is_self = I == rows
         # Keep the first k columns that are not the point itself.
@@ -304,8 +315,14 @@ class EmbeddingIndex:
                     yield np.concatenate(ids), np.concatenate(vecs)
                 ids, vecs, pending = [], [], 0
 
-    def knn_graph(self, k: int = 10, kernel: str = "rbf", symmetrize: bool = True, sigma: float | None = None,
-                  self_weight: float | None = None) -> sp.csr_matrix:
+    def knn_graph(
+        self,
+        k: int = 10,
+        kernel: str = "rbf",
+        symmetrize: bool = True,
+        sigma: float | None = None,
+        self_weight: float | None = None,
+    ) -> sp.csr_matrix:
         """The k-NN affinity graph: ``N x N`` CSR, float32 weights in (0, 1], int64
         indices, no self loops unless ``self_weight`` (in (0, 1]) is given: then every
         point has that weight to itself on the diagonal (a sparse facility location needs
@@ -338,8 +355,10 @@ class EmbeddingIndex:
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(valid.sum(axis=1), out=indptr[1:])
         if not valid.any():
-            raise ValueError(f"the {k}-NN graph of {n} points is empty: the index found no neighbours; rescale "
-                             f"the embeddings or use kind='flat'")
+            raise ValueError(
+                f"the {k}-NN graph of {n} points is empty: the index found no neighbours; rescale "
+                f"the embeddings or use kind='flat'"
+            )
         graph = sp.csr_matrix((w[valid], I[valid], indptr), shape=(n, n))
         if symmetrize:
             graph = graph.maximum(graph.T).tocsr()
@@ -355,8 +374,9 @@ class EmbeddingIndex:
             graph.indices, graph.indptr = indices, indptr  # scipy may downcast them
         return mark_symmetric(graph) if symmetrize else graph
 
-    def _edge_weights(self, D: np.ndarray, I: np.ndarray, valid: np.ndarray, kernel: str,
-                      sigma: float | None) -> np.ndarray:
+    def _edge_weights(
+        self, D: np.ndarray, I: np.ndarray, valid: np.ndarray, kernel: str, sigma: float | None
+    ) -> np.ndarray:
         """float32 kernel weights in (0, 1] of the neighbour lists ``(D, I)``."""
         if kernel == "connectivity":
             w = np.ones_like(D)
@@ -403,8 +423,16 @@ class EmbeddingIndex:
         return f"EmbeddingIndex(N={self.num_examples}, d={self.dim}, metric={self.metric!r}, kind={self.kind!r})"
 
 
-def knn_graph(embeddings: Any, k: int = 10, metric: str = "euclidean", kernel: str = "rbf", symmetrize: bool = True,
-              sigma: float | None = None, self_weight: float | None = None, **index_kwargs: Any) -> sp.csr_matrix:
+def knn_graph(
+    embeddings: Any,
+    k: int = 10,
+    metric: str = "euclidean",
+    kernel: str = "rbf",
+    symmetrize: bool = True,
+    sigma: float | None = None,
+    self_weight: float | None = None,
+    **index_kwargs: Any,
+) -> sp.csr_matrix:
     """Shortcut: ``EmbeddingIndex(embeddings, metric, **index_kwargs).knn_graph(k, kernel,
     symmetrize, sigma, self_weight)``."""
     index = EmbeddingIndex(embeddings, metric=metric, **index_kwargs)

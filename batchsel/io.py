@@ -4,6 +4,7 @@ Every file batchsel writes goes through :func:`atomic_write`: the content is wri
 temporary name in the same folder, flushed to disk, then renamed over the final name, so
 a crash or Ctrl-C never leaves a half-written file under the name a user asked for.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,8 +46,9 @@ def _target(path: str | os.PathLike, overwrite: bool) -> str:
         raise ValueError(f"output {path!r} is a directory")
     if os.path.exists(path):
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise ValueError(f"output {path!r} exists and is not a regular file (a device, FIFO or socket); "
-                             f"write to a regular file")
+            raise ValueError(
+                f"output {path!r} exists and is not a regular file (a device, FIFO or socket); write to a regular file"
+            )
         if not overwrite:
             raise FileExistsError(f"output {path!r} exists (pass overwrite / --force to replace it)")
     folder = os.path.dirname(os.path.abspath(path))
@@ -245,8 +247,11 @@ def array_shape(path: str | os.PathLike, key: str | None = None) -> tuple[int, .
                 if key in names:
                     with z.open(key + ".npy") as f:
                         version = np.lib.format.read_magic(f)
-                        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                            np.lib.format.read_array_header_2_0
+                        read = (
+                            np.lib.format.read_array_header_1_0
+                            if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0
+                        )
                         shape, _, _ = read(f)
                         return tuple(shape)
         except (OSError, ValueError, EOFError, zipfile.BadZipFile):
@@ -272,7 +277,7 @@ class NpyRows:
         a = self.array
         if not isinstance(a, np.memmap) or not a.flags.c_contiguous:
             for s in range(start, a.shape[0], rows):  # Fortran order: slices of the memmap
-                yield a[s:s + rows]
+                yield a[s : s + rows]
             return
         n, d = a.shape
         with open(self.path, "rb") as fh:

@@ -8,6 +8,7 @@ and reports how decisive and how accurate it is.
 
 The models, the guard and the measurements: docs/design/irreducible.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -135,24 +136,48 @@ class IrreducibleLoss:
     (True, True)
     """
 
-    def __init__(self, model: Any = "knn", folds: int = 5, holdout: float | int | None = None, *,
-                 neighbors: int = 25, standardize: bool = True, balanced: bool = True, min_prob: float = 1e-3,
-                 hidden: tuple[int, ...] = (256,), epochs: int = 30, patience: int = 4, batch_size: int = 64,
-                 lr: float = 1e-3, weight_decay: float = 1e-4, stop_fraction: float = 0.15,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: Any = "knn",
+        folds: int = 5,
+        holdout: float | int | None = None,
+        *,
+        neighbors: int = 25,
+        standardize: bool = True,
+        balanced: bool = True,
+        min_prob: float = 1e-3,
+        hidden: tuple[int, ...] = (256,),
+        epochs: int = 30,
+        patience: int = 4,
+        batch_size: int = 64,
+        lr: float = 1e-3,
+        weight_decay: float = 1e-4,
+        stop_fraction: float = 0.15,
+        seed: int = 0,
+    ) -> None:
         if isinstance(model, str) and model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, a scikit-learn classifier or a torch model "
-                             f"factory, got {model!r}")
-        if not isinstance(model, str) and not (hasattr(model, "fit") and hasattr(model, "predict_proba")) \
-                and not callable(model):
-            raise TypeError(f"model must be one of {MODELS}, a classifier with fit and predict_proba or a "
-                            f"callable returning a torch.nn.Module, got {type(model).__name__}")
+            raise ValueError(
+                f"model must be one of {MODELS}, a scikit-learn classifier or a torch model factory, got {model!r}"
+            )
+        if (
+            not isinstance(model, str)
+            and not (hasattr(model, "fit") and hasattr(model, "predict_proba"))
+            and not callable(model)
+        ):
+            raise TypeError(
+                f"model must be one of {MODELS}, a classifier with fit and predict_proba or a "
+                f"callable returning a torch.nn.Module, got {type(model).__name__}"
+            )
         self.model = model
         self.folds = check_int(folds, "folds", minimum=2)
         if holdout is not None:
-            if isinstance(holdout, (bool, np.bool_)) or not isinstance(holdout, (int, float, np.integer, np.floating)) \
-                    or not math.isfinite(holdout) or holdout <= 0 or (isinstance(holdout, (float, np.floating))
-                                                                      and holdout >= 1):
+            if (
+                isinstance(holdout, (bool, np.bool_))
+                or not isinstance(holdout, (int, float, np.integer, np.floating))
+                or not math.isfinite(holdout)
+                or holdout <= 0
+                or (isinstance(holdout, (float, np.floating)) and holdout >= 1)
+            ):
                 raise ValueError(f"holdout must be a fraction in (0, 1) or a number of examples >= 1, got {holdout!r}")
         self.holdout = holdout
         self.neighbors = check_int(neighbors, "neighbors", minimum=1)
@@ -195,8 +220,9 @@ class IrreducibleLoss:
         else:
             count = int(self.holdout) if isinstance(self.holdout, (int, np.integer)) else round(self.holdout * n)
             if count >= n:
-                raise ValueError(f"holdout={self.holdout!r} ({count} examples) leaves nothing to train on: "
-                                 f"the data has {n} examples")
+                raise ValueError(
+                    f"holdout={self.holdout!r} ({count} examples) leaves nothing to train on: the data has {n} examples"
+                )
             if count < 1:
                 raise ValueError(f"holdout={self.holdout!r} is less than one of the {n} examples")
             self.holdout_indices_ = np.sort(perm[:count]).astype(np.int64)
@@ -229,10 +255,19 @@ class IrreducibleLoss:
         self.confident_disagreement_ = float(np.mean(confident[scored]))
         self.chance_ = float(np.bincount(y[scored]).max() / len(scored))
         self.fit_seconds_ = time.perf_counter() - start
-        logger.info("irreducible-loss model %s: held-out accuracy %.3f (folds %s; chance %.3f; decisive %.3f, confident "
-                    "disagreement %.3f) on %d examples, mean IL %.3f (%.1f s)", self._name(), self.accuracy_,
-                    " ".join(f"{a:.3f}" for a in self.fold_accuracy_), self.chance_, self.decisive_,
-                    self.confident_disagreement_, len(scored), float(np.nanmean(self.losses_)), self.fit_seconds_)
+        logger.info(
+            "irreducible-loss model %s: held-out accuracy %.3f (folds %s; chance %.3f; decisive %.3f, confident "
+            "disagreement %.3f) on %d examples, mean IL %.3f (%.1f s)",
+            self._name(),
+            self.accuracy_,
+            " ".join(f"{a:.3f}" for a in self.fold_accuracy_),
+            self.chance_,
+            self.decisive_,
+            self.confident_disagreement_,
+            len(scored),
+            float(np.nanmean(self.losses_)),
+            self.fit_seconds_,
+        )
         return self
 
     def _name(self) -> str:
@@ -240,8 +275,9 @@ class IrreducibleLoss:
             return self.model
         return getattr(self.model, "__name__", type(self.model).__name__)
 
-    def _fit_predict(self, x_fit: np.ndarray, y_fit: np.ndarray, x_score: np.ndarray,
-                     fold: int = 0) -> tuple[np.ndarray, int]:
+    def _fit_predict(
+        self, x_fit: np.ndarray, y_fit: np.ndarray, x_score: np.ndarray, fold: int = 0
+    ) -> tuple[np.ndarray, int]:
         """Class probabilities (len(x_score) x n_classes_) of a model fit on (x_fit, y_fit),
         and the epochs it trained (0 for the non-torch models)."""
         if self.standardize:
@@ -250,11 +286,11 @@ class IrreducibleLoss:
             x_fit, x_score = (x_fit - mean) / std, (x_score - mean) / std
         epochs = 0
         if self.model == "knn":
-            proba = self._knn(np.ascontiguousarray(x_fit, np.float32), y_fit,
-                              np.ascontiguousarray(x_score, np.float32))
+            proba = self._knn(np.ascontiguousarray(x_fit, np.float32), y_fit, np.ascontiguousarray(x_score, np.float32))
         elif self._is_torch():
-            proba, epochs = self._net(np.ascontiguousarray(x_fit, np.float32), y_fit,
-                                      np.ascontiguousarray(x_score, np.float32), fold)
+            proba, epochs = self._net(
+                np.ascontiguousarray(x_fit, np.float32), y_fit, np.ascontiguousarray(x_score, np.float32), fold
+            )
         else:
             estimator = self._estimator()
             estimator.fit(x_fit, y_fit)
@@ -284,15 +320,17 @@ class IrreducibleLoss:
         perm = rng.permutation(len(y_fit))
         n_stop = max(1, int(round(self.stop_fraction * len(y_fit))))
         if n_stop >= len(y_fit):
-            raise ValueError(f"stop_fraction={self.stop_fraction!r} leaves no example to fit the irreducible-loss "
-                             f"model on ({len(y_fit)} examples in a fold's fit set)")
+            raise ValueError(
+                f"stop_fraction={self.stop_fraction!r} leaves no example to fit the irreducible-loss "
+                f"model on ({len(y_fit)} examples in a fold's fit set)"
+            )
         stop, fit = perm[:n_stop], perm[n_stop:]
         xs, ys = torch.from_numpy(x_fit[stop]), torch.from_numpy(y_fit[stop])
         xf, yf = torch.from_numpy(x_fit[fit]), torch.from_numpy(y_fit[fit])
         # a fork of torch's global generator: initial weights seeded from (seed, fold) without
         # disturbing the caller's random stream
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(rng.integers(2 ** 62)))
+            torch.manual_seed(int(rng.integers(2**62)))
             net = self._build_net(x_fit.shape[1])
             self._check_outputs(net, xf[:1])
             opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
@@ -301,7 +339,7 @@ class IrreducibleLoss:
                 net.train()
                 order = torch.from_numpy(rng.permutation(len(fit)))
                 for b in range(0, len(fit), self.batch_size):
-                    ib = order[b:b + self.batch_size]
+                    ib = order[b : b + self.batch_size]
                     opt.zero_grad()
                     F.cross_entropy(net(xf[ib]), yf[ib]).backward()
                     opt.step()
@@ -320,8 +358,10 @@ class IrreducibleLoss:
             with torch.no_grad():
                 logits = net(torch.from_numpy(x_score))
         if logits.ndim != 2 or logits.shape != (len(x_score), self.n_classes_):
-            raise ValueError(f"the irreducible-loss model returned logits of shape {tuple(logits.shape)}, "
-                             f"expected ({len(x_score)}, {self.n_classes_}) (examples x classes)")
+            raise ValueError(
+                f"the irreducible-loss model returned logits of shape {tuple(logits.shape)}, "
+                f"expected ({len(x_score)}, {self.n_classes_}) (examples x classes)"
+            )
         return torch.softmax(logits.double(), dim=1).numpy(), best_epoch
 
     def _check_outputs(self, net: Any, x: Any) -> None:
@@ -332,9 +372,11 @@ class IrreducibleLoss:
         with torch.no_grad():
             out = net(x)
         if out.ndim != 2 or out.shape[1] != self.n_classes_:
-            raise ValueError(f"the irreducible-loss model returns logits of shape {tuple(out.shape)} for one example; "
-                             f"it needs one output per class: {self.n_classes_} (the labels' classes "
-                             f"{self.classes_[:10].tolist()}{' ...' if self.n_classes_ > 10 else ''}, in that order)")
+            raise ValueError(
+                f"the irreducible-loss model returns logits of shape {tuple(out.shape)} for one example; "
+                f"it needs one output per class: {self.n_classes_} (the labels' classes "
+                f"{self.classes_[:10].tolist()}{' ...' if self.n_classes_ > 10 else ''}, in that order)"
+            )
 
     def _build_net(self, d_in: int) -> Any:
         import torch

@@ -14,6 +14,7 @@ edges: the loss decomposes over batches and therefore over data-parallel workers
 drawn by ``GraphBlockSelector`` keep most edges inside a batch; random batches keep about
 ``(B - 1) / (N - 1)`` of them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -68,8 +69,11 @@ def batch_edges(graph: sp.csr_matrix, batch_indices: np.ndarray) -> tuple[np.nda
     degree = stops - starts
     # Flat positions of the batch rows' stored entries in graph.indices / graph.data.
     src_all = np.repeat(np.arange(len(batch_indices), dtype=np.int64), degree)
-    entry = np.arange(int(degree.sum()), dtype=np.int64) - np.repeat(np.cumsum(degree) - degree, degree) \
+    entry = (
+        np.arange(int(degree.sum()), dtype=np.int64)
+        - np.repeat(np.cumsum(degree) - degree, degree)
         + np.repeat(starts, degree)
+    )
     cols = graph.indices[entry]
     lo = np.searchsorted(members, cols, side="left")
     hi = np.searchsorted(members, cols, side="right")
@@ -135,8 +139,14 @@ class GraphRegularizedLoss(torch.nn.Module):
     (True, 0.0)
     """
 
-    def __init__(self, graph: Any, mu: float = DEFAULT_MU, nu: float = DEFAULT_NU, reduction: str = "mean",
-                 num_examples: int | None = None) -> None:
+    def __init__(
+        self,
+        graph: Any,
+        mu: float = DEFAULT_MU,
+        nu: float = DEFAULT_NU,
+        reduction: str = "mean",
+        num_examples: int | None = None,
+    ) -> None:
         super().__init__()
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -152,8 +162,10 @@ class GraphRegularizedLoss(torch.nn.Module):
         self.last_parts: dict[str, float] = {}
 
     def extra_repr(self) -> str:
-        return (f"num_examples={self.num_examples}, edges={self.graph.nnz}, mu={self.mu}, nu={self.nu}, "
-                f"reduction={self.reduction!r}")
+        return (
+            f"num_examples={self.num_examples}, edges={self.graph.nnz}, mu={self.mu}, nu={self.nu}, "
+            f"reduction={self.reduction!r}"
+        )
 
     # -- input checks -----------------------------------------------------------------
     def _check_inputs(self, logits: torch.Tensor, batch_indices: Any, labels: Any) -> tuple[np.ndarray, torch.Tensor]:
@@ -172,18 +184,23 @@ class GraphRegularizedLoss(torch.nn.Module):
             raise TypeError(f"batch_indices must be integer, got dtype {idx.dtype}")
         n_labels = len(labels) if hasattr(labels, "__len__") else None
         if not (logits.shape[0] == idx.shape[0] == n_labels):
-            raise ValueError(f"logits, batch_indices and labels must have the same length, got "
-                             f"logits {logits.shape[0]}, batch_indices {idx.shape[0]}, labels {n_labels}")
+            raise ValueError(
+                f"logits, batch_indices and labels must have the same length, got "
+                f"logits {logits.shape[0]}, batch_indices {idx.shape[0]}, labels {n_labels}"
+            )
         idx = idx.astype(np.int64, copy=False)
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_examples):
             bad = idx[(idx < 0) | (idx >= self.num_examples)][0]
-            raise ValueError(f"batch_indices must be in [0, {self.num_examples}) (the graph has {self.num_examples} "
-                             f"nodes), found {int(bad)}")
+            raise ValueError(
+                f"batch_indices must be in [0, {self.num_examples}) (the graph has {self.num_examples} "
+                f"nodes), found {int(bad)}"
+            )
         y = check_labels(labels, len(idx), name="labels", allow_unlabeled=True)
         num_classes = logits.shape[1]
         if y.size and y.max() >= num_classes:
-            raise ValueError(f"labels must be < the number of classes ({num_classes}, logits.shape[1]), "
-                             f"found {int(y.max())}")
+            raise ValueError(
+                f"labels must be < the number of classes ({num_classes}, logits.shape[1]), found {int(y.max())}"
+            )
         return idx, torch.as_tensor(y, device=logits.device)
 
     # -- the loss ---------------------------------------------------------------------
@@ -218,8 +235,12 @@ class GraphRegularizedLoss(torch.nn.Module):
             entropy = entropy / max(batch_size, 1)
         total = ce + self.mu * graph_term - self.nu * entropy
         self.last_parts = {
-            "total": float(total.detach()), "ce": float(ce.detach()), "graph": float(graph_term.detach()),
-            "entropy": float(entropy.detach()), "num_labeled": num_labeled, "num_edges": len(src),
+            "total": float(total.detach()),
+            "ce": float(ce.detach()),
+            "graph": float(graph_term.detach()),
+            "entropy": float(entropy.detach()),
+            "num_labeled": num_labeled,
+            "num_edges": len(src),
         }
         return total
 

@@ -7,6 +7,7 @@ Every optimizer picks, at each step, the item of largest marginal gain (per unit
 ``costs`` are given) among those it looks at, ties broken to the smallest index, so runs
 are reproducible and ``"lazy"`` returns exactly what ``"naive"`` returns.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,8 +33,18 @@ from .functions.facility_location import METRICS, FacilityLocation, _CoverRows, 
 
 logger = logging.getLogger(__name__)
 
-OPTIMIZERS = ("naive", "lazy", "two-stage", "approximate-lazy", "stochastic", "lazier-than-lazy", "sample",
-              "modular", "bidirectional", "greedi")
+OPTIMIZERS = (
+    "naive",
+    "lazy",
+    "two-stage",
+    "approximate-lazy",
+    "stochastic",
+    "lazier-than-lazy",
+    "sample",
+    "modular",
+    "bidirectional",
+    "greedi",
+)
 # Optimizers that take no knapsack costs: bidirectional greedy (double greedy) decides every
 # item once, for or against, and has no notion of a budget to spend.
 _NO_COSTS = ("bidirectional",)
@@ -229,8 +240,9 @@ def maximize(
     allowed[init] = False
     pool = np.flatnonzero(allowed).astype(np.int64)
     if cost is None and budget > pool.size:
-        raise ValueError(f"k={budget} but only {pool.size} items may be picked "
-                         f"(n={n}, after candidates/exclude/initial)")
+        raise ValueError(
+            f"k={budget} but only {pool.size} items may be picked (n={n}, after candidates/exclude/initial)"
+        )
     if pool.size == 0:
         raise ValueError("no item may be picked (candidates/exclude/initial leave none)")
 
@@ -239,11 +251,14 @@ def maximize(
         global _GREEDI_WARNED
         if comm is not None and int(comm.size) > 1 and not _GREEDI_WARNED:
             _GREEDI_WARNED = True
-            logger.warning("optimizer='greedi' over %d ranks with the whole %s on every rank is slower than "
-                           "optimizer='lazy' in one process (each rank's greedy costs about a whole lazy "
-                           "greedy, then the merge runs another); for facility location over embeddings use "
-                           "greedi_facility_location, which builds only each rank's part",
-                           int(comm.size), type(f).__name__)
+            logger.warning(
+                "optimizer='greedi' over %d ranks with the whole %s on every rank is slower than "
+                "optimizer='lazy' in one process (each rank's greedy costs about a whole lazy "
+                "greedy, then the merge runs another); for facility location over embeddings use "
+                "greedi_facility_location, which builds only each rank's part",
+                int(comm.size),
+                type(f).__name__,
+            )
         return _greedi(run, pool, budget, seed, parts, comm)
     if parts is not None or comm is not None:
         raise ValueError(f"parts and comm apply to optimizer='greedi', not {optimizer!r}")
@@ -270,8 +285,9 @@ class _Run:
     """One optimization: the function, its initial items, costs, counters and the gains
     of the picks (as ``f.add`` computed them)."""
 
-    def __init__(self, f: SetFunction, init: np.ndarray, cost: np.ndarray | None, progress: bool,
-                 rows: Any = None) -> None:
+    def __init__(
+        self, f: SetFunction, init: np.ndarray, cost: np.ndarray | None, progress: bool, rows: Any = None
+    ) -> None:
         self.f, self.init, self.cost, self.progress, self.rows = f, init, cost, progress, rows
         self.evaluations = 0
         self.start()
@@ -290,14 +306,16 @@ class _Run:
         if idx.size <= _CHUNK:
             g = self.f.gains(idx)
         else:
-            g = np.concatenate([self.f.gains(idx[s:s + _CHUNK]) for s in range(0, idx.size, _CHUNK)])
+            g = np.concatenate([self.f.gains(idx[s : s + _CHUNK]) for s in range(0, idx.size, _CHUNK)])
         if not np.isfinite(g).all():
             # NaN compares false with everything: lazy greedy's queue would never settle
             # (and grow without bound), the others would pick arbitrary items
             bad = int(np.flatnonzero(~np.isfinite(g))[0])
-            raise ValueError(f"the gain of item {int(idx[bad])} is {g[bad]} (not finite): the similarity or "
-                             f"features of {type(self.f).__name__} overflowed or hold NaN; rescale the "
-                             f"embeddings (e.g. divide them by their standard deviation)")
+            raise ValueError(
+                f"the gain of item {int(idx[bad])} is {g[bad]} (not finite): the similarity or "
+                f"features of {type(self.f).__name__} overflowed or hold NaN; rescale the "
+                f"embeddings (e.g. divide them by their standard deviation)"
+            )
         return g if self.cost is None else g / self.cost[idx]
 
     def affordable(self, idx: np.ndarray, remaining: float) -> np.ndarray:
@@ -312,9 +330,13 @@ class _Run:
         return tqdm(total=total, desc=desc, disable=not self.progress, leave=False)
 
     def finish(self, picks: list[int], name: str) -> Selection:
-        return Selection(indices=np.asarray(picks, dtype=np.int64),
-                         gains=np.asarray(self.picked_gains, dtype=np.float64),
-                         value=float(self.f.value), optimizer=name, evaluations=self.evaluations)
+        return Selection(
+            indices=np.asarray(picks, dtype=np.int64),
+            gains=np.asarray(self.picked_gains, dtype=np.float64),
+            value=float(self.f.value),
+            optimizer=name,
+            evaluations=self.evaluations,
+        )
 
 
 def _naive(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
@@ -400,8 +422,9 @@ def _lazy(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
     return picks
 
 
-def _stochastic(run: _Run, pool: np.ndarray, budget: float, epsilon: float, rng: np.random.Generator,
-                lazy: bool) -> list[int]:
+def _stochastic(
+    run: _Run, pool: np.ndarray, budget: float, epsilon: float, rng: np.random.Generator, lazy: bool
+) -> list[int]:
     picks: list[int] = []
     remaining = budget
     live = pool.copy()
@@ -438,9 +461,11 @@ def _lazy_in_sample(run: _Run, sample: np.ndarray, bounds: np.ndarray) -> tuple[
     start, size = 0, _LAZY_FIRST
     while start < order.size:
         u = bounds[sample[order[start]]]
-        if best_pos >= 0 and (_inflate(u) < best_r or (_inflate(u) == best_r and sample[order[start]] > sample[best_pos])):
+        if best_pos >= 0 and (
+            _inflate(u) < best_r or (_inflate(u) == best_r and sample[order[start]] > sample[best_pos])
+        ):
             break
-        chunk = order[start:start + size]
+        chunk = order[start : start + size]
         r = run.ratios(sample[chunk])
         bounds[sample[chunk]] = r
         for p, v in zip(chunk.tolist(), r.tolist()):
@@ -538,8 +563,10 @@ def _bidirectional(run: _Run, pool: np.ndarray, budget: float, rng: np.random.Ge
     after the pass, E[f(X)] >= OPT / 2; the run stops early once X holds k items."""
     f = run.f
     if run.rows is not None:
-        raise ValueError("optimizer='bidirectional' evaluates f from scratch, which rows (a 2-D initial) "
-                         "are not part of: give initial as indices")
+        raise ValueError(
+            "optimizer='bidirectional' evaluates f from scratch, which rows (a 2-D initial) "
+            "are not part of: give initial as indices"
+        )
     picks: list[int] = []
     in_y = np.zeros(f.n, dtype=bool)
     in_y[pool] = True
@@ -579,8 +606,9 @@ def _greedi_splits(pool: np.ndarray, seed: int, parts: int | None, comm: Communi
     return [np.sort(s) for s in np.array_split(perm, m)]
 
 
-def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | None,
-            comm: Communicator | None) -> Selection:
+def _greedi(
+    run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | None, comm: Communicator | None
+) -> Selection:
     splits = _greedi_splits(pool, seed, parts, comm)
     m = len(splits)
     per_part = budget if run.cost is not None else None
@@ -596,8 +624,9 @@ def _greedi(run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | 
     if comm is None:
         results = [local(p) for p in splits]
     else:
-        check_ranks_agree(comm, "the set function", function=type(run.f).__name__, n=int(run.f.n),
-                          pool=_digest(pool), budget=budget)
+        check_ranks_agree(
+            comm, "the set function", function=type(run.f).__name__, n=int(run.f.n), pool=_digest(pool), budget=budget
+        )
         results = comm.allgather(local(splits[int(comm.rank)]))
     union = np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p, _ in results]))
     run.start()
@@ -630,12 +659,21 @@ def _check_same_selection(comm: Communicator, sel: Selection) -> None:
     if all(d == every[0][0] and math.isclose(v, every[0][1], rel_tol=1e-6) for d, v in every):
         return
     held = "; ".join(f"rank {r}: picks {d}, value {v:.9g}" for r, (d, v) in enumerate(every))
-    raise RuntimeError(f"the ranks disagree on the GreeDi result ({held}): their set functions differ "
-                       f"(built from different data?); every rank must build the same function")
+    raise RuntimeError(
+        f"the ranks disagree on the GreeDi result ({held}): their set functions differ "
+        f"(built from different data?); every rank must build the same function"
+    )
 
 
-def greedi_facility_location(embeddings: Any, k: int, *, metric: str = "euclidean", comm: Communicator | None = None,
-                             parts: int | None = None, seed: int = 0) -> Selection:
+def greedi_facility_location(
+    embeddings: Any,
+    k: int,
+    *,
+    metric: str = "euclidean",
+    comm: Communicator | None = None,
+    parts: int | None = None,
+    seed: int = 0,
+) -> Selection:
     """GreeDi for facility location over embeddings, with each part's function on its part
     only (the decomposable GreeDi of Mirzasoleiman et al., 2013): no rank builds the
     ``N x N`` similarity.
@@ -691,11 +729,21 @@ def greedi_facility_location(embeddings: Any, k: int, *, metric: str = "euclidea
         chosen = np.searchsorted(union, picks[best])
         g.reset()
         gains = [g.add(int(j)) for j in chosen]
-        sel = Selection(indices=union[chosen], gains=np.asarray(gains), value=float(g.value), optimizer="greedi",
-                        evaluations=merged.evaluations)
+        sel = Selection(
+            indices=union[chosen],
+            gains=np.asarray(gains),
+            value=float(g.value),
+            optimizer="greedi",
+            evaluations=merged.evaluations,
+        )
     else:
-        sel = Selection(indices=union[merged.indices], gains=merged.gains, value=merged.value, optimizer="greedi",
-                        evaluations=merged.evaluations)
+        sel = Selection(
+            indices=union[merged.indices],
+            gains=merged.gains,
+            value=merged.value,
+            optimizer="greedi",
+            evaluations=merged.evaluations,
+        )
     sel.extra.update(parts=m, merged_value=merged.value, part_values=part_values)
     if comm is not None:
         _check_same_selection(comm, sel)

@@ -8,6 +8,7 @@ On disk a plan is an ``.npz`` holding flat int64 indices, batch offsets, optiona
 weights, a JSON header and a SHA-256 checksum of all of them; it is written to a temporary
 name and renamed. A file may hold several epochs (``save_plans`` / ``load_plans``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -152,9 +153,11 @@ class EpochPlan:
         return isinstance(other, EpochPlan) and self.fingerprint() == other.fingerprint()
 
     def __repr__(self) -> str:
-        return (f"EpochPlan(world_size={self.world_size}, num_batches={self.num_batches}, "
-                f"num_examples={self.num_examples}, epoch={self.epoch}, method={self.method!r}, "
-                f"weighted={self._weights is not None})")
+        return (
+            f"EpochPlan(world_size={self.world_size}, num_batches={self.num_batches}, "
+            f"num_examples={self.num_examples}, epoch={self.epoch}, method={self.method!r}, "
+            f"weighted={self._weights is not None})"
+        )
 
     # -- checks and identity ----------------------------------------------------------
     def validate(self) -> "EpochPlan":
@@ -185,8 +188,15 @@ class EpochPlan:
         return arrays
 
     def _header(self) -> dict[str, Any]:
-        return {"format": FORMAT_VERSION, "world_size": self.world_size, "num_batches": self.num_batches,
-                "num_examples": self.num_examples, "epoch": self.epoch, "seed": self.seed, "method": self.method}
+        return {
+            "format": FORMAT_VERSION,
+            "world_size": self.world_size,
+            "num_batches": self.num_batches,
+            "num_examples": self.num_examples,
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "method": self.method,
+        }
 
     def fingerprint(self) -> str:
         """A stable 16-hex-digit hash of the batches, weights, world size and dataset
@@ -225,8 +235,9 @@ class EpochPlan:
         plans = load_plans(path)
         if epoch is None:
             if len(plans) != 1:
-                raise ValueError(f"{os.fspath(path)!r} holds {len(plans)} epochs "
-                                 f"{[p.epoch for p in plans]}; pass epoch=")
+                raise ValueError(
+                    f"{os.fspath(path)!r} holds {len(plans)} epochs {[p.epoch for p in plans]}; pass epoch="
+                )
             return plans[0]
         for p in plans:
             if p.epoch == epoch:
@@ -243,7 +254,9 @@ def _as_indices(batch: Any, rank: int, i: int) -> np.ndarray:
         raise ValueError(f"rank {rank} batch {i} must be 1-D (a list of indices), got shape {b.shape}")
     if b.size and not np.issubdtype(b.dtype, np.integer):
         if not (np.issubdtype(b.dtype, np.floating) and np.isfinite(b).all() and (b == np.round(b)).all()):
-            raise TypeError(f"rank {rank} batch {i} must hold integer indices, got dtype {b.dtype}: {b.reshape(-1)[:5]!r}")
+            raise TypeError(
+                f"rank {rank} batch {i} must hold integer indices, got dtype {b.dtype}: {b.reshape(-1)[:5]!r}"
+            )
     return b.astype(np.int64).reshape(-1)
 
 
@@ -280,25 +293,33 @@ def _epoch_from(arrays: dict[str, np.ndarray], e: int, path: str) -> EpochPlan:
             raise ValueError(f"{where}: header field {key!r} must be {kind.__name__}, got {h[key]!r}")
     ws, nb = h["world_size"], h["num_batches"]
     if ws < 1 or nb < 0 or h["num_examples"] < 0 or h["epoch"] < 0 or h["seed"] < 0:
-        raise ValueError(f"{where}: header has world_size={ws}, num_batches={nb}, num_examples={h['num_examples']}, "
-                         f"epoch={h['epoch']}, seed={h['seed']} (world_size must be >= 1, the others >= 0)")
-    if idx.ndim != 1 or off.ndim != 1 or not np.issubdtype(idx.dtype, np.integer) \
-            or not np.issubdtype(off.dtype, np.integer):
+        raise ValueError(
+            f"{where}: header has world_size={ws}, num_batches={nb}, num_examples={h['num_examples']}, "
+            f"epoch={h['epoch']}, seed={h['seed']} (world_size must be >= 1, the others >= 0)"
+        )
+    if (
+        idx.ndim != 1
+        or off.ndim != 1
+        or not np.issubdtype(idx.dtype, np.integer)
+        or not np.issubdtype(off.dtype, np.integer)
+    ):
         raise ValueError(f"{where}: indices and offsets must be 1-D integer arrays")
     if len(off) != ws * nb + 1:
         # e.g. world_size=1 in the header of a 2-rank plan would drop rank 1 silently
-        raise ValueError(f"{where}: header says {ws} rank(s) x {nb} batches = {ws * nb} batches, the file holds "
-                         f"{len(off) - 1}")
+        raise ValueError(
+            f"{where}: header says {ws} rank(s) x {nb} batches = {ws * nb} batches, the file holds {len(off) - 1}"
+        )
     if off[0] != 0 or off[-1] != len(idx) or (np.diff(off) < 0).any():
         raise ValueError(f"{where}: batch offsets do not cut the {len(idx)} indices into batches")
     w = arrays.get(f"e{e}_weights")
     if w is not None and w.shape != idx.shape:
         raise ValueError(f"{where}: {w.size} weights for {idx.size} indices")
-    flat = [idx[off[i]:off[i + 1]] for i in range(len(off) - 1)]
-    batches = [flat[r * nb:(r + 1) * nb] for r in range(ws)]
-    weights = None if w is None else [[w[off[r * nb + i]:off[r * nb + i + 1]] for i in range(nb)] for r in range(ws)]
-    plan = EpochPlan(batches, weights, num_examples=h["num_examples"], epoch=h["epoch"], seed=h["seed"],
-                     method=h["method"])
+    flat = [idx[off[i] : off[i + 1]] for i in range(len(off) - 1)]
+    batches = [flat[r * nb : (r + 1) * nb] for r in range(ws)]
+    weights = None if w is None else [[w[off[r * nb + i] : off[r * nb + i + 1]] for i in range(nb)] for r in range(ws)]
+    plan = EpochPlan(
+        batches, weights, num_examples=h["num_examples"], epoch=h["epoch"], seed=h["seed"], method=h["method"]
+    )
     try:
         return plan.validate()
     except ValueError as exc:
@@ -350,8 +371,10 @@ def load_plans(path: str | os.PathLike) -> list[EpochPlan]:
     except Exception as exc:  # noqa: BLE001 - damaged zips raise BadZipFile, NotImplementedError, zlib.error, ...
         raise ValueError(f"{unreadable}: {exc}") from None
     if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path!r} holds one array (an .npy file?), not a plan: plans are the .npz files "
-                         "`batchsel plan --out` writes")
+        raise ValueError(
+            f"{path!r} holds one array (an .npy file?), not a plan: plans are the .npz files "
+            "`batchsel plan --out` writes"
+        )
     try:
         with loaded as z:
             arrays = {k: z[k] for k in z.files}

@@ -4,6 +4,7 @@ audit --plot``), drawn with matplotlib.
 matplotlib is an optional dependency (``pip install 'batchsel[plot]'``): it is imported
 only when a figure is drawn, and :func:`require_matplotlib` says how to install it.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,9 @@ def require_matplotlib() -> Any:
     return matplotlib
 
 
-def plot_reports(path: str | os.PathLike, reports: list[dict[str, Any]], *, source: str | None = None,
-                 overwrite: bool = True) -> None:
+def plot_reports(
+    path: str | os.PathLike, reports: list[dict[str, Any]], *, source: str | None = None, overwrite: bool = True
+) -> None:
     """Draw the :func:`~batchsel.report.plan_report` of one or more epochs of a plan to
     ``path`` (the format from its suffix: ``.png``, ``.pdf`` or ``.svg``), as ``batchsel
     inspect --plot`` does: examples per rank, batch sizes per epoch and rank, and per batch
@@ -64,20 +66,31 @@ def plot_reports(path: str | os.PathLike, reports: list[dict[str, Any]], *, sour
     world = reports[0]["world_size"]
     width = 0.8 / len(reports)
     for j, rep in enumerate(reports):
-        ax_counts.bar(np.arange(world) + j * width, [rk["examples"] for rk in rep["ranks"]], width,
-                      label=f"epoch {rep['epoch']}")
+        ax_counts.bar(
+            np.arange(world) + j * width, [rk["examples"] for rk in rep["ranks"]], width, label=f"epoch {rep['epoch']}"
+        )
     ax_counts.set(title="examples per rank", xlabel="rank", ylabel="examples")
     ax_counts.set_xticks(np.arange(world) + 0.4 - width / 2, [str(r) for r in range(world)])
     if 1 < len(reports) <= 8:
         ax_counts.legend(fontsize="small")
     sizes = [rk["batch_size"] for rep in reports for rk in rep["ranks"]]
-    ax_sizes.bar(np.arange(len(sizes)), [s["mean"] for s in sizes],
-                 yerr=[[s["mean"] - s["min"] for s in sizes], [s["max"] - s["mean"] for s in sizes]], color="tab:gray")
-    ax_sizes.set(title="batch size (mean, min-max) per epoch and rank", xlabel="epoch / rank", ylabel="examples per batch")
+    ax_sizes.bar(
+        np.arange(len(sizes)),
+        [s["mean"] for s in sizes],
+        yerr=[[s["mean"] - s["min"] for s in sizes], [s["max"] - s["mean"] for s in sizes]],
+        color="tab:gray",
+    )
+    ax_sizes.set(
+        title="batch size (mean, min-max) per epoch and rank", xlabel="epoch / rank", ylabel="examples per batch"
+    )
     if len(sizes) <= 24:
-        ax_sizes.set_xticks(np.arange(len(sizes)), [f"{rep['epoch']}/{rk['rank']}" for rep in reports for rk in rep["ranks"]])
+        ax_sizes.set_xticks(
+            np.arange(len(sizes)), [f"{rep['epoch']}/{rk['rank']}" for rep in reports for rk in rep["ranks"]]
+        )
 
-    def per_batch(ax: Any, key: str, title: str, ylabel: str, missing: str, reference: Callable[[dict], float] | None) -> None:
+    def per_batch(
+        ax: Any, key: str, title: str, ylabel: str, missing: str, reference: Callable[[dict], float] | None
+    ) -> None:
         if key not in reports[0]["ranks"][0]:
             ax.text(0.5, 0.5, missing, ha="center", va="center", transform=ax.transAxes)
             ax.set(title=title, xticks=[], yticks=[])
@@ -86,8 +99,13 @@ def plot_reports(path: str | os.PathLike, reports: list[dict[str, Any]], *, sour
         for rep in reports:
             for rk in rep["ranks"]:
                 vals = np.array([np.nan if v is None else v for v in rk[key]], dtype=float)
-                ax.plot(offset + np.arange(vals.size), vals, lw=1, color=f"C{rk['rank'] % 10}",
-                        label=f"rank {rk['rank']}" if rep is reports[0] else None)
+                ax.plot(
+                    offset + np.arange(vals.size),
+                    vals,
+                    lw=1,
+                    color=f"C{rk['rank'] % 10}",
+                    label=f"rank {rk['rank']}" if rep is reports[0] else None,
+                )
             if reference is not None:
                 ax.hlines(reference(rep), offset, offset + rep["num_batches"] - 1, colors="k", linestyles="dashed")
             offset += rep["num_batches"]
@@ -98,13 +116,27 @@ def plot_reports(path: str | os.PathLike, reports: list[dict[str, Any]], *, sour
             ax.legend(fontsize="small")
 
     n = reports[0]["num_examples"]
-    per_batch(ax_entropy, "label_entropy", "label entropy per batch (dashed: all labels)", "bits",
-              "no --labels given", lambda rep: rep["labels"]["all_labels_entropy"])
+    per_batch(
+        ax_entropy,
+        "label_entropy",
+        "label entropy per batch (dashed: all labels)",
+        "bits",
+        "no --labels given",
+        lambda rep: rep["labels"]["all_labels_entropy"],
+    )
     mean_size = np.mean([s["mean"] for s in sizes]) if sizes else 1.0
-    per_batch(ax_edges, "edge_weight_kept", "share of the batch's edge weight kept inside it\n(dashed: random batches)",
-              "share", "no --graph given", lambda rep: (mean_size - 1) / max(n - 1, 1))
-    title = (f"method {reports[0]['method'] or '?'}, fingerprint(s) "
-             f"{', '.join(rep['fingerprint'] for rep in reports[:3])}{' ...' if len(reports) > 3 else ''}")
+    per_batch(
+        ax_edges,
+        "edge_weight_kept",
+        "share of the batch's edge weight kept inside it\n(dashed: random batches)",
+        "share",
+        "no --graph given",
+        lambda rep: (mean_size - 1) / max(n - 1, 1),
+    )
+    title = (
+        f"method {reports[0]['method'] or '?'}, fingerprint(s) "
+        f"{', '.join(rep['fingerprint'] for rep in reports[:3])}{' ...' if len(reports) > 3 else ''}"
+    )
     fig.suptitle(title if source is None else f"{source}: {title}", fontsize="medium")
     fig.tight_layout()
     try:
@@ -167,8 +199,11 @@ def plot_audit(path: str | os.PathLike, report: Any, *, source: str | None = Non
         bins = np.linspace(0, 1, 41)
         ax_conf.hist(given[~flagged], bins=bins, alpha=0.7, label="not flagged")
         ax_conf.hist(given[flagged], bins=bins, alpha=0.7, color="tab:red", label=f"{flagged.sum()} flagged")
-        ax_conf.set(title=f"probability of the given label (noise ~ {report.noise_rate:.1%})",
-                    xlabel="probability", ylabel="rows")
+        ax_conf.set(
+            title=f"probability of the given label (noise ~ {report.noise_rate:.1%})",
+            xlabel="probability",
+            ylabel="rows",
+        )
         ax_conf.legend(fontsize="small")
     heading = f"{report.num_examples} rows x {report.dim}"
     fig.suptitle(heading if source is None else f"{source}: {heading}", fontsize="medium")

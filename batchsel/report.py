@@ -7,6 +7,7 @@ batch and the share of the graph's edge weight kept inside batches (against rand
 of the same sizes). :func:`format_report` writes them as the text table of ``batchsel
 inspect``; :func:`batchsel.plotting.plot_reports` draws them.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,9 @@ def _label_entropy(idx: np.ndarray, bid: np.ndarray, num_batches: int, labels: n
     return h
 
 
-def _edge_weights(idx: np.ndarray, bid: np.ndarray, num_batches: int,
-                  graph: Any) -> tuple[np.ndarray, np.ndarray, float, float]:
+def _edge_weights(
+    idx: np.ndarray, bid: np.ndarray, num_batches: int, graph: Any
+) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Edge weight figures of a plan's batches over ``graph`` (self loops left out):
     per batch, the weight with both ends inside it and the weight incident to its
     examples; for the epoch, the weight of the edges whose ends share at least one batch
@@ -100,10 +102,18 @@ def plan_report(plan: EpochPlan, labels: np.ndarray | None = None, graph: Any = 
     n = plan.num_examples
     unique = np.unique(idx)
     report: dict[str, Any] = {
-        "epoch": plan.epoch, "method": plan.method, "seed": plan.seed, "fingerprint": plan.fingerprint(),
-        "world_size": plan.world_size, "num_batches": plan.num_batches, "num_examples": n,
-        "weighted": plan.weights(0) is not None, "examples": int(idx.size), "unique": int(unique.size),
-        "coverage": unique.size / n if n else 0.0, "duplicates": int(idx.size - unique.size),
+        "epoch": plan.epoch,
+        "method": plan.method,
+        "seed": plan.seed,
+        "fingerprint": plan.fingerprint(),
+        "world_size": plan.world_size,
+        "num_batches": plan.num_batches,
+        "num_examples": n,
+        "weighted": plan.weights(0) is not None,
+        "examples": int(idx.size),
+        "unique": int(unique.size),
+        "coverage": unique.size / n if n else 0.0,
+        "duplicates": int(idx.size - unique.size),
     }
     entropy = _label_entropy(idx, bid, num_batches, labels) if labels is not None else None
     if graph is not None:
@@ -133,11 +143,15 @@ def plan_report(plan: EpochPlan, labels: np.ndarray | None = None, graph: Any = 
         rank_idx = plan.indices(r)
         rank_sizes = sizes[mine]
         entry: dict[str, Any] = {
-            "rank": r, "batches": int(mine.sum()), "examples": int(rank_idx.size),
+            "rank": r,
+            "batches": int(mine.sum()),
+            "examples": int(rank_idx.size),
             "unique": int(np.unique(rank_idx).size),
-            "batch_size": {"min": int(rank_sizes.min()) if rank_sizes.size else 0,
-                           "mean": float(rank_sizes.mean()) if rank_sizes.size else 0.0,
-                           "max": int(rank_sizes.max()) if rank_sizes.size else 0},
+            "batch_size": {
+                "min": int(rank_sizes.min()) if rank_sizes.size else 0,
+                "mean": float(rank_sizes.mean()) if rank_sizes.size else 0.0,
+                "max": int(rank_sizes.max()) if rank_sizes.size else 0,
+            },
         }
         weights = plan.weights(r)
         if weights is not None:
@@ -169,12 +183,16 @@ def format_report(path: str, reports: list[dict[str, Any]]) -> str:
     """
     lines: list[str] = []
     first = reports[0]
-    lines.append(f"{path}: {len(reports)} epoch(s), method {first['method'] or '?'}, seed {first['seed']}, "
-                 f"{first['num_examples']} examples, {first['world_size']} rank(s) x {first['num_batches']} batches"
-                 f"{', weighted' if first['weighted'] else ''}")
+    lines.append(
+        f"{path}: {len(reports)} epoch(s), method {first['method'] or '?'}, seed {first['seed']}, "
+        f"{first['num_examples']} examples, {first['world_size']} rank(s) x {first['num_batches']} batches"
+        f"{', weighted' if first['weighted'] else ''}"
+    )
     for rep in reports:
-        lines.append(f"epoch {rep['epoch']}  fingerprint {rep['fingerprint']}  coverage {rep['coverage']:.2%}  "
-                     f"duplicates {rep['duplicates']}")
+        lines.append(
+            f"epoch {rep['epoch']}  fingerprint {rep['fingerprint']}  coverage {rep['coverage']:.2%}  "
+            f"duplicates {rep['duplicates']}"
+        )
         head = f"  {'rank':>4} {'batches':>7} {'examples':>8} {'unique':>6}  {'batch size min/mean/max':>23}"
         if "labels" in rep:
             head += "  label entropy"
@@ -185,8 +203,10 @@ def format_report(path: str, reports: list[dict[str, Any]]) -> str:
         lines.append(head)
         for rk in rep["ranks"]:
             bs = rk["batch_size"]
-            line = (f"  {rk['rank']:>4} {rk['batches']:>7} {rk['examples']:>8} {rk['unique']:>6}  "
-                    f"{str(bs['min']) + '/' + format(bs['mean'], '.1f') + '/' + str(bs['max']):>23}")
+            line = (
+                f"  {rk['rank']:>4} {rk['batches']:>7} {rk['examples']:>8} {rk['unique']:>6}  "
+                f"{str(bs['min']) + '/' + format(bs['mean'], '.1f') + '/' + str(bs['max']):>23}"
+            )
             if "labels" in rep:
                 line += f"  {_mean_of(rk['label_entropy']):>13}"
             if "graph" in rep:
@@ -197,14 +217,18 @@ def format_report(path: str, reports: list[dict[str, Any]]) -> str:
         if "labels" in rep:
             lab = rep["labels"]
             mean = "-" if lab["batch_entropy_mean"] is None else f"{lab['batch_entropy_mean']:.3f}"
-            lines.append(f"  label entropy per batch: mean {mean} bits "
-                         f"(all labels together: {lab['all_labels_entropy']:.3f} bits)")
+            lines.append(
+                f"  label entropy per batch: mean {mean} bits "
+                f"(all labels together: {lab['all_labels_entropy']:.3f} bits)"
+            )
         if "graph" in rep:
             g = rep["graph"]
             inside = "-" if g["edge_weight_inside"] is None else f"{g['edge_weight_inside']:.2%}"
             ratio = "-" if g["ratio_to_random"] is None else f"{g['ratio_to_random']:.1f}x"
-            lines.append(f"  graph edge weight inside batches: {inside} (random batches of these sizes: "
-                         f"{g['edge_weight_inside_random']:.2%}; ratio {ratio})")
+            lines.append(
+                f"  graph edge weight inside batches: {inside} (random batches of these sizes: "
+                f"{g['edge_weight_inside_random']:.2%}; ratio {ratio})"
+            )
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ gathered to every rank or to one; facility location runs as a distributed lazy g
 
 Design and limits: docs/design/sharded.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,8 +41,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShardedIndex", "shard_range", "gather_graph", "save_graph_shard", "load_graph_shards",
-           "facility_location", "submodular_partition"]
+__all__ = [
+    "ShardedIndex",
+    "shard_range",
+    "gather_graph",
+    "save_graph_shard",
+    "load_graph_shards",
+    "facility_location",
+    "submodular_partition",
+]
 
 
 def shard_range(num_examples: int, rank: int, size: int) -> tuple[int, int]:
@@ -70,8 +78,9 @@ def _open_source(embeddings: Any) -> np.ndarray:
     return x
 
 
-def _merge(Ds: Sequence[np.ndarray], Is: Sequence[np.ndarray], k: int,
-           larger_is_closer: bool) -> tuple[np.ndarray, np.ndarray]:
+def _merge(
+    Ds: Sequence[np.ndarray], Is: Sequence[np.ndarray], k: int, larger_is_closer: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of several ``(D, I)`` answers to the same queries: nearest first, ties to the
     smaller global index, missing neighbours (-1) last."""
     D = np.concatenate(Ds, axis=1)
@@ -127,11 +136,14 @@ class ShardedIndex(EmbeddingIndex):
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if kind == "hnsw":
-            raise ValueError("kind='hnsw' cannot be sharded exactly (one graph index per shard searches differently "
-                             "from one over all rows); use 'flat' or 'ivf'")
+            raise ValueError(
+                "kind='hnsw' cannot be sharded exactly (one graph index per shard searches differently "
+                "from one over all rows); use 'flat' or 'ivf'"
+            )
         if not isinstance(comm, Communicator):
-            raise TypeError(f"comm must be a Communicator (rank, size, broadcast, allgather, gather, ...), "
-                            f"got {comm!r}")
+            raise TypeError(
+                f"comm must be a Communicator (rank, size, broadcast, allgather, gather, ...), got {comm!r}"
+            )
         self.comm = comm
         # a .npy file is reopened for scattered reads (the IVF training sample, neighbours'
         # rows): a short-lived map, so that the pages they touch leave this rank's RSS
@@ -192,10 +204,23 @@ class ShardedIndex(EmbeddingIndex):
                 blob = faiss.serialize_index(self._trained_ivf(self._scattered_source(), faiss_metric))
             index = faiss.deserialize_index(self.comm.broadcast(blob, root=0))  # type: ignore[assignment]
             self.train_size_ = min(self.num_examples, index.nlist * IVF_TRAIN_PER_LIST)
-        logger.info("rank %d: adding rows %d..%d of %d x %d to a %s index (%s)", self.comm.rank, lo, hi,
-                    self.num_examples, self.dim, self.kind, self.metric)
-        bar = tqdm(total=hi - lo, desc="index add", unit="pt", leave=False,
-                   disable=not self.progress or hi - lo <= self.block_rows)
+        logger.info(
+            "rank %d: adding rows %d..%d of %d x %d to a %s index (%s)",
+            self.comm.rank,
+            lo,
+            hi,
+            self.num_examples,
+            self.dim,
+            self.kind,
+            self.metric,
+        )
+        bar = tqdm(
+            total=hi - lo,
+            desc="index add",
+            unit="pt",
+            leave=False,
+            disable=not self.progress or hi - lo <= self.block_rows,
+        )
         for start in range(0, hi - lo, self.block_rows):
             stop = min(hi - lo, start + self.block_rows)
             block = self._prepared(self.embeddings[start:stop])
@@ -248,8 +273,11 @@ class ShardedIndex(EmbeddingIndex):
         the merged top-k of this rank's block."""
         coarse = None
         if self.kind == "ivf":  # the owner assigns its queries to lists, once
-            Dq, Iq = (self.index.quantizer.search(queries, self.index.nprobe) if len(queries) else
-                      (np.empty((0, self.index.nprobe), np.float32), np.empty((0, self.index.nprobe), np.int64)))
+            Dq, Iq = (
+                self.index.quantizer.search(queries, self.index.nprobe)
+                if len(queries)
+                else (np.empty((0, self.index.nprobe), np.float32), np.empty((0, self.index.nprobe), np.int64))
+            )
             coarse = (np.concatenate(self.comm.allgather(Dq)), np.concatenate(self.comm.allgather(Iq)))
         blocks = self.comm.allgather(queries)
         sizes = np.cumsum([0] + [len(b) for b in blocks])
@@ -292,8 +320,13 @@ class ShardedIndex(EmbeddingIndex):
         lo, hi = self.row_range
         distances = np.empty((hi - lo, k), dtype=np.float32)
         indices = np.empty((hi - lo, k), dtype=np.int64)
-        bar = tqdm(total=hi - lo, desc="knn graph", unit="q", leave=False,
-                   disable=not self.progress or hi - lo <= self.block_rows)
+        bar = tqdm(
+            total=hi - lo,
+            desc="knn graph",
+            unit="q",
+            leave=False,
+            disable=not self.progress or hi - lo <= self.block_rows,
+        )
         blocks = self._ivf_list_blocks(self._round_rows)
         nothing = (np.empty(0, np.int64), np.empty((0, self.dim), np.float32))
         while True:
@@ -320,8 +353,14 @@ class ShardedIndex(EmbeddingIndex):
             sigma2 = float(total / count) if count else 1.0
         return sigma2
 
-    def knn_graph(self, k: int = 10, kernel: str = "rbf", symmetrize: bool = True, sigma: float | None = None,
-                  self_weight: float | None = None) -> sp.csr_matrix:
+    def knn_graph(
+        self,
+        k: int = 10,
+        kernel: str = "rbf",
+        symmetrize: bool = True,
+        sigma: float | None = None,
+        self_weight: float | None = None,
+    ) -> sp.csr_matrix:
         """Collective: this rank's rows of the k-NN affinity graph, an ``(hi - lo) x N`` CSR
         matrix (float32 weights, global int64 column indices): rows ``lo..hi-1`` of what
         :meth:`EmbeddingIndex.knn_graph` returns with the same arguments (sigma is the
@@ -342,8 +381,10 @@ class ShardedIndex(EmbeddingIndex):
         indptr = np.zeros(hi - lo + 1, dtype=np.int64)
         np.cumsum(valid.sum(axis=1), out=indptr[1:])
         if not self.comm.allreduce(np.array([valid.sum()], dtype=np.int64))[0]:
-            raise ValueError(f"the {k}-NN graph of {n} points is empty: the index found no neighbours; rescale "
-                             f"the embeddings or use kind='flat'")
+            raise ValueError(
+                f"the {k}-NN graph of {n} points is empty: the index found no neighbours; rescale "
+                f"the embeddings or use kind='flat'"
+            )
         rows = to_int64(sp.csr_matrix((w[valid], I[valid], indptr), shape=(hi - lo, n)))
         del D, I, w, valid
         if symmetrize:
@@ -353,8 +394,10 @@ class ShardedIndex(EmbeddingIndex):
         rows.sort_indices()
         rows = to_int64(rows)
         if self_weight is not None:  # no self loops so far: add the diagonal
-            diag = sp.csr_matrix((np.full(hi - lo, self_weight, dtype=np.float32), np.arange(lo, hi),
-                                  np.arange(hi - lo + 1)), shape=rows.shape)
+            diag = sp.csr_matrix(
+                (np.full(hi - lo, self_weight, dtype=np.float32), np.arange(lo, hi), np.arange(hi - lo + 1)),
+                shape=rows.shape,
+            )
             rows = to_int64((rows + diag).tocsr())
             rows.sort_indices()
         return rows
@@ -369,7 +412,7 @@ class ShardedIndex(EmbeddingIndex):
         pieces = [None] * size
         for step in range(size):
             dest, src = (rank + step) % size, (rank - step) % size
-            cut = transposed[b[dest]:b[dest + 1]]
+            cut = transposed[b[dest] : b[dest + 1]]
             if step == 0:
                 pieces[rank] = (cut.indptr, cut.indices, cut.data)  # type: ignore[call-overload]
                 continue
@@ -378,7 +421,7 @@ class ShardedIndex(EmbeddingIndex):
         del transposed
         # hstack of the pieces (columns of piece s are the rows of rank s): row by row,
         # piece after piece, which keeps every row's columns sorted
-        counts = np.stack([np.diff(p[0]) for p in pieces])   # type: ignore[index]  # size x (hi - lo)
+        counts = np.stack([np.diff(p[0]) for p in pieces])  # type: ignore[index]  # size x (hi - lo)
         indptr = np.zeros(hi - lo + 1, dtype=np.int64)
         np.cumsum(counts.sum(axis=0), out=indptr[1:])
         indices = np.empty(indptr[-1], dtype=np.int64)
@@ -394,12 +437,15 @@ class ShardedIndex(EmbeddingIndex):
         return rows.maximum(transpose).tocsr()
 
     def __repr__(self) -> str:
-        return (f"ShardedIndex(N={self.num_examples}, d={self.dim}, metric={self.metric!r}, kind={self.kind!r}, "
-                f"rows={self.row_range}, rank={self.comm.rank}/{self.comm.size})")
+        return (
+            f"ShardedIndex(N={self.num_examples}, d={self.dim}, metric={self.metric!r}, kind={self.kind!r}, "
+            f"rows={self.row_range}, rank={self.comm.rank}/{self.comm.size})"
+        )
 
 
-def gather_graph(rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True,
-                 root: int | None = None) -> sp.csr_matrix | None:
+def gather_graph(
+    rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True, root: int | None = None
+) -> sp.csr_matrix | None:
     """Collective: the ``N x N`` graph from every rank's rows (by rank).
 
     ``root=None`` returns it on every rank (all-gathers); ``root=r`` on rank ``r`` only
@@ -425,6 +471,7 @@ def gather_graph(rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True
 
         def collect(a: np.ndarray) -> list | None:  # type: ignore[misc]
             return comm.gather(a, root=int(root))
+
     columns = rows.shape[1]
     indptrs = collect(rows.indptr)
     indices = collect(rows.indices)
@@ -446,8 +493,14 @@ def gather_graph(rows: sp.csr_matrix, comm: Communicator, symmetric: bool = True
 def save_graph_shard(path: str | os.PathLike, rows: sp.csr_matrix, row_start: int) -> None:
     """Write this rank's rows (and where they start) to ``path`` (``.npz``, atomically)."""
     with atomic_write(path) as f:
-        np.savez(f, indptr=rows.indptr.astype(np.int64), indices=rows.indices.astype(np.int64), data=rows.data,
-                 shape=np.array(rows.shape, dtype=np.int64), row_start=np.array(row_start, dtype=np.int64))
+        np.savez(
+            f,
+            indptr=rows.indptr.astype(np.int64),
+            indices=rows.indices.astype(np.int64),
+            data=rows.data,
+            shape=np.array(rows.shape, dtype=np.int64),
+            row_start=np.array(row_start, dtype=np.int64),
+        )
 
 
 def load_graph_shards(paths: Sequence[str | os.PathLike], symmetric: bool = True) -> sp.csr_matrix:
@@ -455,8 +508,9 @@ def load_graph_shards(paths: Sequence[str | os.PathLike], symmetric: bool = True
     parts = []
     for p in paths:
         with np.load(p) as z:
-            parts.append((int(z["row_start"]), sp.csr_matrix((z["data"], z["indices"], z["indptr"]),
-                                                             shape=tuple(z["shape"]))))
+            parts.append(
+                (int(z["row_start"]), sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"])))
+            )
     parts.sort(key=lambda t: t[0])
     expected = 0
     for start, part in parts:
@@ -478,8 +532,9 @@ def _check_shards(comm: Communicator, shape: tuple[int, int], row_start: int) ->
     if len({c for c, _, _ in spans}) > 1 or starts != [0] + ends[:-1] or ends[-1] != shape[1]:
         held = "; ".join(f"rank {r}: rows {s}..{s + c - 1} of {n} columns" for r, (n, s, c) in enumerate(spans))
         if comm.size == 1:  # one process: a bad argument, not ranks that disagree
-            raise ValueError(f"row_start={row_start} and {shape[0]} rows do not make the {shape[1]} rows of "
-                             f"the graph ({held})")
+            raise ValueError(
+                f"row_start={row_start} and {shape[0]} rows do not make the {shape[1]} rows of the graph ({held})"
+            )
         raise RuntimeError(f"the ranks' rows do not tile one graph in rank order ({held})")
     return np.asarray(ends, dtype=np.int64)
 
@@ -543,12 +598,18 @@ def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start
         picks.append(j)
         picked_gains.append(g)
     value = float(cur.astype(np.float64).sum())
-    return Selection(np.array(picks, dtype=np.int64), np.array(picked_gains), value, optimizer="sharded-lazy",
-                     evaluations=int(comm.allreduce(np.array([evaluations]))[0]))
+    return Selection(
+        np.array(picks, dtype=np.int64),
+        np.array(picked_gains),
+        value,
+        optimizer="sharded-lazy",
+        evaluations=int(comm.allreduce(np.array([evaluations]))[0]),
+    )
 
 
-def submodular_partition(rows: sp.csr_matrix, num_parts: int, comm: Communicator, *, seed: int = 0,
-                         root: int = 0, symmetric: bool = True) -> list[np.ndarray]:
+def submodular_partition(
+    rows: sp.csr_matrix, num_parts: int, comm: Communicator, *, seed: int = 0, root: int = 0, symmetric: bool = True
+) -> list[np.ndarray]:
     """Collective: the GreedMax partition (:func:`batchsel.selectors.submodular_partition`)
     of a graph held in row shards (this rank's rows of ``W``, e.g. :meth:`ShardedIndex.knn_graph`),
     on every rank: ``num_parts`` sorted int64 index arrays, identical to
@@ -593,8 +654,13 @@ def submodular_partition(rows: sp.csr_matrix, num_parts: int, comm: Communicator
             start = time.perf_counter()
             parts = greedmax(graph, num_parts, seed=seed)
             del graph
-            logger.info("rank %d: GreedMax of %d examples into %d shards in %.1f s", comm.rank, n, num_parts,
-                        time.perf_counter() - start)
+            logger.info(
+                "rank %d: GreedMax of %d examples into %d shards in %.1f s",
+                comm.rank,
+                n,
+                num_parts,
+                time.perf_counter() - start,
+            )
         except (ValueError, TypeError) as exc:  # bad weights: every rank raises it, none waits forever
             error = str(exc)
     parts, error = comm.broadcast((parts, error), root=root)

@@ -9,6 +9,7 @@ exact; facility location is evaluated against a reference sample
 
 The method and its measurements: docs/guide/streaming.md.
 """
+
 from __future__ import annotations
 
 import copy
@@ -142,8 +143,10 @@ class _FeatureRows:
     def prepare(self, x: np.ndarray, where: int) -> np.ndarray:
         if x.size and x.min() < 0:
             row = where + int(np.flatnonzero((x < 0).any(axis=1))[0])
-            raise ValueError(f"feature-based selection needs non-negative features; row {row} has "
-                             f"{float(x[row - where].min())} (use e.g. ReLU or softmax outputs)")
+            raise ValueError(
+                f"feature-based selection needs non-negative features; row {row} has "
+                f"{float(x[row - where].min())} (use e.g. ReLU or softmax outputs)"
+            )
         return x
 
     def gains(self, state: np.ndarray, block: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -242,8 +245,7 @@ class ReferenceFacilityLocation(SetFunction):
         self.embeddings = load_embeddings(embeddings)
         ref = load_embeddings(reference, name="reference")
         if ref.shape[1] != self.embeddings.shape[1]:
-            raise ValueError(f"reference has {ref.shape[1]} columns but the embeddings have "
-                             f"{self.embeddings.shape[1]}")
+            raise ValueError(f"reference has {ref.shape[1]} columns but the embeddings have {self.embeddings.shape[1]}")
         self._rows = _ReferenceRows(np.array(ref), metric)
         self.metric = metric
         super().__init__(self.embeddings.shape[0])
@@ -258,13 +260,13 @@ class ReferenceFacilityLocation(SetFunction):
     def _gains(self, idx: np.ndarray) -> np.ndarray:
         out = np.empty(idx.size, dtype=np.float64)
         for s in range(0, idx.size, _REF_ROWS):
-            part = idx[s:s + _REF_ROWS]
+            part = idx[s : s + _REF_ROWS]
             sim = self._rows.prepare(self.embeddings[part], 0)
-            out[s:s + part.size] = self._rows.gains(self._cover, sim, np.arange(part.size))
+            out[s : s + part.size] = self._rows.gains(self._cover, sim, np.arange(part.size))
         return out
 
     def _add(self, j: int) -> None:
-        sim = self._rows.prepare(self.embeddings[j:j + 1], j)
+        sim = self._rows.prepare(self.embeddings[j : j + 1], j)
         self._rows.add(self._cover, sim, 0)
 
 
@@ -412,8 +414,13 @@ class SieveStreaming:
         try:
             x = load_embeddings(chunk, name=f"the chunk from row {self.n_seen_}")
         except ValueError as exc:  # name the row as numbered in the stream, not in the chunk
-            message = re.sub(r"\(row (\d+)\)|at row (\d+)", lambda m: m.group(0).replace(
-                m.group(1) or m.group(2), str(self.n_seen_ + int(m.group(1) or m.group(2)))), str(exc))
+            message = re.sub(
+                r"\(row (\d+)\)|at row (\d+)",
+                lambda m: m.group(0).replace(
+                    m.group(1) or m.group(2), str(self.n_seen_ + int(m.group(1) or m.group(2)))
+                ),
+                str(exc),
+            )
             raise ValueError(message) from None
         if self._d is None:
             self._d = x.shape[1]
@@ -449,11 +456,11 @@ class SieveStreaming:
         elif isinstance(data, np.ndarray) or hasattr(data, "__array__") or hasattr(data, "detach"):
             x = load_embeddings(data) if not isinstance(data, np.ndarray) or data.ndim != 2 else data
             total = x.shape[0]
-            chunks = (x[s:s + chunk_rows] for s in range(0, total, chunk_rows))
+            chunks = (x[s : s + chunk_rows] for s in range(0, total, chunk_rows))
             sample_from = x
         else:
             chunks, sample_from = iter(data), None
-        if (self.objective == "facility-location" and self._given_reference is None and sample_from is not None):
+        if self.objective == "facility-location" and self._given_reference is None and sample_from is not None:
             self._given_reference = self._sample_reference(sample_from)
             self._sampled_reference = True
         with tqdm(total=total, unit="rows", unit_scale=True, disable=not self.progress, desc="sieve") as bar:
@@ -464,8 +471,9 @@ class SieveStreaming:
         if self.n_seen_ == 0:
             raise ValueError("the data holds no rows")
         if self.indices_.size < self.k:
-            logger.warning("the best sieve holds %d of k=%d rows (%d rows seen)", self.indices_.size, self.k,
-                           self.n_seen_)
+            logger.warning(
+                "the best sieve holds %d of k=%d rows (%d rows seen)", self.indices_.size, self.k, self.n_seen_
+            )
         return self
 
     def state_dict(self) -> dict[str, Any]:
@@ -473,24 +481,32 @@ class SieveStreaming:
         :meth:`load_state_dict` of a ``SieveStreaming`` built with the same arguments."""
         exps = sorted(self._sieves)
         size = self._state_size
-        return to_portable({
-            "config": self._config(),
-            "n_seen": self.n_seen_, "d": self._d, "max_singleton": self.max_singleton_,
-            "evaluations": self.evaluations_,
-            "reference": None if self._fn is None or self.objective != "facility-location"
-            else self._fn.reference.copy(),
-            "pending": [p.copy() for p in self._pending],
-            "exponents": np.array(exps, dtype=np.int64),
-            "sizes": np.array([self._sieves[i].size for i in exps], dtype=np.int64),
-            "values": np.array([self._sieves[i].value for i in exps], dtype=np.float64),
-            "indices": np.array([self._sieves[i].indices for i in exps], dtype=np.int64).reshape(len(exps), self.k),
-            "gains": np.array([self._sieves[i].gains for i in exps], dtype=np.float64).reshape(len(exps), self.k),
-            "states": np.array([self._sieves[i].state for i in exps], dtype=np.float64).reshape(len(exps), size),
-            "dropped": None if self._dropped is None else (self._dropped[0], copy.deepcopy(self._dropped[1])),
-            "kept_indices": np.array(sorted(self._kept), dtype=np.int64),
-            "kept_rows": (np.stack([self._kept[j] for j in sorted(self._kept)]) if self._kept
-                          else np.empty((0, self._d or 0), np.float32)),
-        })
+        return to_portable(
+            {
+                "config": self._config(),
+                "n_seen": self.n_seen_,
+                "d": self._d,
+                "max_singleton": self.max_singleton_,
+                "evaluations": self.evaluations_,
+                "reference": None
+                if self._fn is None or self.objective != "facility-location"
+                else self._fn.reference.copy(),
+                "pending": [p.copy() for p in self._pending],
+                "exponents": np.array(exps, dtype=np.int64),
+                "sizes": np.array([self._sieves[i].size for i in exps], dtype=np.int64),
+                "values": np.array([self._sieves[i].value for i in exps], dtype=np.float64),
+                "indices": np.array([self._sieves[i].indices for i in exps], dtype=np.int64).reshape(len(exps), self.k),
+                "gains": np.array([self._sieves[i].gains for i in exps], dtype=np.float64).reshape(len(exps), self.k),
+                "states": np.array([self._sieves[i].state for i in exps], dtype=np.float64).reshape(len(exps), size),
+                "dropped": None if self._dropped is None else (self._dropped[0], copy.deepcopy(self._dropped[1])),
+                "kept_indices": np.array(sorted(self._kept), dtype=np.int64),
+                "kept_rows": (
+                    np.stack([self._kept[j] for j in sorted(self._kept)])
+                    if self._kept
+                    else np.empty((0, self._d or 0), np.float32)
+                ),
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s snapshot; the next :meth:`partial_fit` continues
@@ -521,9 +537,17 @@ class SieveStreaming:
     # -- machinery -----------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
         concave = self.concave if isinstance(self.concave, str) else getattr(self.concave, "__name__", "callable")
-        return {"objective": self.objective, "k": self.k, "epsilon": self.epsilon, "concave": concave,
-                "saturation": self.saturation, "metric": self.metric, "reference_size": self.reference_size,
-                "seed": self.seed, "refine": self.refine}
+        return {
+            "objective": self.objective,
+            "k": self.k,
+            "epsilon": self.epsilon,
+            "concave": concave,
+            "saturation": self.saturation,
+            "metric": self.metric,
+            "reference_size": self.reference_size,
+            "seed": self.seed,
+            "refine": self.refine,
+        }
 
     def _clear(self) -> None:
         if self.objective == "facility-location":
@@ -569,13 +593,13 @@ class SieveStreaming:
             return
         rows = np.concatenate(self._pending)
         self._pending, self._pending_rows = [], 0
-        self._set_reference(rows[:self.reference_size].copy())
+        self._set_reference(rows[: self.reference_size].copy())
         self._consume(rows, self.n_seen_ - rows.shape[0])
         self._update_result()
 
     def _consume(self, x: np.ndarray, base: int) -> None:
         for s in range(0, x.shape[0], _BLOCK_ROWS):
-            self._block(x[s:s + _BLOCK_ROWS], base + s)
+            self._block(x[s : s + _BLOCK_ROWS], base + s)
 
     def _block(self, x: np.ndarray, base: int) -> None:
         """Process rows ``base ..`` as if they arrived one at a time."""
@@ -587,8 +611,9 @@ class SieveStreaming:
             single = np.empty(b, dtype=np.float64)
             _singletons(fn.kind, fn.param, block, zero, single)
         else:  # in parts: bounds the rows x d float64 temporaries
-            single = np.concatenate([fn.gains(zero, block, np.arange(s, min(s + _MAX_BATCH, b)))
-                                     for s in range(0, b, _MAX_BATCH)])
+            single = np.concatenate(
+                [fn.gains(zero, block, np.arange(s, min(s + _MAX_BATCH, b))) for s in range(0, b, _MAX_BATCH)]
+            )
         self.evaluations_ += b
         # m_t: the largest singleton value up to and including row t
         m = np.maximum.accumulate(np.maximum(single, self.max_singleton_))
@@ -620,22 +645,47 @@ class SieveStreaming:
                 del self._sieves[i]
                 closed = True
                 if sieve.size and (self._dropped is None or sieve.value > self._dropped[0]):
-                    self._dropped = (sieve.value, (i, sieve.indices[:sieve.size].copy(),
-                                                   sieve.gains[:sieve.size].copy()))
+                    self._dropped = (
+                        sieve.value,
+                        (i, sieve.indices[: sieve.size].copy(), sieve.gains[: sieve.size].copy()),
+                    )
         if closed and self._kept:  # forget the rows only closed sieves held
             used = set(self._dropped[1][1].tolist()) if self._dropped is not None else set()
             for sv in self._sieves.values():
-                used.update(sv.indices[:sv.size].tolist())
+                used.update(sv.indices[: sv.size].tolist())
             self._kept = {j: r for j, r in self._kept.items() if j in used}
 
-    def _run_sieve(self, sieve: _Sieve, v: float, x: np.ndarray, block: np.ndarray, single: np.ndarray,
-                   start: int, stop: int, base: int) -> None:
+    def _run_sieve(
+        self,
+        sieve: _Sieve,
+        v: float,
+        x: np.ndarray,
+        block: np.ndarray,
+        single: np.ndarray,
+        start: int,
+        stop: int,
+        base: int,
+    ) -> None:
         fn, k = self._fn, self.k
         if fn.kind >= 0:
             added = np.empty(k, dtype=np.int64)
             sieve.size, sieve.value, evaluations, n_added = _scan(
-                fn.kind, fn.param, block, single, start, stop, k, v, sieve.state, sieve.indices, sieve.gains,
-                sieve.size, sieve.value, base, added)
+                fn.kind,
+                fn.param,
+                block,
+                single,
+                start,
+                stop,
+                k,
+                v,
+                sieve.state,
+                sieve.indices,
+                sieve.gains,
+                sieve.size,
+                sieve.value,
+                base,
+                added,
+            )
             self.evaluations_ += evaluations
             if self.refine:
                 for t in added[:n_added].tolist():
@@ -651,7 +701,7 @@ class SieveStreaming:
             candidates = np.flatnonzero(seg >= threshold if threshold > 0 else seg > 0) + pos
             found, batch, at = -1, _FIRST_BATCH, 0
             while at < candidates.size:
-                rows = candidates[at:at + batch]
+                rows = candidates[at : at + batch]
                 g = fn.gains(sieve.state, block, rows)
                 self.evaluations_ += rows.size
                 ok = (g >= threshold) & (g > 0)
@@ -702,9 +752,15 @@ class SieveStreaming:
         for i in sorted(self._sieves):
             sv = self._sieves[i]
             if sv.size and sv.value > best[0]:
-                best = (sv.value, sv.indices[:sv.size], sv.gains[:sv.size])
-        extra = {"rows_seen": self.n_seen_, "sieves": len(self._sieves), "max_singleton": self.max_singleton_,
-                 "sieve_value": float(best[0]), "kept_rows": len(self._kept), "refined": False}
+                best = (sv.value, sv.indices[: sv.size], sv.gains[: sv.size])
+        extra = {
+            "rows_seen": self.n_seen_,
+            "sieves": len(self._sieves),
+            "max_singleton": self.max_singleton_,
+            "sieve_value": float(best[0]),
+            "kept_rows": len(self._kept),
+            "refined": False,
+        }
         evaluations = self.evaluations_
         if self.refine and self._kept and self._fn is not None:
             # Lazy greedy over the union of the kept rows (every open sieve's and the best
@@ -721,15 +777,20 @@ class SieveStreaming:
             if greedy.value > best[0]:
                 best = (greedy.value, order[greedy.indices], greedy.gains)
                 extra["refined"] = True
-        return Selection(best[1].copy(), best[2].copy(), float(best[0]), optimizer="sieve",
-                         evaluations=evaluations, extra=extra)
+        return Selection(
+            best[1].copy(), best[2].copy(), float(best[0]), optimizer="sieve", evaluations=evaluations, extra=extra
+        )
 
     def __repr__(self) -> str:
-        return (f"SieveStreaming({self.objective!r}, k={self.k}, epsilon={self.epsilon}, "
-                f"rows_seen={self.n_seen_}, selected={self.indices_.size}, value={self.value_:.6g})")
+        return (
+            f"SieveStreaming({self.objective!r}, k={self.k}, epsilon={self.epsilon}, "
+            f"rows_seen={self.n_seen_}, selected={self.indices_.size}, value={self.value_:.6g})"
+        )
 
 
-def read_npy_chunks(path: str | os.PathLike, chunk_rows: int = DEFAULT_CHUNK_ROWS, start: int = 0) -> Iterator[np.ndarray]:
+def read_npy_chunks(
+    path: str | os.PathLike, chunk_rows: int = DEFAULT_CHUNK_ROWS, start: int = 0
+) -> Iterator[np.ndarray]:
     """The rows of a 2-D ``.npy`` file from row ``start`` on, ``chunk_rows`` at a time,
     read with plain reads (never the whole file, never mapped): what
     :meth:`SieveStreaming.fit` streams, and how to resume it after

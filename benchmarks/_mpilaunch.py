@@ -7,6 +7,7 @@ and, on a timeout, kills the launcher and every rank (their own session). ``--bi
 Open MPI binds each of 2 ranks to one core by default, so a rank's prefetch thread shares
 that core with its training step; ``none`` lets the OS place it on any core.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,18 @@ def mpiexec_command(n: int, bind: str, script: str | Path, args: list[str]) -> l
     """``mpiexec`` running ``script`` with ``args`` on ``n`` ranks of this Python. As root Open
     MPI refuses to start without ``--allow-run-as-root``; ``--oversubscribe`` lets ``n``
     exceed the cores (a 2-core machine)."""
-    return [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "--bind-to", bind, "-n", str(n), sys.executable,
-            str(script), *map(str, args)]
+    return [
+        str(MPIEXEC),
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        bind,
+        "-n",
+        str(n),
+        sys.executable,
+        str(script),
+        *map(str, args),
+    ]
 
 
 def run_mpiexec(cmd: list[str], timeout: float | None, capture: bool) -> subprocess.CompletedProcess:

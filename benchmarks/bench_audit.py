@@ -6,6 +6,7 @@ memory (a child process each) next to :func:`batchsel.deduplicate` alone on the 
 Run: ``python benchmarks/bench_audit.py`` (1M x 128; ``--quick``: 100k);
 ``--ranks 2`` runs the audit under ``mpiexec -n 2`` as well.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,7 +77,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--ranks", type=int, default=0, help="also run the command line under mpiexec -n RANKS")
-    parser.add_argument("--mpi-only", action="store_true", help="only the mpiexec run (for sizes one process cannot hold)")
+    parser.add_argument(
+        "--mpi-only", action="store_true", help="only the mpiexec run (for sizes one process cannot hold)"
+    )
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -85,33 +88,60 @@ def main() -> None:
     n = args.rows or (100_000 if args.quick else 1_000_000)
     with tempfile.TemporaryDirectory() as tmp:
         emb, labels, truth = make(n, args.dim, tmp)
-        print(f"== audit of {n:,} x {args.dim} with labels: {truth['noise']:.1%} wrong labels, "
-              f"{truth['copies']:.0%} of rows copies of others ==")
+        print(
+            f"== audit of {n:,} x {args.dim} with labels: {truth['noise']:.1%} wrong labels, "
+            f"{truth['copies']:.0%} of rows copies of others =="
+        )
         a = None
         if not args.mpi_only:
             a = child([sys.executable, __file__, "--worker", "audit", emb, labels])
             b = child([sys.executable, __file__, "--worker", "dedup", emb, labels])
-            print(f"audit (torch's default threads): {a['seconds']:.1f} s, peak {a['peak_gb']:.2f} GB; estimated "
-                  f"noise {a['noise_rate']:.1%} (true {truth['noise']:.1%}), near-duplicates at 0.95 "
-                  f"{a['duplicates']:.1%}")
-            print(f"anchor, deduplicate alone (k=10): {b['seconds']:.1f} s, peak {b['peak_gb']:.2f} GB; "
-                  f"ratio audit / anchor {a['seconds'] / b['seconds']:.2f}")
+            print(
+                f"audit (torch's default threads): {a['seconds']:.1f} s, peak {a['peak_gb']:.2f} GB; estimated "
+                f"noise {a['noise_rate']:.1%} (true {truth['noise']:.1%}), near-duplicates at 0.95 "
+                f"{a['duplicates']:.1%}"
+            )
+            print(
+                f"anchor, deduplicate alone (k=10): {b['seconds']:.1f} s, peak {b['peak_gb']:.2f} GB; "
+                f"ratio audit / anchor {a['seconds'] / b['seconds']:.2f}"
+            )
         if args.ranks:
-            cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(args.ranks), sys.executable, "-m",
-                   "batchsel", "audit", emb, "--labels", labels, "--json", "--quiet"]
+            cmd = [
+                str(MPIEXEC),
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-n",
+                str(args.ranks),
+                sys.executable,
+                "-m",
+                "batchsel",
+                "audit",
+                emb,
+                "--labels",
+                labels,
+                "--json",
+                "--quiet",
+            ]
             start = time.perf_counter()
-            proc = subprocess.Popen(["/usr/bin/time", "-v", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            proc = subprocess.Popen(
+                ["/usr/bin/time", "-v", *cmd],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            )
             out, err = proc.communicate(timeout=7200)
             if proc.returncode != 0:
                 raise RuntimeError(err[-3000:])
             r = json.loads(out.strip().splitlines()[-1])
             peak = next((ln.split(":")[-1].strip() for ln in err.splitlines() if "Maximum resident" in ln), "?")
             same = "" if a is None else f", same as one process: {abs(r['noise_rate'] - a['noise_rate']) < 1e-4}"
-            print(f"mpiexec -n {args.ranks} batchsel audit: {time.perf_counter() - start:.1f} s with start-up "
-                  f"(audit {r['seconds']:.1f} s), largest rank's peak {int(peak) / 1e6 if peak.isdigit() else peak} GB; "
-                  f"noise {r['noise_rate']:.1%} (true {truth['noise']:.1%}), near-duplicates at 0.95 "
-                  f"{r['near_duplicates']['0.95']:.1%}{same}")
+            print(
+                f"mpiexec -n {args.ranks} batchsel audit: {time.perf_counter() - start:.1f} s with start-up "
+                f"(audit {r['seconds']:.1f} s), largest rank's peak {int(peak) / 1e6 if peak.isdigit() else peak} GB; "
+                f"noise {r['noise_rate']:.1%} (true {truth['noise']:.1%}), near-duplicates at 0.95 "
+                f"{r['near_duplicates']['0.95']:.1%}{same}"
+            )
 
 
 if __name__ == "__main__":

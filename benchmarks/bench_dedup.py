@@ -14,6 +14,7 @@ the planted pairs. Each run is a child process, so its peak memory is its own.
 
 Run: ``python benchmarks/bench_dedup.py`` (N = 1M; ``--quick``: N = 100k).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,7 +81,7 @@ def semdedup_groups(x: np.ndarray, threshold: float, seed: int = 0) -> np.ndarra
     bounds = np.searchsorted(assign[order], np.arange(clusters + 1))
     rows, cols = [], []
     for c in range(clusters):
-        members = order[bounds[c]:bounds[c + 1]]
+        members = order[bounds[c] : bounds[c + 1]]
         if members.size < 2:
             continue
         sim = xn[members] @ xn[members].T
@@ -110,8 +111,11 @@ def worker(method: str, path: str, threshold: float, out: str, threads: int) -> 
         group = deduplicate(x, threshold, progress=False).group
     seconds = time.perf_counter() - start
     np.save(out, group)
-    print("RESULT " + json.dumps({"seconds": seconds, "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}),
-          flush=True)
+    print(
+        "RESULT "
+        + json.dumps({"seconds": seconds, "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}),
+        flush=True,
+    )
 
 
 def child(cmd: list[str], env: dict | None = None) -> dict:
@@ -146,13 +150,18 @@ def main() -> None:
         np.save(path, x)
         truth = set(pair_keys(root).tolist())
         del x
-        print(f"== planted near-duplicates: N = {n:,}, d = {d}, {int(0.1 * n):,} copies, {len(truth):,} planted pairs, "
-              f"threshold {args.threshold} ==")
+        print(
+            f"== planted near-duplicates: N = {n:,}, d = {d}, {int(0.1 * n):,} copies, {len(truth):,} planted pairs, "
+            f"threshold {args.threshold} =="
+        )
         print(f"{'method':40}{'seconds':>9}{'peak GB':>9}{'recall':>8}{'precision':>11}{'pairs':>10}")
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         results = {}
-        runs = [("batchsel, default threads", "batchsel", 0), ("batchsel, 1 thread", "batchsel", 1),
-                ("SemDeDup (k-means + pairs in clusters)", "semdedup", 0)]
+        runs = [
+            ("batchsel, default threads", "batchsel", 0),
+            ("batchsel, 1 thread", "batchsel", 1),
+            ("SemDeDup (k-means + pairs in clusters)", "semdedup", 0),
+        ]
         groups = {}
         for name, method, threads in runs:
             out = os.path.join(tmp, f"{method}{threads}.npy")
@@ -160,13 +169,32 @@ def main() -> None:
             groups[name] = np.load(out)
             r["recall"], r["precision"], r["pairs"] = score(groups[name], truth)
             results[name] = r
-            print(f"{name:40}{r['seconds']:9.1f}{r['peak_gb']:9.2f}{r['recall']:8.4f}{r['precision']:11.4f}{r['pairs']:10,}")
+            print(
+                f"{name:40}{r['seconds']:9.1f}{r['peak_gb']:9.2f}{r['recall']:8.4f}{r['precision']:11.4f}{r['pairs']:10,}"
+            )
         # 2 MPI ranks, as users run it: the command line (its time includes start-up and writing)
         keep = os.path.join(tmp, "keep.npy")
         group_file = os.path.join(tmp, "groups.npy")
-        cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, "-m", "batchsel",
-               "dedup", path, "--threshold", str(args.threshold), "--out", keep, "--groups", group_file, "--json",
-               "--quiet"]
+        cmd = [
+            str(MPIEXEC),
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "2",
+            sys.executable,
+            "-m",
+            "batchsel",
+            "dedup",
+            path,
+            "--threshold",
+            str(args.threshold),
+            "--out",
+            keep,
+            "--groups",
+            group_file,
+            "--json",
+            "--quiet",
+        ]
         start = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=dict(env, OMP_NUM_THREADS="1"))
         wall = time.perf_counter() - start
@@ -178,9 +206,11 @@ def main() -> None:
         r = {"seconds": report["seconds"], "wall_with_startup": wall, "same_as_one_process": same}
         r["recall"], r["precision"], r["pairs"] = score(g2, truth)
         results["batchsel, mpiexec -n 2"] = r
-        print(f"{'batchsel, mpiexec -n 2 (1 thread each)':40}{r['seconds']:9.1f}{'':>9}{r['recall']:8.4f}"
-              f"{r['precision']:11.4f}{r['pairs']:10,}   (command {wall:.1f} s with start-up; groups equal to one "
-              f"process's: {same})")
+        print(
+            f"{'batchsel, mpiexec -n 2 (1 thread each)':40}{r['seconds']:9.1f}{'':>9}{r['recall']:8.4f}"
+            f"{r['precision']:11.4f}{r['pairs']:10,}   (command {wall:.1f} s with start-up; groups equal to one "
+            f"process's: {same})"
+        )
         a, b = results["batchsel, default threads"], results["SemDeDup (k-means + pairs in clusters)"]
         print(f"time ratio batchsel / SemDeDup anchor: {a['seconds'] / b['seconds']:.2f}")
     if args.json:

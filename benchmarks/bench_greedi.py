@@ -18,6 +18,7 @@ Run: ``python benchmarks/bench_greedi.py [--ranks 2] [--quick] [--cases parts]``
 ``mpiexec -n W`` itself (adding ``--allow-run-as-root --oversubscribe`` as root), once with
 OPENBLAS_NUM_THREADS=1 and once with the default threads.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,10 +34,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CASES = {"facility location (dense)": (20_000, 64), "facility location, parts": (20_000, 64),
-         "feature-based (sqrt)": (50_000, 256)}
-QUICK = {"facility location (dense)": (4_000, 64), "facility location, parts": (4_000, 64),
-         "feature-based (sqrt)": (10_000, 256)}
+CASES = {
+    "facility location (dense)": (20_000, 64),
+    "facility location, parts": (20_000, 64),
+    "feature-based (sqrt)": (50_000, 256),
+}
+QUICK = {
+    "facility location (dense)": (4_000, 64),
+    "facility location, parts": (4_000, 64),
+    "feature-based (sqrt)": (10_000, 256),
+}
 
 
 def embeddings(n: int, d: int) -> np.ndarray:
@@ -116,10 +123,14 @@ def main() -> None:
         worker(case, int(n), int(d), int(k), args.distributed, picks_file)
         return
     base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-    print(f"GreeDi on {args.ranks} ranks vs lazy greedy in one process, k = {args.k}; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"   {'function':<26} {'n':>7} {'threads':>8} {'1 proc s (build+sel)':>22} "
-          f"{'GreeDi s, slowest rank':>24} {'speed':>7} {'value':>8}")
+    print(
+        f"GreeDi on {args.ranks} ranks vs lazy greedy in one process, k = {args.k}; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    print(
+        f"   {'function':<26} {'n':>7} {'threads':>8} {'1 proc s (build+sel)':>22} "
+        f"{'GreeDi s, slowest rank':>24} {'speed':>7} {'value':>8}"
+    )
     for case, (n, d) in (QUICK if args.quick else CASES).items():
         if args.cases and not any(c in case for c in args.cases.split(",")):
             continue
@@ -135,9 +146,11 @@ def main() -> None:
             many = min(manys, key=lambda rows: max(r["build"] + r["select"] for r in rows))
             slow = max(many, key=lambda r: r["build"] + r["select"])
             t_many = slow["build"] + slow["select"]
-            print(f"   {case:<26} {n:>7} {label:>8} {t_one:>9.2f} ({one['build']:.2f}+{one['select']:.2f}) "
-                  f"{t_many:>11.2f} ({slow['build']:.2f}+{slow['select']:.2f}) {t_one / t_many:>6.2f}x "
-                  f"{one['greedi_value'] / one['value']:>8.4f}")
+            print(
+                f"   {case:<26} {n:>7} {label:>8} {t_one:>9.2f} ({one['build']:.2f}+{one['select']:.2f}) "
+                f"{t_many:>11.2f} ({slow['build']:.2f}+{slow['select']:.2f}) {t_one / t_many:>6.2f}x "
+                f"{one['greedi_value'] / one['value']:>8.4f}"
+            )
     print("   target: speed >= 1.6x at value >= 0.98")
 
 

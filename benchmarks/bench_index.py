@@ -24,6 +24,7 @@ resident pages included) and recall@k of 1000 sampled points against exact searc
 The machine is shared: the load average is printed next to every figure, and CPU seconds
 next to wall seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,9 @@ SAMPLE = 1000  # points whose neighbours are checked against exact search
 MIXTURES = {"separated": (1.0, 0.8), "overlapping": (0.25, 1.0), "weak": (0.15, 1.0)}  # (centre scale, spread)
 
 
-def write_clustered(path: str, n: int, d: int, clusters: int, seed: int = 0, mixture: str = "separated",
-                    chunk: int = 1 << 16) -> None:
+def write_clustered(
+    path: str, n: int, d: int, clusters: int, seed: int = 0, mixture: str = "separated", chunk: int = 1 << 16
+) -> None:
     """A gaussian mixture written to ``path`` chunk by chunk (never all in memory); the
     spread inside a cluster decays over the dimensions (a low intrinsic dimension)."""
     from numpy.lib.format import open_memmap
@@ -116,12 +118,26 @@ def worker_batchsel(path: str, k: int, sample: np.ndarray, kind: str, nprobe: in
     params = {"kind": index.kind}
     if index.kind == "ivf":
         ivf = index.index
-        params.update(nlist=int(ivf.nlist), nprobe=int(ivf.nprobe), recall_estimate=getattr(index, "recall_", None),
-                      niter=int(ivf.cp.niter), seed=int(ivf.cp.seed),
-                      train_size=int(index.train_size_), quantizer=type(faiss.downcast_index(ivf.quantizer)).__name__)
-    return {"wall": wall, "cpu": cpu, "index_wall": t_index, "rss": peak_rss_mb(), "base_rss": base_rss,
-            "load": (l0 + os.getloadavg()[0]) / 2, "found": found.tolist(), "nnz": int(graph.nnz),
-            "params": params}
+        params.update(
+            nlist=int(ivf.nlist),
+            nprobe=int(ivf.nprobe),
+            recall_estimate=getattr(index, "recall_", None),
+            niter=int(ivf.cp.niter),
+            seed=int(ivf.cp.seed),
+            train_size=int(index.train_size_),
+            quantizer=type(faiss.downcast_index(ivf.quantizer)).__name__,
+        )
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "index_wall": t_index,
+        "rss": peak_rss_mb(),
+        "base_rss": base_rss,
+        "load": (l0 + os.getloadavg()[0]) / 2,
+        "found": found.tolist(),
+        "nnz": int(graph.nnz),
+        "params": params,
+    }
 
 
 def worker_faiss(path: str, k: int, sample: np.ndarray, params: dict) -> dict:
@@ -144,8 +160,14 @@ def worker_faiss(path: str, k: int, sample: np.ndarray, params: dict) -> dict:
     index.add(x)
     _, I = index.search(x, k + 1)
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    return {"wall": wall, "cpu": cpu, "rss": peak_rss_mb(), "base_rss": base_rss,
-            "load": (l0 + os.getloadavg()[0]) / 2, "found": drop_self(I[sample], sample, k).tolist()}
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "rss": peak_rss_mb(),
+        "base_rss": base_rss,
+        "load": (l0 + os.getloadavg()[0]) / 2,
+        "found": drop_self(I[sample], sample, k).tolist(),
+    }
 
 
 def worker_sweep(n: int, d: int, k: int, clusters: int) -> dict:
@@ -163,8 +185,11 @@ def worker_sweep(n: int, d: int, k: int, clusters: int) -> dict:
         t0, c0 = time.perf_counter(), cpu_seconds()
         index = bi.EmbeddingIndex(x, metric="euclidean", kind=kind, progress=False)
         graph = index.knn_graph(k=k)
-        out[kind] = {"wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0,
-                     "nprobe": getattr(index, "nprobe_", None)}
+        out[kind] = {
+            "wall": time.perf_counter() - t0,
+            "cpu": cpu_seconds() - c0,
+            "nprobe": getattr(index, "nprobe_", None),
+        }
         found[kind] = strongest_edges(graph, sample, k)
     out["recall"] = recall(found["ivf"], found["flat"])
     return out
@@ -188,8 +213,10 @@ def worker_recall(n: int, d: int, k: int, clusters: int, mixture: str) -> dict:
         t0 = time.perf_counter()
         index = bi.EmbeddingIndex(x, metric="euclidean", kind=kind, progress=False)
         index.knn_graph(k=k)
-        out[kind] = {"graph_wall": time.perf_counter() - t0,
-                     "default": index.nprobe_ if kind == "ivf" else index.ef_search}
+        out[kind] = {
+            "graph_wall": time.perf_counter() - t0,
+            "default": index.nprobe_ if kind == "ivf" else index.ef_search,
+        }
         for v in values:
             if kind == "ivf":
                 index.index.nprobe = v
@@ -208,7 +235,7 @@ def strongest_edges(graph, rows: np.ndarray, k: int) -> np.ndarray:
     for i in range(len(rows)):  # 1000 sampled rows
         lo, hi = sub.indptr[i], sub.indptr[i + 1]
         best = sub.indices[lo:hi][np.argsort(-sub.data[lo:hi], kind="stable")[:k]]
-        found[i, :len(best)] = best
+        found[i, : len(best)] = best
     return found
 
 
@@ -245,25 +272,35 @@ def main() -> None:
         else:
             path, k, sample_path = rest[0], int(rest[1]), rest[2]
             sample = np.load(sample_path)
-            result = worker_batchsel(path, k, sample, rest[3], json.loads(rest[4])) if name == "batchsel" else \
-                worker_faiss(path, k, sample, json.loads(rest[3]))
+            result = (
+                worker_batchsel(path, k, sample, rest[3], json.loads(rest[4]))
+                if name == "batchsel"
+                else worker_faiss(path, k, sample, json.loads(rest[3]))
+            )
         print(json.dumps(result))
         return
 
     n = args.n or (100_000 if args.quick else 1_000_000)
-    sizes = [int(s) for s in args.sweep_sizes.split(",")] if args.sweep_sizes else \
-        ([10_000, 25_000] if args.quick else [10_000, 25_000, 50_000, 100_000])
+    sizes = (
+        [int(s) for s in args.sweep_sizes.split(",")]
+        if args.sweep_sizes
+        else ([10_000, 25_000] if args.quick else [10_000, 25_000, 50_000, 100_000])
+    )
     import faiss
 
-    print(f"bench_index: {os.cpu_count()} cores, faiss {faiss.__version__} with {faiss.omp_get_max_threads()} "
-          f"threads, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"bench_index: {os.cpu_count()} cores, faiss {faiss.__version__} with {faiss.omp_get_max_threads()} "
+        f"threads, load average {os.getloadavg()[0]:.1f}"
+    )
     if not args.skip_graph:
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "embeddings.npy")
             t0 = time.perf_counter()
             write_clustered(path, n, args.d, args.clusters)
-            print(f"data: N={n:,} d={args.d} float32, {args.clusters} gaussian clusters, "
-                  f"{os.path.getsize(path) / 2**20:.0f} MiB .npy written in {time.perf_counter() - t0:.1f} s")
+            print(
+                f"data: N={n:,} d={args.d} float32, {args.clusters} gaussian clusters, "
+                f"{os.path.getsize(path) / 2**20:.0f} MiB .npy written in {time.perf_counter() - t0:.1f} s"
+            )
             sample = np.sort(np.random.default_rng(1).choice(n, size=min(SAMPLE, n), replace=False))
             sample_path = os.path.join(tmp, "sample.npy")
             np.save(sample_path, sample)
@@ -275,42 +312,56 @@ def main() -> None:
             plain = run_worker("faiss", path, str(args.k), sample_path, json.dumps(ours["params"]))
             print(f"index parameters: {ours['params']}")
             print(f"{'k-NN graph, k=' + str(args.k):<24}{'batchsel':>12}{'plain faiss':>14}{'ratio':>8}")
-            rows = [("wall time [s]", ours["wall"], plain["wall"]), ("CPU time [s]", ours["cpu"], plain["cpu"]),
-                    ("peak RSS [MiB]", ours["rss"], plain["rss"]),
-                    ("  of which imports", ours["base_rss"], plain["base_rss"]),
-                    (f"recall@{args.k}", recall(np.array(ours["found"]), truth),
-                     recall(np.array(plain["found"]), truth)),
-                    ("load average", ours["load"], plain["load"])]
+            rows = [
+                ("wall time [s]", ours["wall"], plain["wall"]),
+                ("CPU time [s]", ours["cpu"], plain["cpu"]),
+                ("peak RSS [MiB]", ours["rss"], plain["rss"]),
+                ("  of which imports", ours["base_rss"], plain["base_rss"]),
+                (f"recall@{args.k}", recall(np.array(ours["found"]), truth), recall(np.array(plain["found"]), truth)),
+                ("load average", ours["load"], plain["load"]),
+            ]
             for label, a, b in rows:
-                print(f"{label:<24}{a:>12.3f}{b:>14.3f}{a / b:>8.2f}" if "recall" in label else
-                      f"{label:<24}{a:>12.1f}{b:>14.1f}{a / b:>8.2f}")
-            print(f"batchsel: index built in {ours['index_wall']:.1f} s; graph {ours['nnz']:,} stored entries "
-                  f"(symmetrized rbf CSR); plain faiss returns only the (N, k+1) arrays")
+                print(
+                    f"{label:<24}{a:>12.3f}{b:>14.3f}{a / b:>8.2f}"
+                    if "recall" in label
+                    else f"{label:<24}{a:>12.1f}{b:>14.1f}{a / b:>8.2f}"
+                )
+            print(
+                f"batchsel: index built in {ours['index_wall']:.1f} s; graph {ours['nnz']:,} stored entries "
+                f"(symmetrized rbf CSR); plain faiss returns only the (N, k+1) arrays"
+            )
             ok = ours["wall"] <= 180 and ours["rss"] <= 4096 and ours["wall"] <= 1.2 * plain["wall"]
             print(f"targets (<= 180 s, <= 4096 MiB, <= 1.2x plain faiss): {'met' if ok else 'NOT met'}")
 
     if not args.skip_sweep:
-        print(f"\nkind='auto' threshold: exact (flat) vs IVF knn_graph(k={args.k}), d={args.d}, "
-              f"{args.clusters} clusters")
+        print(
+            f"\nkind='auto' threshold: exact (flat) vs IVF knn_graph(k={args.k}), d={args.d}, {args.clusters} clusters"
+        )
         print(f"{'N':>9}{'exact [s]':>11}{'ivf [s]':>10}{'exact/ivf':>11}{'ivf recall':>12}{'nprobe':>8}{'load':>7}")
         for size in sizes:
             r = run_worker("sweep", str(size), str(args.d), str(args.k), str(min(args.clusters, size // 50)))
-            print(f"{size:>9,}{r['flat']['wall']:>11.2f}{r['ivf']['wall']:>10.2f}"
-                  f"{r['flat']['wall'] / r['ivf']['wall']:>11.2f}{r['recall']:>12.3f}{r['ivf']['nprobe']:>8}"
-                  f"{r['load']:>7.1f}")
+            print(
+                f"{size:>9,}{r['flat']['wall']:>11.2f}{r['ivf']['wall']:>10.2f}"
+                f"{r['flat']['wall'] / r['ivf']['wall']:>11.2f}{r['recall']:>12.3f}{r['ivf']['nprobe']:>8}"
+                f"{r['load']:>7.1f}"
+            )
 
     if not args.skip_recall:
         size = 20_000 if args.quick else 50_000
-        print(f"\nrecall@{args.k} per setting (N={size:,}, d={args.d}, {size // 50} clusters, 1000 sampled queries "
-              f"against exact search); graph [s] = build + knn_graph at the default setting")
+        print(
+            f"\nrecall@{args.k} per setting (N={size:,}, d={args.d}, {size // 50} clusters, 1000 sampled queries "
+            f"against exact search); graph [s] = build + knn_graph at the default setting"
+        )
         for mixture in MIXTURES:
             r = run_worker("recall", str(size), str(args.d), str(args.k), str(size // 50), mixture)
             for kind, knob in (("ivf", "nprobe"), ("hnsw", "efSearch")):
                 res = r[kind]
                 cells = "  ".join(f"{v}:{res[v]:.3f}" for v in res if v not in ("graph_wall", "default"))
                 default = "tuned" if kind == "ivf" else "default"
-                print(f"  {mixture:<12}{kind:<5} {knob:<9}{cells}   ({default} {res['default']}, graph "
-                      f"{res['graph_wall']:.1f} s)")
+                print(
+                    f"  {mixture:<12}{kind:<5} {knob:<9}{cells}   ({default} {res['default']}, graph "
+                    f"{res['graph_wall']:.1f} s)"
+                )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ estimated noise rate (batchsel) next to the true one, and the time of each; then
 on the clean labels (how much "noise" weak embeddings alone produce). Run:
 ``python benchmarks/bench_labels.py`` (``--seeds 5``; ``--quick``: 2 seeds).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,8 +96,16 @@ def run(seeds: int) -> dict:
                 issues = CleanLearning(seed=seed).find_label_issues(x, y)
             defaults = np.flatnonzero(issues["is_label_issue"].to_numpy())
             defaults_s = time.perf_counter() - t
-            r = rows.setdefault(name, {"true_rate": [], "estimate": [], "batchsel": [], "cleanlab, same probabilities": [],
-                                       "cleanlab defaults": []})
+            r = rows.setdefault(
+                name,
+                {
+                    "true_rate": [],
+                    "estimate": [],
+                    "batchsel": [],
+                    "cleanlab, same probabilities": [],
+                    "cleanlab defaults": [],
+                },
+            )
             r["true_rate"].append(float(truth.mean()))
             r["estimate"].append(report.noise_rate)
             r["batchsel"].append((*scores(report.label_issues, truth), ours_s))
@@ -128,8 +137,10 @@ def main() -> None:
     print("\n== the same audit on clean labels (no flipped label): what the estimate says ==")
     clean = clean_estimates()
     for name, (rate, agreement) in clean.items():
-        print(f"{name:12}estimated noise {rate:6.1%}   neighbours' top-class vote {agreement:.2f}"
-              f"{'   (below 0.5: the audit marks the estimate unreliable)' if agreement < 0.5 else ''}")
+        print(
+            f"{name:12}estimated noise {rate:6.1%}   neighbours' top-class vote {agreement:.2f}"
+            f"{'   (below 0.5: the audit marks the estimate unreliable)' if agreement < 0.5 else ''}"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"noisy": rows, "clean": clean}, fh, indent=1)

@@ -29,6 +29,7 @@ mlp3072,digits+wait --selectors smdl,smdl_numpy`` for SMDL before (``smdl_numpy`
 implementation the compiled kernel replaced) and after, interleaved in one run). Writes
 ``benchmarks/results/bench_overlap.md``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,13 +68,25 @@ def workloads(n_big: int) -> dict[str, dict]:
     y_big = rng.integers(0, 10, n_big)
     emb = centers[y_big] + rng.normal(size=(n_big, 64)).astype(np.float32)
     proj = rng.normal(size=(64, 3072)).astype(np.float32) / 8
-    small = dict(x=torch.from_numpy(x), y=torch.from_numpy(digits.target.astype(np.int64)), emb=x,
-                 dims=(64, 256), batch=64, wait=0.0)
+    small = dict(
+        x=torch.from_numpy(x),
+        y=torch.from_numpy(digits.target.astype(np.int64)),
+        emb=x,
+        dims=(64, 256),
+        batch=64,
+        wait=0.0,
+    )
     return {
         "digits": small,
         "digits+wait": dict(small, wait=0.005),
-        "mlp3072": dict(x=torch.from_numpy(emb @ proj), y=torch.from_numpy(y_big.astype(np.int64)), emb=emb,
-                        dims=(3072, 512), batch=128, wait=0.0),
+        "mlp3072": dict(
+            x=torch.from_numpy(emb @ proj),
+            y=torch.from_numpy(y_big.astype(np.int64)),
+            emb=emb,
+            dims=(3072, 512),
+            batch=128,
+            wait=0.0,
+        ),
     }
 
 
@@ -99,8 +112,9 @@ def make_selector(kind: str, w: dict):
 def make_model(dims: tuple[int, int]) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     d, h = dims
-    model = torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(),
-                                torch.nn.Linear(h, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 10)
+    )
     return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
 
@@ -128,7 +142,7 @@ def run_epoch(cfg: dict, epoch: int, comm=None) -> dict:
             flat = comm.allreduce(flat) / comm.size
             offset = 0
             for p in model.parameters():
-                p.grad.copy_(torch.from_numpy(flat[offset:offset + p.numel()]).view_as(p.grad))
+                p.grad.copy_(torch.from_numpy(flat[offset : offset + p.numel()]).view_as(p.grad))
                 offset += p.numel()
         opt.step()
         if w["wait"]:
@@ -137,8 +151,13 @@ def run_epoch(cfg: dict, epoch: int, comm=None) -> dict:
         sampler.observe(batch, losses=losses.detach(), logits=out.detach())
         obs += time.perf_counter() - t
         steps += 1
-    return {"wall": time.perf_counter() - start, "cpu": time.process_time() - cpu, "wait": wait, "observe": obs,
-            "steps": steps}
+    return {
+        "wall": time.perf_counter() - start,
+        "cpu": time.process_time() - cpu,
+        "wait": wait,
+        "observe": obs,
+        "steps": steps,
+    }
 
 
 def configs(ws: dict, threads: list[int], rank: int, world: int, comm) -> dict:
@@ -182,36 +201,47 @@ def measure(rounds: int, n_big: int, comm=None, threads: str = "default,1", only
         anchor = samples[(th, wname, "random", 0)]
         steps = runs[0]["steps"]
         plain = samples[(th, wname, kind, 0)]
-        rows.append(dict(
-            threads=th, workload=wname, selector=kind, prefetch=prefetch, steps=steps,
-            epoch_ms=1e3 * statistics.median(x["wall"] for x in runs),
-            share=100 * statistics.median((x["wait"] + x["observe"]) / x["wall"] for x in runs),
-            ratio=statistics.median(x["wall"] / a["wall"] for x, a in zip(runs, anchor)),
-            own=statistics.median(x["wall"] / a["wall"] for x, a in zip(runs, plain)),
-            cores=statistics.median(x["cpu"] / x["wall"] for x in runs),
-            select_ms=1e3 * statistics.median(x["wait"] / x["steps"] for x in plain),
-            step_ms=1e3 * statistics.median((a["wall"] - a["wait"] - a["observe"]) / a["steps"] for a in anchor)))
-    return {"rows": rows, "load": loads, "world": world, "default_threads": default, "rounds": rounds,
-            "n_big": n_big}
+        rows.append(
+            dict(
+                threads=th,
+                workload=wname,
+                selector=kind,
+                prefetch=prefetch,
+                steps=steps,
+                epoch_ms=1e3 * statistics.median(x["wall"] for x in runs),
+                share=100 * statistics.median((x["wait"] + x["observe"]) / x["wall"] for x in runs),
+                ratio=statistics.median(x["wall"] / a["wall"] for x, a in zip(runs, anchor)),
+                own=statistics.median(x["wall"] / a["wall"] for x, a in zip(runs, plain)),
+                cores=statistics.median(x["cpu"] / x["wall"] for x in runs),
+                select_ms=1e3 * statistics.median(x["wait"] / x["steps"] for x in plain),
+                step_ms=1e3 * statistics.median((a["wall"] - a["wait"] - a["observe"]) / a["steps"] for a in anchor),
+            )
+        )
+    return {"rows": rows, "load": loads, "world": world, "default_threads": default, "rounds": rounds, "n_big": n_big}
 
 
 def table(res: dict) -> str:
-    lines = [f"world size {res['world']}, {res['rounds']} rounds (medians), torch default threads "
-             f"{res['default_threads']}, mlp3072 N={res['n_big']}; load average per round "
-             f"{', '.join(f'{x:.1f}' for x in res['load'])} on {os.cpu_count()} CPUs", "",
-             "| threads | workload | selector | prefetch | epoch ms | sampler share | CPU / wall | x random epoch "
-             "| x prefetch 0 | select ms/batch (prefetch 0) | step ms/batch (random) | select < step "
-             "| target <= 1.10 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"world size {res['world']}, {res['rounds']} rounds (medians), torch default threads "
+        f"{res['default_threads']}, mlp3072 N={res['n_big']}; load average per round "
+        f"{', '.join(f'{x:.1f}' for x in res['load'])} on {os.cpu_count()} CPUs",
+        "",
+        "| threads | workload | selector | prefetch | epoch ms | sampler share | CPU / wall | x random epoch "
+        "| x prefetch 0 | select ms/batch (prefetch 0) | step ms/batch (random) | select < step "
+        "| target <= 1.10 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in res["rows"]:
         applies = r["select_ms"] < r["step_ms"]
         verdict = ""
         if r["selector"] != "random" and r["prefetch"] == 1:
             verdict = ("met" if r["ratio"] <= 1.10 else "MISSED") if applies else "n/a (select >= step)"
-        lines.append(f"| {r['threads']} | {r['workload']} | {r['selector']} | {r['prefetch']} | {r['epoch_ms']:.0f} "
-                     f"| {r['share']:.1f} % | {r['cores']:.2f} | {r['ratio']:.3f} | {r['own']:.3f} | {r['select_ms']:.2f} "
-                     f"| {r['step_ms']:.2f} "
-                     f"| {'yes' if applies else 'no'} | {verdict} |")
+        lines.append(
+            f"| {r['threads']} | {r['workload']} | {r['selector']} | {r['prefetch']} | {r['epoch_ms']:.0f} "
+            f"| {r['share']:.1f} % | {r['cores']:.2f} | {r['ratio']:.3f} | {r['own']:.3f} | {r['select_ms']:.2f} "
+            f"| {r['step_ms']:.2f} "
+            f"| {'yes' if applies else 'no'} | {verdict} |"
+        )
     return "\n".join(lines)
 
 
@@ -229,10 +259,13 @@ def gil_check(seconds: float = 1.0) -> str:
             count += 1
         return count
 
-    lines = [f"GIL check (load average {os.getloadavg()[0]:.1f}): selections per second on a thread next to a "
-             f"pure-Python loop, and that loop's speed relative to running alone", "",
-             "| selector | ms/batch alone | switch interval | selections/s next to the loop | loop speed |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"GIL check (load average {os.getloadavg()[0]:.1f}): selections per second on a thread next to a "
+        f"pure-Python loop, and that loop's speed relative to running alone",
+        "",
+        "| selector | ms/batch alone | switch interval | selections/s next to the loop | loop speed |",
+        "|---|---|---|---|---|",
+    ]
     default_interval = sys.getswitchinterval()
     for kind in [k for k in SELECTED["kinds"] if k != "random"]:
         sel = smdl_class(kind)(x, 128, seed=0) if kind.startswith("smdl") else LossRankSelector(len(x), 128, seed=0)
@@ -259,8 +292,10 @@ def gil_check(seconds: float = 1.0) -> str:
             loop = spin(seconds) / base
             stop.set()
             thread.join()
-            lines.append(f"| {kind} | {1e3 / alone:.2f} | {interval * 1e3:g} ms | {done[0] / seconds:.0f} "
-                         f"(alone: {alone:.0f}) | {loop:.2f} |")
+            lines.append(
+                f"| {kind} | {1e3 / alone:.2f} | {interval * 1e3:g} ms | {done[0] / seconds:.0f} "
+                f"(alone: {alone:.0f}) | {loop:.2f} |"
+            )
         sys.setswitchinterval(default_interval)
     return "\n".join(lines)
 
@@ -277,11 +312,27 @@ def mpi_worker(rounds: int, n_big: int, threads: str, only: str) -> None:
 def launch_mpi(rounds: int, n_big: int, threads: str, only: str, bind: str) -> dict:
     # mpiexec binds each rank to one core by default: a rank's prefetch thread then shares
     # that core with its training step; ``--bind-to none`` lets it run elsewhere
-    cmd = mpiexec_command(2, bind, __file__, ["--worker", "--rounds", rounds, "--n-big", n_big, "--threads", threads,
-                                              "--workloads", only, "--selectors", ",".join(SELECTED["kinds"])])
+    cmd = mpiexec_command(
+        2,
+        bind,
+        __file__,
+        [
+            "--worker",
+            "--rounds",
+            rounds,
+            "--n-big",
+            n_big,
+            "--threads",
+            threads,
+            "--workloads",
+            only,
+            "--selectors",
+            ",".join(SELECTED["kinds"]),
+        ],
+    )
     out = run_mpiexec(cmd, timeout=3600, capture=True)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def main() -> None:
@@ -296,9 +347,12 @@ def main() -> None:
     ap.add_argument("--bind-to", default="core", help="mpiexec --bind-to (core: its default for 2 ranks; none)")
     ap.add_argument("--append", action="store_true", help="append to the results file instead of replacing it")
     ap.add_argument("--gil", action="store_true", help="only the GIL check")
-    ap.add_argument("--selectors", default=",".join(KINDS),
-                    help="comma-separated subset of random,smdl,loss_rank,smdl_numpy (random, the anchor, always "
-                         "runs; smdl_numpy: the numpy SMDL implementation the compiled kernel replaced)")
+    ap.add_argument(
+        "--selectors",
+        default=",".join(KINDS),
+        help="comma-separated subset of random,smdl,loss_rank,smdl_numpy (random, the anchor, always "
+        "runs; smdl_numpy: the numpy SMDL implementation the compiled kernel replaced)",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     SELECTED["kinds"] = tuple(k for k in KINDS + EXTRA_KINDS if k == "random" or k in args.selectors.split(","))
@@ -307,15 +361,21 @@ def main() -> None:
         mpi_worker(rounds, n_big, args.threads, args.workloads)
         return
     command = "python benchmarks/bench_overlap.py " + " ".join(sys.argv[1:])
-    sections = [] if args.append else [
-        "# Selection overlapped with training (bench_overlap.py)", "",
-        "`sampler share`: time the training thread spends in `next(sampler)` and `observe` (under mpiexec "
-        "`observe` includes the all-gather, i.e. waiting for the other rank). `CPU / wall`: the process's CPU "
-        "time over the epoch's wall time (cores it kept busy; above 1 only where two threads ran at once). "
-        "`x random epoch`: epoch wall time "
-        "over RandomSelector's with prefetch 0 (same threads, same round); `x prefetch 0`: over the same "
-        "selector's with prefetch 0. Target: selector epochs with prefetch 1 <= 1.10x random whenever one "
-        "selection costs less than one step."]
+    sections = (
+        []
+        if args.append
+        else [
+            "# Selection overlapped with training (bench_overlap.py)",
+            "",
+            "`sampler share`: time the training thread spends in `next(sampler)` and `observe` (under mpiexec "
+            "`observe` includes the all-gather, i.e. waiting for the other rank). `CPU / wall`: the process's CPU "
+            "time over the epoch's wall time (cores it kept busy; above 1 only where two threads ran at once). "
+            "`x random epoch`: epoch wall time "
+            "over RandomSelector's with prefetch 0 (same threads, same round); `x prefetch 0`: over the same "
+            "selector's with prefetch 0. Target: selector epochs with prefetch 1 <= 1.10x random whenever one "
+            "selection costs less than one step.",
+        ]
+    )
     if args.gil:
         text = gil_check()
         sections += ["", f"## GIL: `{command}`", "", text]
@@ -326,8 +386,13 @@ def main() -> None:
         print(table(res))
     if args.mpi or args.mpi_only:
         mres = launch_mpi(rounds, n_big, args.threads, args.workloads, args.bind_to)
-        sections += ["", f"## mpiexec -n 2 --bind-to {args.bind_to} (rank 0; gradients all-reduced, feedback "
-                     f"all-gathered every step): `{command}`", "", table(mres)]
+        sections += [
+            "",
+            f"## mpiexec -n 2 --bind-to {args.bind_to} (rank 0; gradients all-reduced, feedback "
+            f"all-gathered every step): `{command}`",
+            "",
+            table(mres),
+        ]
         print(table(mres))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     text = (RESULTS.read_text() if args.append and RESULTS.exists() else "") + "\n".join(sections) + "\n"

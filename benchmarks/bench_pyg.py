@@ -16,6 +16,7 @@ full-batch training (the ceiling).
 
 Run: ``python benchmarks/bench_pyg.py`` (``--quick``: smaller, about a minute).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ def sbm(n: int, classes: int, degree: float, inside: float, seed: int):
     src, dst = src[keep], dst[keep]
     edge_index = np.concatenate([np.stack([src, dst]), np.stack([dst, src])], axis=1)  # undirected
     x = 0.4 * np.eye(classes, 16)[y] + rng.standard_normal((n, 16))
-    return _with_masks(Data(x=torch.from_numpy(x).float(), y=torch.from_numpy(y),
-                            edge_index=torch.from_numpy(edge_index)), rng)
+    return _with_masks(
+        Data(x=torch.from_numpy(x).float(), y=torch.from_numpy(y), edge_index=torch.from_numpy(edge_index)), rng
+    )
 
 
 def knn(n: int, classes: int, seed: int):
@@ -68,8 +70,7 @@ def knn(n: int, classes: int, seed: int):
     graph = EmbeddingIndex(emb, metric="euclidean", progress=False).knn_graph(k=10).tocoo()
     x = emb + 3.0 * rng.standard_normal(emb.shape).astype(np.float32)  # features noisier than the graph
     edge_index = np.stack([graph.row, graph.col]).astype(np.int64)
-    return _with_masks(Data(x=torch.from_numpy(x), y=torch.from_numpy(y), edge_index=torch.from_numpy(edge_index)),
-                       rng)
+    return _with_masks(Data(x=torch.from_numpy(x), y=torch.from_numpy(y), edge_index=torch.from_numpy(edge_index)), rng)
 
 
 def _with_masks(data, rng):
@@ -99,12 +100,19 @@ def loaders(data, kind: str, parts: int, per_batch: int, seed: int):
 
     steps = parts // per_batch
     if kind == "cluster-gcn":
-        return ClusterLoader(ClusterData(data, parts, log=False, seed=seed), batch_size=per_batch, shuffle=True,
-                             seed=seed, rank=0, world_size=1)
+        return ClusterLoader(
+            ClusterData(data, parts, log=False, seed=seed),
+            batch_size=per_batch,
+            shuffle=True,
+            seed=seed,
+            rank=0,
+            world_size=1,
+        )
     if kind == "graphsaint":  # about as many nodes per batch as a Cluster-GCN batch
         roots = max(1, data.num_nodes // steps // 4)
-        return GraphSAINTRandomWalkSampler(data, batch_size=roots, walk_length=3, num_steps=steps, log=False,
-                                           seed=seed, rank=0)
+        return GraphSAINTRandomWalkSampler(
+            data, batch_size=roots, walk_length=3, num_steps=steps, log=False, seed=seed, rank=0
+        )
     if kind == "random-nodes":
         torch.manual_seed(seed)
         return RandomNodeLoader(data, num_parts=steps, shuffle=True)
@@ -154,9 +162,13 @@ def bench_training(args) -> dict:
     kinds = ["cluster-gcn", "graphsaint", "random-nodes", "full-batch"]
     results = {}
     for task in ("sbm", "knn"):
-        print(f"\n== 1. {task}: N = {n:,}, 2-layer GCN, {epochs} epochs, seeds {len(seeds)} "
-              f"(test accuracy, mean +- s.e.) ==")
-        print(f"{'loader':14}{'test acc %':>16}{'diff vs random-nodes':>24}{'train wall s':>14}{'edges in batches':>18}")
+        print(
+            f"\n== 1. {task}: N = {n:,}, 2-layer GCN, {epochs} epochs, seeds {len(seeds)} "
+            f"(test accuracy, mean +- s.e.) =="
+        )
+        print(
+            f"{'loader':14}{'test acc %':>16}{'diff vs random-nodes':>24}{'train wall s':>14}{'edges in batches':>18}"
+        )
         per = {k: [] for k in kinds}
         for seed in seeds:
             data = sbm(n, 10, 10, 0.7, seed) if task == "sbm" else knn(n, 10, seed)
@@ -165,8 +177,10 @@ def bench_training(args) -> dict:
         for kind in kinds:
             accs = [r["acc"] for r in per[kind]]
             diff = [a - r["acc"] for a, r in zip(accs, per["random-nodes"])]
-            print(f"{kind:14}{mean_se(accs):>16}{mean_se(diff):>24}{statistics.mean(r['wall'] for r in per[kind]):14.2f}"
-                  f"{statistics.mean(r['edges_kept'] for r in per[kind]):18.3f}")
+            print(
+                f"{kind:14}{mean_se(accs):>16}{mean_se(diff):>24}{statistics.mean(r['wall'] for r in per[kind]):14.2f}"
+                f"{statistics.mean(r['edges_kept'] for r in per[kind]):18.3f}"
+            )
         results[task] = per
     return results
 
@@ -200,26 +214,47 @@ def scale_child(n: int, degree: int, parts: int) -> None:
     t = time.perf_counter()
     random_kept = sum(b.edge_index.size(1) for b in RandomNodeLoader(data, num_parts=100, shuffle=True))
     anchor = time.perf_counter() - t
-    print("RESULT " + json.dumps({"partition_s": partition, "peak_gb": peak / 1e6, "before_gb": base / 1e6,
-                                  "epoch_s": epoch, "random_epoch_s": anchor, "kept": kept / (n * degree),
-                                  "random_kept": random_kept / (n * degree)}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "partition_s": partition,
+                "peak_gb": peak / 1e6,
+                "before_gb": base / 1e6,
+                "epoch_s": epoch,
+                "random_epoch_s": anchor,
+                "kept": kept / (n * degree),
+                "random_kept": random_kept / (n * degree),
+            }
+        ),
+        flush=True,
+    )
 
 
 def bench_scale(args) -> dict:
     n = 100_000 if args.quick else 1_000_000
     degree, parts = 10, 1500
     print(f"\n== 2. scale: ClusterData of {n:,} nodes, {n * degree:,} edges into {parts} clusters (a child process) ==")
-    out = subprocess.run([sys.executable, __file__, "--scale-child", str(n), str(degree), str(parts)],
-                         capture_output=True, text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=ROOT))
+    out = subprocess.run(
+        [sys.executable, __file__, "--scale-child", str(n), str(degree), str(parts)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
         raise RuntimeError(out.stdout[-2000:] + out.stderr[-2000:])
     r = json.loads(line[7:])
-    print(f"partition (METIS, pymetis): {r['partition_s']:.1f} s (target <= 60 s at 1M nodes); peak RSS "
-          f"{r['peak_gb']:.2f} GB ({r['before_gb']:.2f} GB held before: the graph and its generation)")
-    print(f"one epoch of batches (100 batches): ClusterLoader {r['epoch_s']:.2f} s, RandomNodeLoader (anchor) "
-          f"{r['random_epoch_s']:.2f} s, ratio {r['epoch_s'] / r['random_epoch_s']:.2f}; edges inside batches "
-          f"{r['kept']:.3f} vs {r['random_kept']:.3f} ({r['kept'] / r['random_kept']:.1f}x)")
+    print(
+        f"partition (METIS, pymetis): {r['partition_s']:.1f} s (target <= 60 s at 1M nodes); peak RSS "
+        f"{r['peak_gb']:.2f} GB ({r['before_gb']:.2f} GB held before: the graph and its generation)"
+    )
+    print(
+        f"one epoch of batches (100 batches): ClusterLoader {r['epoch_s']:.2f} s, RandomNodeLoader (anchor) "
+        f"{r['random_epoch_s']:.2f} s, ratio {r['epoch_s'] / r['random_epoch_s']:.2f}; edges inside batches "
+        f"{r['kept']:.3f} vs {r['random_kept']:.3f} ({r['kept'] / r['random_kept']:.1f}x)"
+    )
     return r
 
 

@@ -77,6 +77,7 @@ unscaled), so metrics are not those of one process: compare methods within one r
 use the slowest rank's calibration; a run's wall is the slowest rank's, its selecting seconds
 the ranks' mean (per rank in ``rank_*``); every rank evaluates the model, checked identical.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -133,15 +134,21 @@ class Dataset:
 _DATA_CACHE: dict[str, Dataset] = {}
 
 
-def _standardized(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
-                  y_test: np.ndarray) -> Dataset:
+def _standardized(
+    name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray
+) -> Dataset:
     from sklearn.model_selection import train_test_split
 
     x_tr, x_val, y_tr, y_val = train_test_split(x_train, y_train, test_size=0.2, stratify=y_train, random_state=0)
     mean, std = x_tr.mean(0), x_tr.std(0) + 1e-3
     norm = lambda a: ((a - mean) / std).astype(np.float32)  # noqa: E731
-    return Dataset(name, Split(norm(x_tr), y_tr.astype(np.int64)), Split(norm(x_val), y_val.astype(np.int64)),
-                   Split(norm(x_test), y_test.astype(np.int64)), int(y_train.max()) + 1)
+    return Dataset(
+        name,
+        Split(norm(x_tr), y_tr.astype(np.int64)),
+        Split(norm(x_val), y_val.astype(np.int64)),
+        Split(norm(x_test), y_test.astype(np.int64)),
+        int(y_train.max()) + 1,
+    )
 
 
 def load_dataset(name: str) -> Dataset:
@@ -154,8 +161,9 @@ def load_dataset(name: str) -> Dataset:
 
             d = load_digits()
             y = d.target if name == "digits" else d.target % 2  # parity: a 2-class task on the same images
-            x_tr, x_te, y_tr, y_te = train_test_split(d.data.astype(np.float32), y, test_size=0.25,
-                                                      stratify=y, random_state=0)
+            x_tr, x_te, y_tr, y_te = train_test_split(
+                d.data.astype(np.float32), y, test_size=0.25, stratify=y, random_state=0
+            )
         elif name == "mnist1d":
             from mnist1d.data import get_dataset_args, make_dataset
 
@@ -174,8 +182,9 @@ def load_dataset(name: str) -> Dataset:
     return _DATA_CACHE[name]
 
 
-def make_regime(regime: str, train: Split, num_classes: int, seed: int, duplicate_sources: float = 10,
-                duplicate_share: float = 0.5) -> tuple[Split, dict[str, Any]]:
+def make_regime(
+    regime: str, train: Split, num_classes: int, seed: int, duplicate_sources: float = 10, duplicate_share: float = 0.5
+) -> tuple[Split, dict[str, Any]]:
     """The training set of ``regime`` for ``seed`` and what was done to it. ``redundant``:
     ``duplicate_share`` of the padded set are near-duplicates of ``duplicate_sources``
     examples (a count, or a share of the training set when below 1)."""
@@ -216,6 +225,7 @@ def make_regime(regime: str, train: Split, num_classes: int, seed: int, duplicat
 class Task:
     """A dataset with a model, an optimizer (its peak learning rate) and random's full step
     budget; ``duplicate_*``: the redundant regime's near-duplicates (see make_regime)."""
+
     name: str
     dataset: str
     model: Callable[[int, int], torch.nn.Module]
@@ -231,9 +241,14 @@ class CNN1d(torch.nn.Module):
     def __init__(self, length: int, num_classes: int, channels: int = 32) -> None:
         super().__init__()
         self.features = torch.nn.Sequential(
-            torch.nn.Conv1d(1, channels, 5, stride=2, padding=2), torch.nn.ReLU(),
-            torch.nn.Conv1d(channels, channels, 3, stride=2, padding=1), torch.nn.ReLU(),
-            torch.nn.Conv1d(channels, channels, 3, stride=2, padding=1), torch.nn.ReLU(), torch.nn.Flatten())
+            torch.nn.Conv1d(1, channels, 5, stride=2, padding=2),
+            torch.nn.ReLU(),
+            torch.nn.Conv1d(channels, channels, 3, stride=2, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Conv1d(channels, channels, 3, stride=2, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Flatten(),
+        )
         with torch.no_grad():
             width = self.features(torch.zeros(1, 1, length)).shape[1]
         self.head = torch.nn.Linear(width, num_classes)
@@ -246,8 +261,12 @@ class ResidualBlock1d(torch.nn.Module):
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.body = torch.nn.Sequential(
-            torch.nn.Conv1d(channels, channels, 3, padding=1), torch.nn.BatchNorm1d(channels), torch.nn.ReLU(),
-            torch.nn.Conv1d(channels, channels, 3, padding=1), torch.nn.BatchNorm1d(channels))
+            torch.nn.Conv1d(channels, channels, 3, padding=1),
+            torch.nn.BatchNorm1d(channels),
+            torch.nn.ReLU(),
+            torch.nn.Conv1d(channels, channels, 3, padding=1),
+            torch.nn.BatchNorm1d(channels),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x + self.body(x))
@@ -258,8 +277,9 @@ class ResNet1d(torch.nn.Module):
 
     def __init__(self, length: int, num_classes: int, channels: int = 32, blocks: int = 3) -> None:
         super().__init__()
-        self.stem = torch.nn.Sequential(torch.nn.Conv1d(1, channels, 5, padding=2),
-                                        torch.nn.BatchNorm1d(channels), torch.nn.ReLU())
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv1d(1, channels, 5, padding=2), torch.nn.BatchNorm1d(channels), torch.nn.ReLU()
+        )
         self.blocks = torch.nn.Sequential(*(ResidualBlock1d(channels) for _ in range(blocks)))
         self.head = torch.nn.Linear(channels, num_classes)
 
@@ -293,37 +313,76 @@ def mlp(*widths: int) -> Callable[[int, int], torch.nn.Module]:
             layers += [torch.nn.Linear(d, w), torch.nn.ReLU()]
             d = w
         return torch.nn.Sequential(*layers, torch.nn.Linear(d, num_classes))
+
     return build
 
 
 TASKS = {
-    "digits-mlp": Task("digits-mlp", "digits", mlp(64), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-                       steps=300, quick_steps=150),
-    "mnist1d-mlp": Task("mnist1d-mlp", "mnist1d", mlp(128, 128), lambda p: torch.optim.Adam(p, lr=1e-3),
-                        steps=2000, quick_steps=400),
-    "mnist1d-cnn": Task("mnist1d-cnn", "mnist1d", lambda d, c: CNN1d(d, c), lambda p: torch.optim.Adam(p, lr=2e-3),
-                        steps=3000, quick_steps=400),
+    "digits-mlp": Task(
+        "digits-mlp", "digits", mlp(64), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), steps=300, quick_steps=150
+    ),
+    "mnist1d-mlp": Task(
+        "mnist1d-mlp", "mnist1d", mlp(128, 128), lambda p: torch.optim.Adam(p, lr=1e-3), steps=2000, quick_steps=400
+    ),
+    "mnist1d-cnn": Task(
+        "mnist1d-cnn",
+        "mnist1d",
+        lambda d, c: CNN1d(d, c),
+        lambda p: torch.optim.Adam(p, lr=2e-3),
+        steps=3000,
+        quick_steps=400,
+    ),
     # the demo's task: digits with a step of ~2 ms, several times a loss-rank selection
-    "digits-wide": Task("digits-wide", "digits", mlp(512, 512), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-                        steps=150, quick_steps=150, batch_size=64),
+    "digits-wide": Task(
+        "digits-wide",
+        "digits",
+        mlp(512, 512),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+        steps=150,
+        quick_steps=150,
+        batch_size=64,
+    ),
     # the step dominates: 10-30 ms at B=128, >= 10x one selection (--calibrate-only)
-    "mnist1d-resnet": Task("mnist1d-resnet", "mnist1d-25k", lambda d, c: ResNet1d(d, c),
-                           lambda p: torch.optim.AdamW(p, lr=2e-3), steps=500, quick_steps=100, batch_size=128,
-                           duplicate_sources=0.1, duplicate_share=0.4),
-    "mnist1d-transformer": Task("mnist1d-transformer", "mnist1d-25k", lambda d, c: SequenceTransformer(d, c),
-                                lambda p: torch.optim.AdamW(p, lr=2e-3), steps=500, quick_steps=100,
-                                batch_size=128, duplicate_sources=0.1, duplicate_share=0.4),
+    "mnist1d-resnet": Task(
+        "mnist1d-resnet",
+        "mnist1d-25k",
+        lambda d, c: ResNet1d(d, c),
+        lambda p: torch.optim.AdamW(p, lr=2e-3),
+        steps=500,
+        quick_steps=100,
+        batch_size=128,
+        duplicate_sources=0.1,
+        duplicate_share=0.4,
+    ),
+    "mnist1d-transformer": Task(
+        "mnist1d-transformer",
+        "mnist1d-25k",
+        lambda d, c: SequenceTransformer(d, c),
+        lambda p: torch.optim.AdamW(p, lr=2e-3),
+        steps=500,
+        quick_steps=100,
+        batch_size=128,
+        duplicate_sources=0.1,
+        duplicate_share=0.4,
+    ),
     # a 2-class task (even / odd digits), not in the default run: checks that a rule chosen on
     # the 10-class tasks carries over to 2 classes
-    "parity-mlp": Task("parity-mlp", "digits-parity", mlp(64), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-                       steps=300, quick_steps=150),
+    "parity-mlp": Task(
+        "parity-mlp",
+        "digits-parity",
+        mlp(64),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+        steps=300,
+        quick_steps=150,
+    ),
 }
 DEFAULT_TASKS = ("digits-mlp", "mnist1d-mlp", "mnist1d-cnn", "mnist1d-resnet", "mnist1d-transformer")
 
 
 # -- methods ---------------------------------------------------------------------------
-def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: int = 1,
-                  world_size: int = 1) -> batchsel.Selector:
+def make_selector(
+    method: str, train: Split, batch_size: int, seed: int, steps: int = 1, world_size: int = 1
+) -> batchsel.Selector:
     """Every method at its defaults (a ``--variant`` adds keyword arguments); the
     embeddings are the inputs. A pruning selector (epochs of different lengths) is built for
     the fewest epochs that hold ``steps`` batches per rank; the run stops after ``steps``,
@@ -345,6 +404,7 @@ def make_selector(method: str, train: Split, batch_size: int, seed: int, steps: 
     if base == "coreset":
         return batchsel.CoresetSelector(train.x, train.y, batch_size, **{"fraction": 0.5, **options}, seed=seed)
     if base in ("infobatch", "score-pruning"):
+
         def build(epochs: int) -> batchsel.Selector:
             if base == "infobatch":
                 # with the labels, as a classifier's user passes them (labels=False: InfoBatch's own rule)
@@ -373,13 +433,17 @@ class KeptRows(batchsel.Selector):
         self._random = batchsel.RandomSelector(len(self.keep), batch_size, seed=seed)
 
     def get_params(self) -> dict[str, Any]:
-        return {"keep": self.keep, "num_examples": self.num_examples, "batch_size": self.batch_size,
-                "seed": self.seed}
+        return {"keep": self.keep, "num_examples": self.num_examples, "batch_size": self.batch_size, "seed": self.seed}
 
     def plan(self, epoch: int = 0, world_size: int = 1) -> "batchsel.EpochPlan":
         inner = self._random.plan(epoch, world_size)
-        return batchsel.EpochPlan([[self.keep[b] for b in inner.batches(r)] for r in range(world_size)],
-                                  num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="dedup")
+        return batchsel.EpochPlan(
+            [[self.keep[b] for b in inner.batches(r)] for r in range(world_size)],
+            num_examples=self.num_examples,
+            epoch=epoch,
+            seed=self.seed,
+            method="dedup",
+        )
 
     def num_batches(self, world_size: int = 1) -> int:
         return self._random.num_batches(world_size)
@@ -387,24 +451,46 @@ class KeptRows(batchsel.Selector):
 
 # In-loop candidate filters (batchsel.CandidateFilter): random candidate batches of ratio x B,
 # a no-grad forward scores them, the step trains on the B kept (its cost counts as selecting).
-FILTERS = {"loss-filter": {"score": "loss"}, "gradnorm-filter": {"score": "gradnorm"},
-           "rho-filter": {"score": "rho"}, "rho-diverse": {"score": "rho", "diversity": 1.0},
-           # Selective-Backprop (Jiang et al. 2019): beta=1, half of 2B candidates by loss percentile
-           "selective-backprop": {"score": "loss", "pick": "percentile", "beta": 1.0, "ratio": 2.0,
-                                  "uniform_fraction": 0.0}}
+FILTERS = {
+    "loss-filter": {"score": "loss"},
+    "gradnorm-filter": {"score": "gradnorm"},
+    "rho-filter": {"score": "rho"},
+    "rho-diverse": {"score": "rho", "diversity": 1.0},
+    # Selective-Backprop (Jiang et al. 2019): beta=1, half of 2B candidates by loss percentile
+    "selective-backprop": {"score": "loss", "pick": "percentile", "beta": 1.0, "ratio": 2.0, "uniform_fraction": 0.0},
+}
 METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", "dedup", *FILTERS)
-DEFAULT_METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", "loss-filter",
-                   "gradnorm-filter",
-                   "rho-filter", "selective-backprop")
-LABELS = {"random": "random", "smdl": "SMDL", "loss-rank": "loss-rank", "coreset": "CRAIG coreset (50%)",
-          "infobatch": "InfoBatch pruning", "score-pruning": "EL2N + CCS pruning",
-          "dedup": "random on the deduplicated set",
-          "loss-filter": "loss filter", "gradnorm-filter": "gradnorm filter", "rho-filter": "RHO-LOSS filter",
-          "rho-diverse": "RHO + diversity", "selective-backprop": "Selective-Backprop"}
+DEFAULT_METHODS = (
+    "random",
+    "smdl",
+    "loss-rank",
+    "coreset",
+    "infobatch",
+    "score-pruning",
+    "loss-filter",
+    "gradnorm-filter",
+    "rho-filter",
+    "selective-backprop",
+)
+LABELS = {
+    "random": "random",
+    "smdl": "SMDL",
+    "loss-rank": "loss-rank",
+    "coreset": "CRAIG coreset (50%)",
+    "infobatch": "InfoBatch pruning",
+    "score-pruning": "EL2N + CCS pruning",
+    "dedup": "random on the deduplicated set",
+    "loss-filter": "loss filter",
+    "gradnorm-filter": "gradnorm filter",
+    "rho-filter": "RHO-LOSS filter",
+    "rho-diverse": "RHO + diversity",
+    "selective-backprop": "Selective-Backprop",
+}
 
 
-def make_filter(method: str, train: Split, batch_size: int, seed: int,
-                task: Task | None = None) -> batchsel.CandidateFilter | None:
+def make_filter(
+    method: str, train: Split, batch_size: int, seed: int, task: Task | None = None
+) -> batchsel.CandidateFilter | None:
     """The candidate filter of a filter method (None for the others); the irreducible-loss
     model is batchsel's default, cross-fitted on the training set as the regime made it.
     A variant's ``il_*`` options go to :class:`batchsel.IrreducibleLoss` (``il_model="task"``:
@@ -424,6 +510,8 @@ def make_filter(method: str, train: Split, batch_size: int, seed: int,
             il_options["model"] = lambda: source.model(d, c)
         options["irreducible_losses"] = batchsel.IrreducibleLoss(seed=seed, **il_options).fit(train.x, train.y)
     return batchsel.CandidateFilter(batch_size, seed=seed, **options)
+
+
 # --variant NAME=METHOD:key=value;key=value -> NAME: (METHOD, {key: value}); for searches on --split val
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {}
 
@@ -435,8 +523,10 @@ def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
     try:
         name, rest = text.split("=", 1)
         method, _, opts = rest.partition(":")
-        options = {k.strip(): ast.literal_eval(v.strip()) for k, v in
-                   (item.split("=", 1) for item in opts.split(";") if item.strip())}
+        options = {
+            k.strip(): ast.literal_eval(v.strip())
+            for k, v in (item.split("=", 1) for item in opts.split(";") if item.strip())
+        }
     except (ValueError, SyntaxError) as exc:
         raise ValueError(f"--variant must look like NAME=METHOD:key=value;key=value, got {text!r} ({exc})") from None
     if method not in METHODS:
@@ -472,8 +562,18 @@ def lr_schedule(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def train_run(task: Task, method: str, train: Split, evaluation: Split, num_classes: int, seed: int,
-              steps: int, balanced: bool, comm: Any = None, sync_every: int | None = None) -> dict[str, Any]:
+def train_run(
+    task: Task,
+    method: str,
+    train: Split,
+    evaluation: Split,
+    num_classes: int,
+    seed: int,
+    steps: int,
+    balanced: bool,
+    comm: Any = None,
+    sync_every: int | None = None,
+) -> dict[str, Any]:
     """Train ``task``'s model on ``train`` with ``method``'s batches for ``steps`` steps, its
     learning rate decayed over them, and evaluate it once at the end.
 
@@ -502,8 +602,15 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     weighted = selector.weighted_plans  # (index, weight) pairs: coresets, InfoBatch
     # prefetch=N (a variant option): selection runs N batches ahead in the sampler's thread
     shared = {} if sync_every is None else {"sync_every": sync_every}
-    sampler = SelectionBatchSampler(selector, rank=rank, world_size=world, comm=comm, weighted=weighted,
-                                    prefetch=int(options.get("prefetch", 0)), **shared)
+    sampler = SelectionBatchSampler(
+        selector,
+        rank=rank,
+        world_size=world,
+        comm=comm,
+        weighted=weighted,
+        prefetch=int(options.get("prefetch", 0)),
+        **shared,
+    )
     setup = time.perf_counter() - t0
     if comm is not None:
         sampler.verify()  # every rank built the same selector (data, seed, settings): else it raises
@@ -549,8 +656,11 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
     wall = setup + time.perf_counter() - loop_start
     model.eval()
     final = metric(model, evaluation, balanced)
-    extra = {} if fitted is None else {"il_accuracy": fitted.il_accuracy_, "il_skill": fitted.il_skill_,
-                                       "guard": fitted.guard_}
+    extra = (
+        {}
+        if fitted is None
+        else {"il_accuracy": fitted.il_accuracy_, "il_skill": fitted.il_skill_, "guard": fitted.guard_}
+    )
     if comm is not None:
         # the slower rank sets the pace: walls are maxima over ranks; the ranks must hold the same model
         every = np.stack(comm.allgather(np.array([wall, select, observed, setup], dtype=np.float64)))
@@ -558,19 +668,43 @@ def train_run(task: Task, method: str, train: Split, evaluation: Split, num_clas
         checks = comm.allgather(np.array([params.sum(dtype=np.float64), np.abs(params).sum(dtype=np.float64)]))
         if not all(np.array_equal(c, checks[0]) for c in checks):
             raise RuntimeError(f"ranks ended {task.name} / {method} / seed {seed} with different models: {checks}")
-        extra.update(rank_wall_seconds=every[:, 0].tolist(), rank_select_seconds=every[:, 1].tolist(),
-                     rank_observe_seconds=every[:, 2].tolist())
-        wall, select, observed, setup = (float(every[:, 0].max()), float(every[:, 1].mean()),
-                                         float(every[:, 2].mean()), float(every[:, 3].max()))
-    return {"final": final, "wall_seconds": wall, "setup_seconds": setup, "select_seconds": select,
-            "observe_seconds": observed, "epochs": epoch, "steps": step,
-            "last_lr": opt.param_groups[0]["lr"], **extra}
+        extra.update(
+            rank_wall_seconds=every[:, 0].tolist(),
+            rank_select_seconds=every[:, 1].tolist(),
+            rank_observe_seconds=every[:, 2].tolist(),
+        )
+        wall, select, observed, setup = (
+            float(every[:, 0].max()),
+            float(every[:, 1].mean()),
+            float(every[:, 2].mean()),
+            float(every[:, 3].max()),
+        )
+    return {
+        "final": final,
+        "wall_seconds": wall,
+        "setup_seconds": setup,
+        "select_seconds": select,
+        "observe_seconds": observed,
+        "epochs": epoch,
+        "steps": step,
+        "last_lr": opt.param_groups[0]["lr"],
+        **extra,
+    }
 
 
 # -- budgets ---------------------------------------------------------------------------
-def calibrate(task: Task, methods: list[str], train: Split, evaluation: Split, num_classes: int, steps: int,
-              balanced: bool, comm: Any = None, sync_every: int | None = None,
-              warm_up: bool = True) -> dict[str, dict[str, float]]:
+def calibrate(
+    task: Task,
+    methods: list[str],
+    train: Split,
+    evaluation: Split,
+    num_classes: int,
+    steps: int,
+    balanced: bool,
+    comm: Any = None,
+    sync_every: int | None = None,
+    warm_up: bool = True,
+) -> dict[str, dict[str, float]]:
     """Each method's set-up seconds and seconds per step, from a run of ``steps`` steps
     (seed 0) after an untimed warm-up of 10 steps (JIT compilation, first-use costs); under
     ``--mpi`` the slowest rank's, so every rank derives the same budgets.
@@ -583,9 +717,11 @@ def calibrate(task: Task, methods: list[str], train: Split, evaluation: Split, n
         if warm_up:
             train_run(task, m, train, evaluation, num_classes, 0, min(10, steps), balanced, comm, sync_every)
         run = train_run(task, m, train, evaluation, num_classes, 0, steps, balanced, comm, sync_every)
-        costs[m] = {"setup_seconds": run["setup_seconds"],
-                    "measured_step_seconds": (run["wall_seconds"] - run["setup_seconds"]) / run["steps"],
-                    "select_seconds_per_step": (run["select_seconds"] - run["setup_seconds"]) / run["steps"]}
+        costs[m] = {
+            "setup_seconds": run["setup_seconds"],
+            "measured_step_seconds": (run["wall_seconds"] - run["setup_seconds"]) / run["steps"],
+            "select_seconds_per_step": (run["select_seconds"] - run["setup_seconds"]) / run["steps"],
+        }
     training = costs["random"]["measured_step_seconds"] - costs["random"]["select_seconds_per_step"]
     for c in costs.values():
         c["step_seconds"] = training + c["select_seconds_per_step"]
@@ -630,15 +766,20 @@ def summarize(runs: dict[str, dict[str, list[dict]]], methods: list[str], budget
             gap, gap_se = mean_se([a - b["final"] for a, b in zip(finals, full)])
             walls = [r["wall_seconds"] for r in mine]
             cells[budget_key(f)] = {
-                "final_mean": float(np.mean(finals)), "final_per_seed": finals,
-                "diff_mean": diff, "diff_se": diff_se,  # against random at the same budget
-                "gap_mean": gap, "gap_se": gap_se,  # against random's full budget (the target)
+                "final_mean": float(np.mean(finals)),
+                "final_per_seed": finals,
+                "diff_mean": diff,
+                "diff_se": diff_se,  # against random at the same budget
+                "gap_mean": gap,
+                "gap_se": gap_se,  # against random's full budget (the target)
                 "reached": gap + 2 * gap_se >= 0,
                 "wall_fraction": float(np.mean(walls)) / anchor_wall,
                 "wall_fraction_per_seed": [w / anchor_wall for w in walls],
-                "steps": mine[0]["steps"], "epochs": mine[0]["epochs"],
+                "steps": mine[0]["steps"],
+                "epochs": mine[0]["epochs"],
                 "select_share": float(sum(r["select_seconds"] for r in mine) / max(sum(walls), 1e-12)),
-                "better": diff > max(0.0, 2 * diff_se), "worse": diff < min(0.0, -2 * diff_se),
+                "better": diff > max(0.0, 2 * diff_se),
+                "worse": diff < min(0.0, -2 * diff_se),
             }
         reached_at = None  # the smallest budget from which on every budget reaches the target
         for f in sorted(budgets, reverse=True):
@@ -647,11 +788,20 @@ def summarize(runs: dict[str, dict[str, list[dict]]], methods: list[str], budget
             reached_at = f
         # reached only at the full budget: no saving (its wall is random's by construction; the
         # few per cent it lands off are the calibration's noise, not a saving or a loss)
-        saved = None if reached_at is None else \
-            0.0 if reached_at == budgets[-1] else 1.0 - cells[budget_key(reached_at)]["wall_fraction"]
-        rows[m] = {"budgets": cells, "reached_at": reached_at, "wall_saved": saved,
-                   "worse_at": [f for f in budgets if cells[budget_key(f)]["worse"]],
-                   "better_at": [f for f in budgets if cells[budget_key(f)]["better"]]}
+        saved = (
+            None
+            if reached_at is None
+            else 0.0
+            if reached_at == budgets[-1]
+            else 1.0 - cells[budget_key(reached_at)]["wall_fraction"]
+        )
+        rows[m] = {
+            "budgets": cells,
+            "reached_at": reached_at,
+            "wall_saved": saved,
+            "worse_at": [f for f in budgets if cells[budget_key(f)]["worse"]],
+            "better_at": [f for f in budgets if cells[budget_key(f)]["better"]],
+        }
     own = rows["random"]["wall_saved"]
     for m in methods:
         saved = rows[m]["wall_saved"]
@@ -665,14 +815,18 @@ def _saved_text(row: dict) -> str:
     return f"{100 * row['wall_saved']:.0f} %"
 
 
-def print_table(task: str, regime: str, summary: dict, methods: list[str], budgets: list[float],
-                header: str) -> None:
+def print_table(task: str, regime: str, summary: dict, methods: list[str], budgets: list[float], header: str) -> None:
     rows = summary["rows"]
-    print(f"\n{task} / {regime}: {header}\ntarget = random's full-budget {100 * summary['target']:.2f}, "
-          f"random's full wall {summary['random_wall_seconds']:.2f} s; per budget: metric, "
-          f"difference to random at that budget (pt, +- s.e.), wall fraction spent")
-    head = f"{'method':<20}" + "".join(f"{'budget ' + budget_key(f):>30}" for f in budgets) + \
-        f"{'wall saved':>12}{'beyond random':>15}"
+    print(
+        f"\n{task} / {regime}: {header}\ntarget = random's full-budget {100 * summary['target']:.2f}, "
+        f"random's full wall {summary['random_wall_seconds']:.2f} s; per budget: metric, "
+        f"difference to random at that budget (pt, +- s.e.), wall fraction spent"
+    )
+    head = (
+        f"{'method':<20}"
+        + "".join(f"{'budget ' + budget_key(f):>30}" for f in budgets)
+        + f"{'wall saved':>12}{'beyond random':>15}"
+    )
     print(head)
     print("-" * len(head))
     for m in methods:
@@ -682,8 +836,10 @@ def print_table(task: str, regime: str, summary: dict, methods: list[str], budge
             diff = "" if m == "random" else f" {100 * c['diff_mean']:+.1f}+-{100 * c['diff_se']:.1f}"
             cells.append(f"{100 * c['final_mean']:.1f}{diff} @{c['wall_fraction']:.2f}")
         beyond = rows[m]["beyond_random"]
-        print(f"{LABELS.get(m, m):<20}" + "".join(f"{c:>30}" for c in cells) + f"{_saved_text(rows[m]):>12}"
-              f"{'-' if beyond is None else f'{100 * beyond:+.0f} pt':>15}")
+        print(
+            f"{LABELS.get(m, m):<20}" + "".join(f"{c:>30}" for c in cells) + f"{_saved_text(rows[m]):>12}"
+            f"{'-' if beyond is None else f'{100 * beyond:+.0f} pt':>15}"
+        )
 
 
 def overview(results: dict, methods: list[str]) -> str:
@@ -691,8 +847,12 @@ def overview(results: dict, methods: list[str]) -> str:
     the method's beyond random's own shortened runs in brackets; W / B: worse / better than
     random at some equal wall budget, beyond 2 s.e."""
     others = [m for m in methods if m != "random"]
-    lines = ["| task, regime | random: full-budget metric, wall saved | " +
-             " | ".join(LABELS.get(m, m) for m in others) + " |", "| --- | --- |" + " --- |" * len(others)]
+    lines = [
+        "| task, regime | random: full-budget metric, wall saved | "
+        + " | ".join(LABELS.get(m, m) for m in others)
+        + " |",
+        "| --- | --- |" + " --- |" * len(others),
+    ]
     for task, by_regime in results.items():
         for regime, res in by_regime.items():
             rows = res["summary"]["rows"]
@@ -704,17 +864,21 @@ def overview(results: dict, methods: list[str]) -> str:
                     text += f" ({100 * row['beyond_random']:+.0f})"
                 tag = ("W" if row["worse_at"] else "") + ("B" if row["better_at"] else "")
                 cells.append(text + (f" **{tag}**" if tag else ""))
-            lines.append(f"| {task}, {regime} | {100 * res['summary']['target']:.1f} %, "
-                         f"{_saved_text(rows['random'])} | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| {task}, {regime} | {100 * res['summary']['target']:.1f} %, "
+                f"{_saved_text(rows['random'])} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def markdown(results: dict, methods: list[str], budgets: list[float]) -> str:
     """Every figure: per task, regime, method and budget, the metric, its difference to
     random at that budget and to random's full budget, the steps and the wall fraction."""
-    lines = ["| task | regime | method | budget | steps | wall x random's full | metric % "
-             "| vs random, same budget (pt) | vs random's full budget (pt) | selecting |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| task | regime | method | budget | steps | wall x random's full | metric % "
+        "| vs random, same budget (pt) | vs random's full budget (pt) | selecting |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for task, by_regime in results.items():
         for regime, res in by_regime.items():
             for m in methods:
@@ -722,19 +886,23 @@ def markdown(results: dict, methods: list[str], budgets: list[float]) -> str:
                     c = res["summary"]["rows"][m]["budgets"][budget_key(f)]
                     same = "" if m == "random" else f"{100 * c['diff_mean']:+.2f} ± {100 * c['diff_se']:.2f}"
                     flag = " **W**" if c["worse"] else (" **B**" if c["better"] else "")
-                    lines.append(f"| {task} | {regime} | {LABELS.get(m, m)} | {budget_key(f)} | {c['steps']} "
-                                 f"| {c['wall_fraction']:.2f} | {100 * c['final_mean']:.2f} | {same}{flag} "
-                                 f"| {100 * c['gap_mean']:+.2f} ± {100 * c['gap_se']:.2f}"
-                                 f"{' (reached)' if c['reached'] else ''} | {100 * c['select_share']:.0f} % |")
+                    lines.append(
+                        f"| {task} | {regime} | {LABELS.get(m, m)} | {budget_key(f)} | {c['steps']} "
+                        f"| {c['wall_fraction']:.2f} | {100 * c['final_mean']:.2f} | {same}{flag} "
+                        f"| {100 * c['gap_mean']:+.2f} ± {100 * c['gap_se']:.2f}"
+                        f"{' (reached)' if c['reached'] else ''} | {100 * c['select_share']:.0f} % |"
+                    )
     return "\n".join(lines) + "\n"
 
 
 def costs_markdown(results: dict, methods: list[str]) -> str:
     """Each task's calibration (clean regime, or the first one run): ms per step, of it
     selecting, and random's step over the method's selection per step."""
-    lines = ["| task | threads | method | set-up s | ms per step (measured) | ms per step (budgets) "
-             "| selecting ms per step | random's step / selecting |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| task | threads | method | set-up s | ms per step (measured) | ms per step (budgets) "
+        "| selecting ms per step | random's step / selecting |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for task, by_regime in results.items():
         regime = "clean" if "clean" in by_regime else next(iter(by_regime))
         costs, threads = by_regime[regime]["costs"], by_regime[regime].get("threads", "?")
@@ -742,9 +910,11 @@ def costs_markdown(results: dict, methods: list[str]) -> str:
         for m in methods:
             c = costs[m]
             sel = c["select_seconds_per_step"]
-            lines.append(f"| {task} | {threads} | {LABELS.get(m, m)} | {c['setup_seconds']:.2f} "
-                         f"| {1e3 * c['measured_step_seconds']:.2f} | {1e3 * c['step_seconds']:.2f} | {1e3 * sel:.3f} "
-                         f"| {'-' if m == 'random' else f'{step / max(sel, 1e-9):.0f}x'} |")
+            lines.append(
+                f"| {task} | {threads} | {LABELS.get(m, m)} | {c['setup_seconds']:.2f} "
+                f"| {1e3 * c['measured_step_seconds']:.2f} | {1e3 * c['step_seconds']:.2f} | {1e3 * sel:.3f} "
+                f"| {'-' if m == 'random' else f'{step / max(sel, 1e-9):.0f}x'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -803,8 +973,13 @@ def write_outputs(stem: str, payload: dict, methods: list[str], budgets: list[fl
         json.dump(_jsonable(payload), f)
     pngs = plot(payload["results"], methods, budgets, stem)
     with atomic_write(stem + ".md", "w") as f:
-        f.write(overview(payload["results"], methods) + "\n" + costs_markdown(payload["results"], methods) + "\n"
-                + markdown(payload["results"], methods, budgets))
+        f.write(
+            overview(payload["results"], methods)
+            + "\n"
+            + costs_markdown(payload["results"], methods)
+            + "\n"
+            + markdown(payload["results"], methods, budgets)
+        )
     print(f"wrote {stem}.json, {stem}.md and {', '.join(os.path.basename(p) for p in pngs)}")
 
 
@@ -826,8 +1001,10 @@ def render(paths: list[str], stem: str) -> dict:
             payload = json.load(f)
         keys = ("methods", "seeds", "budgets", "split")
         if args is not None and any(payload["args"][k] != args[k] for k in keys):
-            raise ValueError(f"{path} ran {({k: payload['args'][k] for k in keys})}; {paths[0]} ran "
-                             f"{({k: args[k] for k in keys})}")
+            raise ValueError(
+                f"{path} ran { ({k: payload['args'][k] for k in keys}) }; {paths[0]} ran "
+                f"{ ({k: args[k] for k in keys}) }"
+            )
         args = args or payload["args"]
         for task, by_regime in payload["results"].items():
             results.setdefault(task, {}).update(by_regime)
@@ -840,8 +1017,12 @@ def render(paths: list[str], stem: str) -> dict:
         for entry in by_regime.values():
             if "runs" in entry:
                 entry["summary"] = summarize(entry["runs"], methods, parse_budgets(args["budgets"]))
-    write_outputs(stem, {"args": args, "results": results, "total_seconds": total, "merged_from": paths},
-                  methods, parse_budgets(args["budgets"]))
+    write_outputs(
+        stem,
+        {"args": args, "results": results, "total_seconds": total, "merged_from": paths},
+        methods,
+        parse_budgets(args["budgets"]),
+    )
     return results
 
 
@@ -849,39 +1030,73 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"comma-separated, from {list(TASKS)}")
     parser.add_argument("--regimes", default=",".join(REGIMES))
-    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                        help=f"comma-separated, from {list(METHODS)} (every method at its defaults; "
-                             "rho-diverse is RHO-LOSS with diversity 1)")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=METHOD:k=v;k=v",
-                        help="a method with other settings, run as NAME (add NAME to --methods)")
+    parser.add_argument(
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help=f"comma-separated, from {list(METHODS)} (every method at its defaults; "
+        "rho-diverse is RHO-LOSS with diversity 1)",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=METHOD:k=v;k=v",
+        help="a method with other settings, run as NAME (add NAME to --methods)",
+    )
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--budgets", default="0.3,0.5,0.7,1.0",
-                        help="wall budgets as fractions of random's full run (must include 1)")
-    parser.add_argument("--split", choices=("test", "val"), default="test",
-                        help="evaluate on the test split (report) or the validation split (choose defaults)")
+    parser.add_argument(
+        "--budgets", default="0.3,0.5,0.7,1.0", help="wall budgets as fractions of random's full run (must include 1)"
+    )
+    parser.add_argument(
+        "--split",
+        choices=("test", "val"),
+        default="test",
+        help="evaluate on the test split (report) or the validation split (choose defaults)",
+    )
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every task's full step budget")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, digits only, budgets 0.5 and 1 (CI)")
-    parser.add_argument("--calibrate-only", action="store_true",
-                        help="measure every method's cost per step (clean regime) and write the cost table only")
+    parser.add_argument(
+        "--calibrate-only",
+        action="store_true",
+        help="measure every method's cost per step (clean regime) and write the cost table only",
+    )
     parser.add_argument("--out", default=None, help="output stem (default benchmarks/out/bench_quality[_quick])")
-    parser.add_argument("--render", nargs="+", metavar="JSON", default=None,
-                        help="train nothing: merge these outputs (e.g. tasks run in parallel) into --out's "
-                             ".json / .md / .png")
-    parser.add_argument("--mpi", type=int, default=0, metavar="N",
-                        help="run every method data-parallel on N ranks under mpiexec (launched from here; DDP "
-                             "over gloo, per-rank batch B); default output stem "
-                             "benchmarks/out/bench_quality[_quick]_mpiN")
-    parser.add_argument("--feedback-comm", choices=("auto", "torch", "mpi"), default="auto",
-                        help="with --mpi: the communicator the samplers all-gather feedback over: auto (what a "
-                             "DDP script's sampler finds: get_communicator('auto'), mpi4py here), torch "
-                             "(torch.distributed's gloo group, as under torchrun) or mpi (mpi4py)")
-    parser.add_argument("--sync-every", type=int, default=None,
-                        help="with --mpi: the samplers' sync_every (feedback all-gathered every K steps; "
-                             "default: the sampler's, 4)")
-    parser.add_argument("--bind-to", default="core",
-                        help="with --mpi: mpiexec's --bind-to (core, Open MPI's default for 2 ranks; none: the "
-                             "OS places the ranks)")
+    parser.add_argument(
+        "--render",
+        nargs="+",
+        metavar="JSON",
+        default=None,
+        help="train nothing: merge these outputs (e.g. tasks run in parallel) into --out's .json / .md / .png",
+    )
+    parser.add_argument(
+        "--mpi",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run every method data-parallel on N ranks under mpiexec (launched from here; DDP "
+        "over gloo, per-rank batch B); default output stem "
+        "benchmarks/out/bench_quality[_quick]_mpiN",
+    )
+    parser.add_argument(
+        "--feedback-comm",
+        choices=("auto", "torch", "mpi"),
+        default="auto",
+        help="with --mpi: the communicator the samplers all-gather feedback over: auto (what a "
+        "DDP script's sampler finds: get_communicator('auto'), mpi4py here), torch "
+        "(torch.distributed's gloo group, as under torchrun) or mpi (mpi4py)",
+    )
+    parser.add_argument(
+        "--sync-every",
+        type=int,
+        default=None,
+        help="with --mpi: the samplers' sync_every (feedback all-gathered every K steps; default: the sampler's, 4)",
+    )
+    parser.add_argument(
+        "--bind-to",
+        default="core",
+        help="with --mpi: mpiexec's --bind-to (core, Open MPI's default for 2 ranks; none: the OS places the ranks)",
+    )
     # a rank under mpiexec; its value is the parent's --bind-to (recorded in the outputs): Open MPI's
     # launcher scans the whole command line and refuses a second --bind-to, even the script's
     parser.add_argument("--mpi-worker", default=None, metavar="BIND", help=argparse.SUPPRESS)
@@ -908,8 +1123,11 @@ def main(argv: list[str] | None = None) -> dict:
             parser.error(str(exc))
         VARIANTS[name] = (method, options)
         LABELS[name] = name
-    for name, given, allowed in (("tasks", tasks, TASKS), ("regimes", regimes, REGIMES + EXTRA_REGIMES),
-                                 ("methods", methods, (*METHODS, *VARIANTS))):
+    for name, given, allowed in (
+        ("tasks", tasks, TASKS),
+        ("regimes", regimes, REGIMES + EXTRA_REGIMES),
+        ("methods", methods, (*METHODS, *VARIANTS)),
+    ):
         bad = sorted(set(given) - set(allowed))
         if bad or not given:
             parser.error(f"--{name}: unknown or empty {bad or given!r}; choose from {list(allowed)}")
@@ -925,9 +1143,11 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--sync-every must be >= 1, got {args.sync_every}")
     if args.calibrate_only:
         regimes = regimes[:1] if "clean" not in regimes else ["clean"]
-    stem = args.out or str(ROOT / "benchmarks" / "out" / f"bench_quality{'_quick' if args.quick else ''}"
-                                                         f"{'_costs' if args.calibrate_only else ''}"
-                                                         f"{f'_mpi{args.mpi}' if args.mpi else ''}")
+    stem = args.out or str(
+        ROOT / "benchmarks" / "out" / f"bench_quality{'_quick' if args.quick else ''}"
+        f"{'_costs' if args.calibrate_only else ''}"
+        f"{f'_mpi{args.mpi}' if args.mpi else ''}"
+    )
     if args.mpi and not args.mpi_worker:
         return launch_ranks(args, stem)
     if not args.mpi:
@@ -953,14 +1173,36 @@ def main(argv: list[str] | None = None) -> dict:
         results[task_name] = {}
         for ri, regime in enumerate(regimes):
             balanced = regime == "longtail"
-            regime_of = lambda seed: make_regime(regime, data.train, data.num_classes, seed,  # noqa: E731
-                                                 task.duplicate_sources, task.duplicate_share)[0]
+            regime_of = lambda seed: make_regime(
+                regime,
+                data.train,
+                data.num_classes,
+                seed,  # noqa: E731
+                task.duplicate_sources,
+                task.duplicate_share,
+            )[0]
             calibration = regime_of(0)
-            costs = calibrate(task, methods, calibration, evaluation, data.num_classes,
-                              max(50, round(0.15 * full_steps)), balanced, comm, args.sync_every, warm_up=ri == 0)
+            costs = calibrate(
+                task,
+                methods,
+                calibration,
+                evaluation,
+                data.num_classes,
+                max(50, round(0.15 * full_steps)),
+                balanced,
+                comm,
+                args.sync_every,
+                warm_up=ri == 0,
+            )
             plan = {m: {budget_key(f): budget_steps(costs, m, full_steps, f) for f in budgets} for m in methods}
-            entry = {"costs": costs, "threads": threads, "steps": plan, "full_steps": full_steps,
-                     "train_size": len(calibration.y), "metric": "balanced accuracy" if balanced else "accuracy"}
+            entry = {
+                "costs": costs,
+                "threads": threads,
+                "steps": plan,
+                "full_steps": full_steps,
+                "train_size": len(calibration.y),
+                "metric": "balanced accuracy" if balanced else "accuracy",
+            }
             results[task_name][regime] = entry
             if args.calibrate_only:
                 continue
@@ -970,23 +1212,50 @@ def main(argv: list[str] | None = None) -> dict:
                 for f in budgets:
                     for m in methods:  # interleaved: load drift hits every method alike
                         runs[m][budget_key(f)].append(
-                            train_run(task, m, train, evaluation, data.num_classes, seed, plan[m][budget_key(f)],
-                                      balanced, comm, args.sync_every))
+                            train_run(
+                                task,
+                                m,
+                                train,
+                                evaluation,
+                                data.num_classes,
+                                seed,
+                                plan[m][budget_key(f)],
+                                balanced,
+                                comm,
+                                args.sync_every,
+                            )
+                        )
             entry.update(summary=summarize(runs, methods, budgets), runs=runs)
             if lead:
-                world = "" if comm is None else (f", {comm.size} ranks x B={task.batch_size}, feedback over "
-                                                 f"{type(comm).__name__} ({args.feedback_comm}) every "
-                                                 f"{args.sync_every or SYNC_EVERY} step(s)")
-                print_table(task_name, regime, entry["summary"], methods, budgets,
-                            f"{args.seeds} seeds, {entry['metric']} on {args.split}, random's full budget "
-                            f"{full_steps} steps, {len(calibration.y)} training examples, {threads} torch "
-                            f"thread(s){world}; load average {os.getloadavg()[0]:.2f}")
+                world = (
+                    ""
+                    if comm is None
+                    else (
+                        f", {comm.size} ranks x B={task.batch_size}, feedback over "
+                        f"{type(comm).__name__} ({args.feedback_comm}) every "
+                        f"{args.sync_every or SYNC_EVERY} step(s)"
+                    )
+                )
+                print_table(
+                    task_name,
+                    regime,
+                    entry["summary"],
+                    methods,
+                    budgets,
+                    f"{args.seeds} seeds, {entry['metric']} on {args.split}, random's full budget "
+                    f"{full_steps} steps, {len(calibration.y)} training examples, {threads} torch "
+                    f"thread(s){world}; load average {os.getloadavg()[0]:.2f}",
+                )
                 sys.stdout.flush()
     total = time.perf_counter() - start
     if lead:
         print(f"\ntotal {total:.0f} s")
-        payload = {"args": vars(args), "results": results, "total_seconds": total,
-                   "world_size": 1 if comm is None else comm.size}
+        payload = {
+            "args": vars(args),
+            "results": results,
+            "total_seconds": total,
+            "world_size": 1 if comm is None else comm.size,
+        }
         if args.calibrate_only:
             os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
             table = costs_markdown(results, methods)
@@ -1008,12 +1277,35 @@ def launch_ranks(args: argparse.Namespace, stem: str) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _mpilaunch import mpiexec_command, run_mpiexec
 
-    forwarded = ["--tasks", args.tasks, "--regimes", args.regimes, "--methods", args.methods,
-                 "--seeds", args.seeds, "--budgets", args.budgets, "--split", args.split,
-                 "--steps-scale", repr(args.steps_scale), "--threads", args.threads, "--out", stem,
-                 "--mpi", args.mpi, "--mpi-worker", args.bind_to, "--feedback-comm", args.feedback_comm,
-                 *(["--sync-every", args.sync_every] if args.sync_every is not None else []),
-                 *(["--quick"] if args.quick else []), *(["--calibrate-only"] if args.calibrate_only else [])]
+    forwarded = [
+        "--tasks",
+        args.tasks,
+        "--regimes",
+        args.regimes,
+        "--methods",
+        args.methods,
+        "--seeds",
+        args.seeds,
+        "--budgets",
+        args.budgets,
+        "--split",
+        args.split,
+        "--steps-scale",
+        repr(args.steps_scale),
+        "--threads",
+        args.threads,
+        "--out",
+        stem,
+        "--mpi",
+        args.mpi,
+        "--mpi-worker",
+        args.bind_to,
+        "--feedback-comm",
+        args.feedback_comm,
+        *(["--sync-every", args.sync_every] if args.sync_every is not None else []),
+        *(["--quick"] if args.quick else []),
+        *(["--calibrate-only"] if args.calibrate_only else []),
+    ]
     for text in args.variant:
         forwarded += ["--variant", text]
     cmd = mpiexec_command(args.mpi, args.bind_to, Path(__file__).resolve(), forwarded)
@@ -1031,8 +1323,10 @@ def join_ranks(args: argparse.Namespace) -> Any:
 
     rank, world = init_torch_distributed_from_mpi()  # an exception on any rank aborts the job
     if world != args.mpi:
-        raise RuntimeError(f"--mpi {args.mpi} but this job has {world} ranks: launch it with --mpi only "
-                           f"(the script starts mpiexec itself)")
+        raise RuntimeError(
+            f"--mpi {args.mpi} but this job has {world} ranks: launch it with --mpi only "
+            f"(the script starts mpiexec itself)"
+        )
     comm = get_communicator(args.feedback_comm)  # "auto": what a DDP script's sampler finds
     settings = json.dumps(vars(args), sort_keys=True)
     every = comm.allgather(settings)

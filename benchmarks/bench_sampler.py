@@ -18,6 +18,7 @@ Run: ``python benchmarks/bench_sampler.py`` (``--quick``: smaller sizes, < 1 min
 Parts 2 and 3 launch ``mpiexec`` (the one next to this Python, else on PATH) and
 torch.multiprocessing workers; they re-run this file with ``--worker``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,7 @@ def launch_mpi(n: int, *args: str, timeout: float = 900) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 # -- 1. sampler overhead ----------------------------------------------------------------------
@@ -84,8 +85,7 @@ def bench_overhead(n: int, batch: int, world: int, epochs: int) -> tuple[float, 
         t, _ = epoch_time(alone.set_epoch, alone, e)
         times_alone.append(t)
         assert c == c2 == len(ours)
-    return (statistics.median(times_ours), statistics.median(times_anchor), statistics.median(times_alone),
-            len(ours))
+    return (statistics.median(times_ours), statistics.median(times_anchor), statistics.median(times_alone), len(ours))
 
 
 # -- 2. GreeDi ----------------------------------------------------------------------------------
@@ -118,9 +118,19 @@ def worker_greedi(path: str, k: int, reps: int) -> None:
         both_lazy.append(float(comm.allreduce(np.array([time.perf_counter() - t]), op="max")[0]))
     evaluations = comm.allreduce(np.array([sel.evaluations]), op="max")[0]
     if comm.rank == 0:
-        print("RESULT " + json.dumps({"seconds": min(times), "value": float(sel.value), "ranks": comm.size,
-                                      "concurrent_lazy_s": min(both_lazy), "evaluations": int(evaluations)}),
-              flush=True)
+        print(
+            "RESULT "
+            + json.dumps(
+                {
+                    "seconds": min(times),
+                    "value": float(sel.value),
+                    "ranks": comm.size,
+                    "concurrent_lazy_s": min(both_lazy),
+                    "evaluations": int(evaluations),
+                }
+            ),
+            flush=True,
+        )
 
 
 def bench_greedi(n: int, k: int, reps: int) -> dict:
@@ -142,10 +152,16 @@ def bench_greedi(n: int, k: int, reps: int) -> dict:
         path = os.path.join(tmp, "similarity.npz")
         sp.save_npz(path, f.similarity, compressed=False)
         two = launch_mpi(2, "--worker", "greedi", path, str(k), str(reps))
-    return {"build_s": build, "central_s": min(central_times), "central_value": float(central.value),
-            "central_evaluations": int(central.evaluations), "greedi_s": two["seconds"],
-            "greedi_value": two["value"], "greedi_evaluations": two["evaluations"],
-            "concurrent_lazy_s": two["concurrent_lazy_s"]}
+    return {
+        "build_s": build,
+        "central_s": min(central_times),
+        "central_value": float(central.value),
+        "central_evaluations": int(central.evaluations),
+        "greedi_s": two["seconds"],
+        "greedi_value": two["value"],
+        "greedi_evaluations": two["evaluations"],
+        "concurrent_lazy_s": two["concurrent_lazy_s"],
+    }
 
 
 # -- 3. all-gather ------------------------------------------------------------------------------
@@ -169,12 +185,16 @@ def worker_allgather_mpi(size: int, reps: int) -> None:
     comm = MPIComm()
     x = np.random.default_rng(comm.rank).random(size, dtype=np.float32)
     recv = np.empty(size * comm.size, dtype=np.float32)
-    res = _timed({
-        "ours": lambda: comm.allgather(x),
-        "raw": lambda: comm.comm.Allgather(x, recv),
-        "raw_alloc": lambda: comm.comm.Allgather(x, np.empty(size * comm.size, dtype=np.float32)),
-        "pickled": lambda: comm.comm.allgather(x),
-    }, reps, comm)
+    res = _timed(
+        {
+            "ours": lambda: comm.allgather(x),
+            "raw": lambda: comm.comm.Allgather(x, recv),
+            "raw_alloc": lambda: comm.comm.Allgather(x, np.empty(size * comm.size, dtype=np.float32)),
+            "pickled": lambda: comm.comm.allgather(x),
+        },
+        reps,
+        comm,
+    )
     got = comm.allgather(x)
     comm.comm.Allgather(x, recv)
     assert np.array_equal(np.concatenate(got), recv)
@@ -187,12 +207,17 @@ def worker_feedback(reps: int) -> None:
     from batchsel.selectors import LossRankSelector
 
     comm = MPIComm()
-    samplers = {name: SelectionBatchSampler(LossRankSelector(4096, 32), comm=comm, sync_every=1, timeout=timeout)
-                for name, timeout in (("timeout", 1800.0), ("anchor", None))}
+    samplers = {
+        name: SelectionBatchSampler(LossRankSelector(4096, 32), comm=comm, sync_every=1, timeout=timeout)
+        for name, timeout in (("timeout", 1800.0), ("anchor", None))
+    }
     batch = np.arange(32) + 32 * comm.rank
     losses = np.random.default_rng(comm.rank).random(32)
-    res = _timed({name: (lambda s=s: [s.observe(batch, losses=losses) for _ in range(100)])
-                  for name, s in samplers.items()}, reps, comm)
+    res = _timed(
+        {name: (lambda s=s: [s.observe(batch, losses=losses) for _ in range(100)]) for name, s in samplers.items()},
+        reps,
+        comm,
+    )
     if comm.rank == 0:
         print("RESULT " + json.dumps({k: v / 100 for k, v in res.items()}), flush=True)
 
@@ -209,9 +234,15 @@ def _torch_allgather_rank(rank: int, world: int, port: int, size: int, reps: int
     x = np.random.default_rng(rank).random(size, dtype=np.float32)
     xt = torch.from_numpy(x)
     outs = [torch.empty_like(xt) for _ in range(world)]
-    res = _timed({"ours": lambda: comm.allgather(x),
-                  "raw": lambda: dist.all_gather(outs, xt),
-                  "raw_alloc": lambda: dist.all_gather([torch.empty_like(xt) for _ in range(world)], xt)}, reps, comm)
+    res = _timed(
+        {
+            "ours": lambda: comm.allgather(x),
+            "raw": lambda: dist.all_gather(outs, xt),
+            "raw_alloc": lambda: dist.all_gather([torch.empty_like(xt) for _ in range(world)], xt),
+        },
+        reps,
+        comm,
+    )
     assert np.array_equal(np.concatenate(comm.allgather(x)), torch.cat(outs).numpy())
     if rank == 0:
         queue.put(res)
@@ -229,8 +260,7 @@ def bench_allgather_torch(world: int, size: int, reps: int) -> dict:
     # spawn, not fork: this process has run torch ops, and OpenMP's threads do not survive a fork
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(_torch_allgather_rank, args=(world, port, size, reps, queue), nprocs=world,
-                       start_method="spawn")
+    mp.start_processes(_torch_allgather_rank, args=(world, port, size, reps, queue), nprocs=world, start_method="spawn")
     return queue.get()
 
 
@@ -253,13 +283,20 @@ def main() -> None:
     q = args.quick
     print("== 1. sampler overhead per batch (rank 0), random selection ==")
     print("(us per batch over an epoch, set_epoch included; 'of which selector' = RandomSelector.iter_batches alone)")
-    print(f"{'N':>9} {'B':>5} {'W':>3} {'batches':>8} {'batchsel':>9} {'of which selector':>18} "
-          f"{'DistributedSampler+BatchSampler':>32} {'ratio':>6}")
-    for n, b, w in ([(100_000, 128, 1), (100_000, 128, 4), (100_000, 32, 4)] if q else
-                    [(1_000_000, 256, 1), (1_000_000, 256, 4), (1_000_000, 32, 4)]):
+    print(
+        f"{'N':>9} {'B':>5} {'W':>3} {'batches':>8} {'batchsel':>9} {'of which selector':>18} "
+        f"{'DistributedSampler+BatchSampler':>32} {'ratio':>6}"
+    )
+    for n, b, w in (
+        [(100_000, 128, 1), (100_000, 128, 4), (100_000, 32, 4)]
+        if q
+        else [(1_000_000, 256, 1), (1_000_000, 256, 4), (1_000_000, 32, 4)]
+    ):
         ours, anchor, alone, nb = bench_overhead(n, b, w, epochs=3 if q else 7)
-        print(f"{n:>9} {b:>5} {w:>3} {nb:>8} {ours / nb * 1e6:>9.2f} {alone / nb * 1e6:>18.2f} "
-              f"{anchor / nb * 1e6:>32.2f} {ours / anchor:>6.2f}")
+        print(
+            f"{n:>9} {b:>5} {w:>3} {nb:>8} {ours / nb * 1e6:>9.2f} {alone / nb * 1e6:>18.2f} "
+            f"{anchor / nb * 1e6:>32.2f} {ours / anchor:>6.2f}"
+        )
 
     size = 1_000_000
     reps = 5 if q else 20
@@ -269,8 +306,10 @@ def main() -> None:
     print(f"{'':22}{'ours':>9}{'raw':>9}{'raw+alloc':>11}{'ratio raw':>11}{'ratio raw+alloc':>17}")
     tor = bench_allgather_torch(4, size, reps)
     for name, r in (("MPIComm (mpi4py)", mpi), ("TorchDistComm (gloo)", tor)):
-        print(f"{name:22}{r['ours'] * 1e3:7.2f}ms{r['raw'] * 1e3:7.2f}ms{r['raw_alloc'] * 1e3:9.2f}ms"
-              f"{r['ours'] / r['raw']:11.2f}{r['ours'] / r['raw_alloc']:17.2f}")
+        print(
+            f"{name:22}{r['ours'] * 1e3:7.2f}ms{r['raw'] * 1e3:7.2f}ms{r['raw_alloc'] * 1e3:9.2f}ms"
+            f"{r['ours'] / r['raw']:11.2f}{r['ours'] / r['raw_alloc']:17.2f}"
+        )
     print(f"(mpi4py's pickled allgather of the same array: {mpi['pickled'] * 1e3:.2f} ms)")
 
     fb = launch_mpi(2, "--worker", "feedback", str(reps))
@@ -283,15 +322,23 @@ def main() -> None:
     print(f"\n== 2. GreeDi, sparse facility location (20-NN), N = {n:,}, k = {k} (best of {2 if q else 3}) ==")
     g = bench_greedi(n, k, reps=2 if q else 3)
     print(f"(similarity built once in {g['build_s']:.1f} s, shared by both runs)")
-    print(f"lazy greedy, 1 process : {g['central_s']:7.3f} s   value {g['central_value']:.2f}   "
-          f"gain evaluations {g['central_evaluations']:,}")
-    print(f"GreeDi, 2 MPI ranks    : {g['greedi_s']:7.3f} s   value {g['greedi_value']:.2f}   "
-          f"gain evaluations per rank {g['greedi_evaluations']:,}")
-    print(f"speed-up {g['central_s'] / g['greedi_s']:.2f}x (target >= 1.6)   "
-          f"value ratio {g['greedi_value'] / g['central_value']:.4f}   "
-          f"work ratio (evaluations) {g['central_evaluations'] / g['greedi_evaluations']:.2f}x")
-    print(f"parallelism the machine gave: lazy greedy alone {g['central_s']:.3f} s, on both ranks at once "
-          f"{g['concurrent_lazy_s']:.3f} s -> {2 * g['central_s'] / g['concurrent_lazy_s']:.2f} of 2 cores")
+    print(
+        f"lazy greedy, 1 process : {g['central_s']:7.3f} s   value {g['central_value']:.2f}   "
+        f"gain evaluations {g['central_evaluations']:,}"
+    )
+    print(
+        f"GreeDi, 2 MPI ranks    : {g['greedi_s']:7.3f} s   value {g['greedi_value']:.2f}   "
+        f"gain evaluations per rank {g['greedi_evaluations']:,}"
+    )
+    print(
+        f"speed-up {g['central_s'] / g['greedi_s']:.2f}x (target >= 1.6)   "
+        f"value ratio {g['greedi_value'] / g['central_value']:.4f}   "
+        f"work ratio (evaluations) {g['central_evaluations'] / g['greedi_evaluations']:.2f}x"
+    )
+    print(
+        f"parallelism the machine gave: lazy greedy alone {g['central_s']:.3f} s, on both ranks at once "
+        f"{g['concurrent_lazy_s']:.3f} s -> {2 * g['central_s'] / g['concurrent_lazy_s']:.2f} of 2 cores"
+    )
 
 
 if __name__ == "__main__":

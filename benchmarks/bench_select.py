@@ -22,6 +22,7 @@ Usage: ``python benchmarks/bench_select.py [--quick] [--parts a,b,c]``. ``--quic
 small sizes (well under a minute). Targets: (a) at n = 10 000, <= 0.15 x apricot and
 <= 2 x the floor; (b) <= 0.05 x apricot; (c) peak RSS <= 4 GB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,7 @@ def _timed(fn):
 
 
 def _divergence(f, ours, ref):
-    """"yes", or where the selections part and whether that step was an exact tie in
+    """ "yes", or where the selections part and whether that step was an exact tie in
     batchsel's gains (batchsel takes the smallest index, apricot's lazy greedy the first
     one its heap returns)."""
     diff = np.flatnonzero(ours[: len(ref)] != ref)
@@ -84,8 +85,10 @@ def bench_dense(sizes):
     from sklearn.datasets import make_blobs
 
     print("\n(a) dense facility location, 1024-d blobs, k = n/10, lazy greedy")
-    header = (f"{'n':>6} {'k':>5} {'threads':>8} {'floor s':>8} {'apricot s':>10} {'precision':>9} {'batchsel s':>10} "
-              f"{'/apricot':>9} {'/floor':>7} {'value/apricot':>13}  identical")
+    header = (
+        f"{'n':>6} {'k':>5} {'threads':>8} {'floor s':>8} {'apricot s':>10} {'precision':>9} {'batchsel s':>10} "
+        f"{'/apricot':>9} {'/floor':>7} {'value/apricot':>13}  identical"
+    )
     print(header)
     rows = []
     for n in sizes:
@@ -101,17 +104,30 @@ def bench_dense(sizes):
                 floor = min(_timed(lambda: x @ x.T)[1] for _ in range(2))
                 ref, t_ref = _timed(lambda: _apricot_fl(k, x64, "euclidean"))
                 for precision in ("single", "double"):
+
                     def run():
                         f = FacilityLocation.from_embeddings(x, precision=precision)
                         return f, maximize(f, k)
+
                     (f, sel), t = _timed(run)
                     value_ratio = sel.value / float(np.sum(ref.gains))
                     same = _divergence(f, sel.indices, ref.ranking)
                     del f
-                    print(f"{n:>6} {k:>5} {label:>8} {floor:>8.3f} {t_ref:>10.3f} {precision:>9} {t:>10.3f} "
-                          f"{t / t_ref:>9.3f} {t / floor:>7.2f} {value_ratio:>13.7f}  {same}")
-                    rows.append(dict(n=n, threads=label, precision=precision, floor=floor, apricot=t_ref,
-                                     batchsel=t, identical=same))
+                    print(
+                        f"{n:>6} {k:>5} {label:>8} {floor:>8.3f} {t_ref:>10.3f} {precision:>9} {t:>10.3f} "
+                        f"{t / t_ref:>9.3f} {t / floor:>7.2f} {value_ratio:>13.7f}  {same}"
+                    )
+                    rows.append(
+                        dict(
+                            n=n,
+                            threads=label,
+                            precision=precision,
+                            floor=floor,
+                            apricot=t_ref,
+                            batchsel=t,
+                            identical=same,
+                        )
+                    )
     return rows
 
 
@@ -140,16 +156,21 @@ def bench_sparse(n, d=64, neighbors=20, k=1000):
             ref, t_ref = _timed(lambda: _apricot_fl(k, sim32, "precomputed"))
             label = "1 BLAS thread" if threads == 1 else "default BLAS threads"
             print(f"  [{label}] apricot {t_ref:.3f} s")
-            for name, matrix, symmetric in (("default, knn_graph", sim, None), ("checked", unmarked, None),
-                                            ("declared True", sim, True)):
+            for name, matrix, symmetric in (
+                ("default, knn_graph", sim, None),
+                ("checked", unmarked, None),
+                ("declared True", sim, True),
+            ):
                 f, t_build = _timed(lambda: FacilityLocation(matrix, symmetric=symmetric))
                 sel, t_sel = _timed(lambda: maximize(f, k))
                 t = t_build + t_sel
                 same = _divergence(f, sel.indices, ref.ranking)
                 rel = np.max(np.abs(sel.gains - ref.gains) / np.abs(ref.gains))
-                print(f"    batchsel, symmetry {name:18s}: {t:.3f} s (construction {t_build:.3f} + selection "
-                      f"{t_sel:.3f})   ratio {t / t_ref:.4f}   identical {same}   max rel. gain difference "
-                      f"{rel:.1e}   evaluations {sel.evaluations}")
+                print(
+                    f"    batchsel, symmetry {name:18s}: {t:.3f} s (construction {t_build:.3f} + selection "
+                    f"{t_sel:.3f})   ratio {t / t_ref:.4f}   identical {same}   max rel. gain difference "
+                    f"{rel:.1e}   evaluations {sel.evaluations}"
+                )
                 result[(threads, name)] = t / t_ref
     return result
 
@@ -168,20 +189,37 @@ def _child_large(n, d, k):
     sel, t_sel = _timed(lambda: maximize(f, k))
     with open("/proc/self/status") as fh:
         hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM"))
-    print(json.dumps(dict(n=n, d=d, k=k, sparse=f.sparse, nnz=int(f.similarity.nnz), graph=t_graph,
-                          select=t_sel, value=sel.value, peak_gb=hwm / 2**20, picks=len(sel))))
+    print(
+        json.dumps(
+            dict(
+                n=n,
+                d=d,
+                k=k,
+                sparse=f.sparse,
+                nnz=int(f.similarity.nnz),
+                graph=t_graph,
+                select=t_sel,
+                value=sel.value,
+                peak_gb=hwm / 2**20,
+                picks=len(sel),
+            )
+        )
+    )
 
 
 def bench_large(n, d=128, k=1000):
     print(f"\n(c) facility location from embeddings, n = {n}, d = {d}, k = {k} (subprocess)")
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", f"{n},{d},{k}"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", f"{n},{d},{k}"], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         print(proc.stderr[-3000:])
         raise SystemExit(f"child failed with code {proc.returncode}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"  sparse={r['sparse']} ({r['nnz']} entries)   graph {r['graph']:.1f} s   selection {r['select']:.2f} s   "
-          f"peak RSS {r['peak_gb']:.2f} GB (target <= 4 GB: {'met' if r['peak_gb'] <= 4 else 'MISSED'})")
+    print(
+        f"  sparse={r['sparse']} ({r['nnz']} entries)   graph {r['graph']:.1f} s   selection {r['select']:.2f} s   "
+        f"peak RSS {r['peak_gb']:.2f} GB (target <= 4 GB: {'met' if r['peak_gb'] <= 4 else 'MISSED'})"
+    )
     print("  apricot: not run (dense 1M x 1M similarity = 8 TB; sparse path needs int32 and sklearn k-NN)")
     return r
 

@@ -25,6 +25,7 @@ Run: ``python benchmarks/bench_selectors.py`` (``--quick``: N = 20k, < 1 minute)
 Part 1 runs selection (numpy BLAS) and the MLP (torch) on one thread each, calls
 interleaved so both see the same machine load; median and 10th percentile are printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -106,8 +107,13 @@ def mlp_stepper(dim: int = 3072, width: int = 512, batch: int = 128, inputs=None
     import torch
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(dim, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
-                                torch.nn.ReLU(), torch.nn.Linear(width, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(dim, width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, 10),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     xb = torch.randn(batch, dim) if inputs is None else inputs
     yb = torch.randint(0, 10, (batch,))
@@ -129,38 +135,62 @@ def smdl_thread_worker(n: int, repeats: int, start_at: float, impl: str) -> None
         mlp()
     time.sleep(max(0.0, start_at - time.time()))  # concurrent workers measure at the same time
     res = paired({"smdl": step, "mlp": mlp}, repeats)
-    print("RESULT " + json.dumps({"median": res["smdl"][0], "p10": res["smdl"][1], "mlp": res["mlp"][0],
-                                  "load": os.getloadavg()[0]}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {"median": res["smdl"][0], "p10": res["smdl"][1], "mlp": res["mlp"][0], "load": os.getloadavg()[0]}
+        )
+    )
 
 
 def bench_smdl_threads(n: int, repeats: int) -> None:
     """One SMDL batch in child processes: {alone, two at once} x {default threads, one
     thread (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = 1)}, next to the MLP step measured in
     the same processes; the compiled kernel and the numpy implementation it replaced."""
-    default_env = {k: v for k, v in os.environ.items()
-                   if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    default_env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    }
     one_env = dict(default_env, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    print(f"\n   One SMDL batch (stochastic) in separate processes, {repeats} batches each, interleaved with a "
-          f"3072-512-512-10 MLP step (B=128) in the same process; SMDL median / p10 ms, MLP median ms, "
-          f"SMDL / MLP; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs before the runs")
+    print(
+        f"\n   One SMDL batch (stochastic) in separate processes, {repeats} batches each, interleaved with a "
+        f"3072-512-512-10 MLP step (B=128) in the same process; SMDL median / p10 ms, MLP median ms, "
+        f"SMDL / MLP; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs before the runs"
+    )
     print(f"   {'':<10} {'':<22} {'default threads (BLAS, torch)':>44} {'1 thread (BLAS, torch)':>44}")
     for impl in ("kernel", "cov8", "numpy"):
         for procs in (1, 2):
             cells, loads = [], []
             for env in (default_env, one_env):
-                cmd = [sys.executable, __file__, "--smdl-thread-worker", str(n), str(repeats), str(time.time() + 8),
-                       "--impl", impl]
-                children = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                            for _ in range(procs)]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--smdl-thread-worker",
+                    str(n),
+                    str(repeats),
+                    str(time.time() + 8),
+                    "--impl",
+                    impl,
+                ]
+                children = [
+                    subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    for _ in range(procs)
+                ]
                 outs = [c.communicate() for c in children]
                 for c, (_, err) in zip(children, outs):
                     if c.returncode != 0:
                         raise RuntimeError(err[-3000:])
-                rs = [json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
-                      for out, _ in outs]
+                rs = [
+                    json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:]) for out, _ in outs
+                ]
                 loads += [r["load"] for r in rs]
-                cells.append(", ".join(f"{r['median']:.2f} / {r['p10']:.2f}, {r['mlp']:.1f}, "
-                                       f"{100 * r['median'] / r['mlp']:.1f}%" for r in rs))
+                cells.append(
+                    ", ".join(
+                        f"{r['median']:.2f} / {r['p10']:.2f}, {r['mlp']:.1f}, {100 * r['median'] / r['mlp']:.1f}%"
+                        for r in rs
+                    )
+                )
             label = "alone" if procs == 1 else "two processes at once"
             print(f"   {impl:<10} {label:<22} {cells[0]:>44} {cells[1]:>44}   (load {max(loads):.1f})")
     print("   targets: SMDL <= 2 ms in every cell; <= 5% of the MLP step")
@@ -174,8 +204,10 @@ def bench_smdl(n: int, repeats: int) -> None:
     batch, pool_size = 128, 1024
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread each: selection and training share nothing else
-    fns = {"MLP 64-256-256-10": mlp_stepper(64, 256, batch, torch.from_numpy(x[:batch])),
-           "MLP 3072-512-512-10": mlp_stepper(3072, 512, batch)}
+    fns = {
+        "MLP 64-256-256-10": mlp_stepper(64, 256, batch, torch.from_numpy(x[:batch])),
+        "MLP 3072-512-512-10": mlp_stepper(3072, 512, batch),
+    }
     suffix = {"kernel": "", "cov8": " (coverage_every=8)", "numpy": " (numpy)"}
     for impl in ("kernel", "cov8", "numpy"):
         for optimizer in ("stochastic", "lazy"):
@@ -184,18 +216,25 @@ def bench_smdl(n: int, repeats: int) -> None:
         res = paired(fns, repeats)
     torch.set_num_threads(threads)
     mlps = [k for k in fns if k.startswith("MLP")]
-    print(f"\n1. One SMDL batch (B={batch}, pool={pool_size}, d=64, N={n:,}, coverage_size=256) next to one "
-          f"forward+backward+SGD step of an MLP on a batch of {batch}; 1 thread each, calls interleaved, "
-          f"{repeats} repeats; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs. "
-          f"(numpy): the implementation the compiled kernel replaced (same picks), in the same run")
-    print(f"   {'':<36} {'median ms':>9} {'p10 ms':>8}   " + "   ".join(f"{'% of ' + m + ' (median/p10)':>36}" for m in mlps))
+    print(
+        f"\n1. One SMDL batch (B={batch}, pool={pool_size}, d=64, N={n:,}, coverage_size=256) next to one "
+        f"forward+backward+SGD step of an MLP on a batch of {batch}; 1 thread each, calls interleaved, "
+        f"{repeats} repeats; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs. "
+        f"(numpy): the implementation the compiled kernel replaced (same picks), in the same run"
+    )
+    print(
+        f"   {'':<36} {'median ms':>9} {'p10 ms':>8}   "
+        + "   ".join(f"{'% of ' + m + ' (median/p10)':>36}" for m in mlps)
+    )
     for name, (med, p10) in res.items():
         ratios = "   ".join(f"{100 * med / res[m][0]:>27.1f}% / {100 * p10 / res[m][1]:5.1f}%" for m in mlps)
         print(f"   {name:<36} {med:>9.3f} {p10:>8.3f}   {ratios if name.startswith('SMDL') else ''}")
     for optimizer in ("stochastic", "lazy"):
         new, old = res[f"SMDL {optimizer}"][0], res[f"SMDL {optimizer} (numpy)"][0]
-        print(f"   SMDL {optimizer}: compiled kernel / numpy = {new / old:.2f}; coverage_every=8 / default = "
-              f"{res[f'SMDL {optimizer} (coverage_every=8)'][0] / new:.2f}")
+        print(
+            f"   SMDL {optimizer}: compiled kernel / numpy = {new / old:.2f}; coverage_every=8 / default = "
+            f"{res[f'SMDL {optimizer} (coverage_every=8)'][0] / new:.2f}"
+        )
     print("   targets: <= 2 ms per batch; <= 5% of the training step")
     bench_smdl_threads(n, max(repeats, 100))
 
@@ -224,6 +263,7 @@ def graph_worker(n: int, d: int, batch: int) -> None:
     t = time.perf_counter()
     anchor = RandomSelector(n, batch, seed=0).plan(0, world_size=8)
     out["random_plan_s"] = time.perf_counter() - t
+
     # in-batch edge weight of 200 batches, ours vs random
     def inside(p):
         bs = p.batches(0)[:200]
@@ -233,6 +273,7 @@ def graph_worker(n: int, d: int, batch: int) -> None:
         where[idx] = bid
         sub = graph[idx].tocoo()
         return float(sub.data[where[sub.col] == bid[sub.row]].sum() / sub.data.sum())
+
     out["in_batch_frac"], out["random_in_batch_frac"] = inside(plan), inside(anchor)
     del blocks
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -248,17 +289,23 @@ def bench_graph(n: int, d: int, batch: int) -> None:
         raise RuntimeError(proc.stderr[-3000:])
     r = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
     total = r["graph_s"] + r["metis_s"] + r["plan_s"]
-    print(f"\n2. Graph-block plan, N={r['n']:,}, d={r['d']}, k=10 graph ({r['edges']:,} edges), "
-          f"B={r['batch']}, q=4 ({r['blocks']:,} METIS blocks), 8 ranks")
+    print(
+        f"\n2. Graph-block plan, N={r['n']:,}, d={r['d']}, k=10 graph ({r['edges']:,} edges), "
+        f"B={r['batch']}, q=4 ({r['blocks']:,} METIS blocks), 8 ranks"
+    )
     print(f"   k-NN graph (faiss)   {r['graph_s']:8.1f} s")
     print(f"   METIS partition      {r['metis_s']:8.1f} s   (once; cached, reused every epoch)")
-    print(f"   plan of one epoch    {r['plan_s']:8.2f} s   vs RandomSelector plan {r['random_plan_s']:.2f} s "
-          f"(ratio {r['plan_s'] / r['random_plan_s']:.1f}x)")
+    print(
+        f"   plan of one epoch    {r['plan_s']:8.2f} s   vs RandomSelector plan {r['random_plan_s']:.2f} s "
+        f"(ratio {r['plan_s'] / r['random_plan_s']:.1f}x)"
+    )
     print(f"   total                {total:8.1f} s   (child process wall {wall:.1f} s incl. data generation)")
     print(f"   peak RSS             {r['peak_rss_mb']:8.0f} MB")
-    print(f"   batch sizes {r['batch_min']}..{r['batch_max']} (target {r['batch']}); in-batch edge weight "
-          f"{100 * r['in_batch_frac']:.1f}% vs random {100 * r['random_in_batch_frac']:.2f}% "
-          f"({r['in_batch_frac'] / max(r['random_in_batch_frac'], 1e-12):.0f}x)")
+    print(
+        f"   batch sizes {r['batch_min']}..{r['batch_max']} (target {r['batch']}); in-batch edge weight "
+        f"{100 * r['in_batch_frac']:.1f}% vs random {100 * r['random_in_batch_frac']:.2f}% "
+        f"({r['in_batch_frac'] / max(r['random_in_batch_frac'], 1e-12):.0f}x)"
+    )
 
 
 # -- 3. GreedMax -------------------------------------------------------------------------------
@@ -281,8 +328,10 @@ def bench_greedmax(n: int, world: int) -> None:
     ours, theirs = partition_values(graph, parts), partition_values(graph, rand)
     print(f"\n3. GreedMax partition, N={n:,}, W={world}, k=10 graph ({graph_s:.1f} s to build)")
     print(f"   GreedMax {greedmax_s:7.2f} s   random split {random_s:.3f} s")
-    print(f"   worst shard's facility location: GreedMax {ours.min():.1f}, random {theirs.min():.1f} "
-          f"(x{ours.min() / theirs.min():.3f}); max possible {n}")
+    print(
+        f"   worst shard's facility location: GreedMax {ours.min():.1f}, random {theirs.min():.1f} "
+        f"(x{ours.min() / theirs.min():.3f}); max possible {n}"
+    )
 
 
 # -- 4. loss-rank batch ------------------------------------------------------------------------
@@ -291,9 +340,11 @@ def bench_loss_rank(sizes: tuple[int, ...], batch: int = 128) -> None:
 
     from batchsel import LossRankSelector, RandomSelector
 
-    print(f"\n4. One loss-rank batch (B={batch}, pressure 100, half the losses unseen) vs one RandomSelector "
-          f"batch (epoch permutation + slicing, per batch); median ms; load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} CPUs")
+    print(
+        f"\n4. One loss-rank batch (B={batch}, pressure 100, half the losses unseen) vs one RandomSelector "
+        f"batch (epoch permutation + slicing, per batch); median ms; load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs"
+    )
     print(f"   {'N':>9} {'threads':>8} {'loss-rank ms':>13} {'random ms':>10} {'ratio':>8}")
     for n in sizes:
         sel = LossRankSelector(n, batch, seed=0, pressure=100)

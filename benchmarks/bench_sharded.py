@@ -20,6 +20,7 @@ between all runs (the same graph, whichever the number of ranks). Ratios are aga
 1-rank run of the same invocation. Results are appended to
 ``benchmarks/results/bench_sharded.md`` with ``--write``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,7 @@ def _digests(rows, lo: int, n: int) -> dict:
     for b in range(DIGEST_BLOCKS):
         a, z = shard_range(n, b, DIGEST_BLOCKS)
         if lo <= a and z <= lo + rows.shape[0]:
-            part = rows[a - lo:z - lo]
+            part = rows[a - lo : z - lo]
             h = hashlib.sha256()
             for arr in (part.indptr - part.indptr[0], part.indices.astype(np.int64), part.data):
                 h.update(np.ascontiguousarray(arr).tobytes())
@@ -72,10 +73,22 @@ def worker(mode: str, path: str, k: int) -> None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         import faiss
 
-        print(json.dumps({"mode": mode, "ranks": 1, "threads": faiss.omp_get_max_threads(), "wall": wall,
-                          "build": build, "rss_mb": [rss],
-                          "nprobe": getattr(index, "nprobe_", None), "nnz": int(graph.nnz),
-                          "digests": _digests(graph, 0, index.num_examples)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "ranks": 1,
+                    "threads": faiss.omp_get_max_threads(),
+                    "wall": wall,
+                    "build": build,
+                    "rss_mb": [rss],
+                    "nprobe": getattr(index, "nprobe_", None),
+                    "nnz": int(graph.nnz),
+                    "digests": _digests(graph, 0, index.num_examples),
+                }
+            ),
+            flush=True,
+        )
         return
     from batchsel.integrations import MPIComm
     from batchsel.sharded import ShardedIndex
@@ -89,15 +102,33 @@ def worker(mode: str, path: str, k: int) -> None:
     comm.barrier()
     wall = time.perf_counter() - t
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    reports = comm.allgather({"rss": rss, "build": build, "nnz": int(rows.nnz),
-                              "digests": _digests(rows, index.row_range[0], index.num_examples)})
+    reports = comm.allgather(
+        {
+            "rss": rss,
+            "build": build,
+            "nnz": int(rows.nnz),
+            "digests": _digests(rows, index.row_range[0], index.num_examples),
+        }
+    )
     if comm.rank == 0:
         digests: dict = {}
         for r in reports:
             digests.update(r["digests"])
-        print(json.dumps({"mode": mode, "ranks": comm.size, "wall": wall, "build": max(r["build"] for r in reports),
-                          "rss_mb": [r["rss"] for r in reports], "nprobe": getattr(index, "nprobe_", None),
-                          "nnz": sum(r["nnz"] for r in reports), "digests": digests}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "ranks": comm.size,
+                    "wall": wall,
+                    "build": max(r["build"] for r in reports),
+                    "rss_mb": [r["rss"] for r in reports],
+                    "nprobe": getattr(index, "nprobe_", None),
+                    "nnz": sum(r["nnz"] for r in reports),
+                    "digests": digests,
+                }
+            ),
+            flush=True,
+        )
 
 
 def run(cmd: list[str], one_thread: bool = True) -> dict:
@@ -138,8 +169,11 @@ def main() -> None:
         path = os.path.join(tmp, "emb.npy")
         t = time.perf_counter()
         write_clustered(path, args.n, args.d, args.clusters)
-        print(f"data: {args.n:,} x {args.d} float32 ({args.n * args.d * 4 / 2**20:,.0f} MiB), {args.clusters} "
-              f"clusters, written in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        print(
+            f"data: {args.n:,} x {args.d} float32 ({args.n * args.d * 4 / 2**20:,.0f} MiB), {args.clusters} "
+            f"clusters, written in {time.perf_counter() - t:.1f} s",
+            file=sys.stderr,
+        )
         me = [sys.executable, os.path.abspath(__file__), "--path", path, "--k", str(args.k)]
         results = []
         if not args.no_reference:
@@ -154,28 +188,42 @@ def main() -> None:
     # count, so near-tied neighbours may come out the other way (reported on its own)
     anchor = next((r for r in results if r["mode"] == "reference" and r["threads"] > 1), None)
     digests = {json.dumps(r["digests"], sort_keys=True) for r in results if r is not anchor}
-    lines = [f"### N = {args.n:,} x d = {args.d}, k = {args.k}, {args.clusters} clusters "
-             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-             "| run | ranks | wall s (build) | job s | peak RSS per rank, MiB | speed-up vs 1 rank | "
-             "RSS per rank / 1-rank | nprobe | graph nnz | load before-after |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"### N = {args.n:,} x d = {args.d}, k = {args.k}, {args.clusters} clusters "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        "| run | ranks | wall s (build) | job s | peak RSS per rank, MiB | speed-up vs 1 rank | "
+        "RSS per rank / 1-rank | nprobe | graph nnz | load before-after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results:
-        name = (f"EmbeddingIndex (1 process, {r['threads']} thread{'s' * (r['threads'] > 1)})"
-                if r["mode"] == "reference" else f"ShardedIndex, mpiexec -n {r['ranks']}")
-        lines.append(f"| {name} | {r['ranks']} | {r['wall']:.1f} ({r['build']:.1f}) | {r['job_seconds']:.1f} | "
-                     f"{' / '.join(f'{v:,.0f}' for v in r['rss_mb'])} | {base['wall'] / r['wall']:.2f}x | "
-                     f"{max(r['rss_mb']) / max(base['rss_mb']):.2f} | {r['nprobe']} | {r['nnz']:,} | "
-                     f"{r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+        name = (
+            f"EmbeddingIndex (1 process, {r['threads']} thread{'s' * (r['threads'] > 1)})"
+            if r["mode"] == "reference"
+            else f"ShardedIndex, mpiexec -n {r['ranks']}"
+        )
+        lines.append(
+            f"| {name} | {r['ranks']} | {r['wall']:.1f} ({r['build']:.1f}) | {r['job_seconds']:.1f} | "
+            f"{' / '.join(f'{v:,.0f}' for v in r['rss_mb'])} | {base['wall'] / r['wall']:.2f}x | "
+            f"{max(r['rss_mb']) / max(base['rss_mb']):.2f} | {r['nprobe']} | {r['nnz']:,} | "
+            f"{r['load'][0]:.1f}-{r['load'][1]:.1f} |"
+        )
     lines += ["", f"Same graph in every 1-thread run (row-block digests agree): {'yes' if len(digests) == 1 else 'NO'}"]
     if anchor is not None:  # what a one-node user would otherwise run
         same = json.dumps(anchor["digests"], sort_keys=True) in digests
-        lines.append(f"The default-threads graph is {'the same' if same else 'not the same'} "
-                     f"({anchor['nnz']:,} stored entries).")
-        lines.append(f"Against one process with default threads ({anchor['threads']}, {anchor['wall']:.1f} s, "
-                     f"{max(anchor['rss_mb']):,.0f} MiB): " + ", ".join(
-                         f"{r['ranks']} rank{'s' * (r['ranks'] > 1)}: speed-up {anchor['wall'] / r['wall']:.2f}x, "
-                         f"RSS per rank {max(r['rss_mb']) / max(anchor['rss_mb']):.2f}"
-                         for r in results if r["mode"] == "sharded"))
+        lines.append(
+            f"The default-threads graph is {'the same' if same else 'not the same'} ({anchor['nnz']:,} stored entries)."
+        )
+        lines.append(
+            f"Against one process with default threads ({anchor['threads']}, {anchor['wall']:.1f} s, "
+            f"{max(anchor['rss_mb']):,.0f} MiB): "
+            + ", ".join(
+                f"{r['ranks']} rank{'s' * (r['ranks'] > 1)}: speed-up {anchor['wall'] / r['wall']:.2f}x, "
+                f"RSS per rank {max(r['rss_mb']) / max(anchor['rss_mb']):.2f}"
+                for r in results
+                if r["mode"] == "sharded"
+            )
+        )
     lines.append("")
     text = "\n".join(lines)
     print(text)

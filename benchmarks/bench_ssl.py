@@ -26,6 +26,7 @@ of an example's 13.6 edges, and the validation-chosen mu of random batches (10, 
 93.5 against 92.0). Where random batches hold almost no edges (B = 16: 0.18 per example)
 blocks lead by +2.4 ± 1.4 points (3 of 3 seeds): the advantage grows with N / B.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,10 +51,15 @@ from batchsel.losses import DEFAULT_NU  # noqa: E402
 def summarize(runs: list[dict]) -> dict:
     test = np.array([r["test_acc"] for r in runs]) * 100
     val = np.array([r["val_acc"] for r in runs]) * 100
-    return {"test_mean": test.mean(), "test_std": test.std(ddof=1) if len(test) > 1 else 0.0, "val_mean": val.mean(),
-            "edges": float(np.mean([r["edges_per_example"] for r in runs])),
-            "degree": float(np.mean([r["graph_degree"] for r in runs])),
-            "seconds": float(np.mean([r["seconds"] for r in runs])), "test": test.tolist()}
+    return {
+        "test_mean": test.mean(),
+        "test_std": test.std(ddof=1) if len(test) > 1 else 0.0,
+        "val_mean": val.mean(),
+        "edges": float(np.mean([r["edges_per_example"] for r in runs])),
+        "degree": float(np.mean([r["graph_degree"] for r in runs])),
+        "seconds": float(np.mean([r["seconds"] for r in runs])),
+        "test": test.tolist(),
+    }
 
 
 def main() -> None:
@@ -80,50 +86,74 @@ def main() -> None:
         data = ssl.load_data(seed, args.label_fraction)
         graph = EmbeddingIndex(data["x_train"], metric="euclidean", progress=False).knn_graph(k=10)
         runs.setdefault(("supervised", 0.0), []).append(
-            ssl.run("supervised", seed=seed, data=data, graph=graph, **common))
+            ssl.run("supervised", seed=seed, data=data, graph=graph, **common)
+        )
         for method in ("random", "blocks"):
             for mu in mus:
                 runs.setdefault((method, mu), []).append(
-                    ssl.run(method, seed=seed, mu=mu, data=data, graph=graph, **common))
+                    ssl.run(method, seed=seed, mu=mu, data=data, graph=graph, **common)
+                )
         print(f"seed {seed} done ({time.perf_counter() - start:.0f} s)", flush=True)
     stats = {key: summarize(r) for key, r in runs.items()}
 
-    print(f"\ndigits, {runs[('supervised', 0.0)][0]['num_labeled']} labels of "
-          f"{runs[('supervised', 0.0)][0]['num_train']} training examples ({args.label_fraction:.0%}), "
-          f"batch {args.batch_size}, {steps} steps, nu={args.nu}, {seeds} seeds")
+    print(
+        f"\ndigits, {runs[('supervised', 0.0)][0]['num_labeled']} labels of "
+        f"{runs[('supervised', 0.0)][0]['num_train']} training examples ({args.label_fraction:.0%}), "
+        f"batch {args.batch_size}, {steps} steps, nu={args.nu}, {seeds} seeds"
+    )
     print("\nvalidation / test accuracy (%) for each mu")
     print(f"{'method':<10}" + "".join(f"{'mu=' + format(mu, 'g'):>18}" for mu in mus))
     for method in ("random", "blocks"):
-        print(f"{method:<10}" + "".join(
-            f"{stats[(method, mu)]['val_mean']:>9.1f} /{stats[(method, mu)]['test_mean']:>5.1f} " for mu in mus))
+        print(
+            f"{method:<10}"
+            + "".join(
+                f"{stats[(method, mu)]['val_mean']:>9.1f} /{stats[(method, mu)]['test_mean']:>5.1f} " for mu in mus
+            )
+        )
 
     def best_mu(method: str) -> float:  # by validation accuracy only; ties -> the smaller mu
         return max(mus, key=lambda mu: (round(stats[(method, mu)]["val_mean"], 6), -mu))
 
     anchor = stats[("supervised", 0.0)]
     mu_random, mu_blocks = best_mu("random"), best_mu("blocks")
-    rows = [("supervised-only (anchor)", ("supervised", 0.0)),
-            (f"graph reg., random batches, mu={mu_random:g}", ("random", mu_random)),
-            (f"graph reg., random batches, mu={mu_blocks:g} (blocks' mu)", ("random", mu_blocks)),
-            (f"graph reg., graph-block batches, mu={mu_blocks:g}", ("blocks", mu_blocks))]
-    print(f"\n{'method (mu chosen on validation)':<52}{'test acc %':>15}{'vs anchor':>11}{'error ratio':>13}"
-          f"{'edges/ex. in batch':>20}{'s/run':>7}")
+    rows = [
+        ("supervised-only (anchor)", ("supervised", 0.0)),
+        (f"graph reg., random batches, mu={mu_random:g}", ("random", mu_random)),
+        (f"graph reg., random batches, mu={mu_blocks:g} (blocks' mu)", ("random", mu_blocks)),
+        (f"graph reg., graph-block batches, mu={mu_blocks:g}", ("blocks", mu_blocks)),
+    ]
+    print(
+        f"\n{'method (mu chosen on validation)':<52}{'test acc %':>15}{'vs anchor':>11}{'error ratio':>13}"
+        f"{'edges/ex. in batch':>20}{'s/run':>7}"
+    )
     for name, key in rows:
         s = stats[key]
         edges = "-" if key[0] == "supervised" else f"{s['edges']:.2f} of {s['degree']:.1f}"
         gain = s["test_mean"] - anchor["test_mean"]
-        print(f"{name:<52}{s['test_mean']:>8.1f} ± {s['test_std']:<4.1f}{gain:>+10.1f} "
-              f"{(100 - s['test_mean']) / (100 - anchor['test_mean']):>12.2f}{edges:>20}{s['seconds']:>7.1f}")
+        print(
+            f"{name:<52}{s['test_mean']:>8.1f} ± {s['test_std']:<4.1f}{gain:>+10.1f} "
+            f"{(100 - s['test_mean']) / (100 - anchor['test_mean']):>12.2f}{edges:>20}{s['seconds']:>7.1f}"
+        )
     diff = np.array(stats[("blocks", mu_blocks)]["test"]) - np.array(stats[("random", mu_random)]["test"])
-    print(f"\nblocks - random (each at its own mu), paired over seeds: {diff.mean():+.1f} ± "
-          f"{diff.std(ddof=1) if len(diff) > 1 else 0.0:.1f} points, blocks ahead in {(diff > 0).sum()} of {len(diff)}")
+    print(
+        f"\nblocks - random (each at its own mu), paired over seeds: {diff.mean():+.1f} ± "
+        f"{diff.std(ddof=1) if len(diff) > 1 else 0.0:.1f} points, blocks ahead in {(diff > 0).sum()} of {len(diff)}"
+    )
     print(f"total {time.perf_counter() - start:.0f} s")
 
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with atomic_write(args.out, "w") as fh:
-        json.dump({"args": vars(args), "mus": mus, "steps": steps,
-                   "chosen_mu": {"random": mu_random, "blocks": mu_blocks},
-                   "stats": {f"{m}@{mu:g}": s for (m, mu), s in stats.items()}}, fh, indent=1)
+        json.dump(
+            {
+                "args": vars(args),
+                "mus": mus,
+                "steps": steps,
+                "chosen_mu": {"random": mu_random, "blocks": mu_blocks},
+                "stats": {f"{m}@{mu:g}": s for (m, mu), s in stats.items()},
+            },
+            fh,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

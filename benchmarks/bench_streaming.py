@@ -19,6 +19,7 @@ Figures come from one run on a shared machine: the load average (1 min) is print
 each row. Run: ``python benchmarks/bench_streaming.py [--quick] [--big]``; writes
 ``benchmarks/results/bench_streaming.md``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,12 +85,25 @@ def case_a(objective: str, n: int, k: int, eps: float) -> dict:
         f = batchsel.ReferenceFacilityLocation(x, sieve.state_dict()["reference"], "euclidean")
     offline, t_off, c_off = timed(lambda: batchsel.maximize(f, k, "lazy"))
     extra = sieve.selection_.extra
-    return {"objective": objective, "n": n, "k": k, "eps": eps, "value": sieve.value_ / offline.value,
-            "sieve_only": extra["sieve_value"] / offline.value, "selected": len(sieve.indices_),
-            "t_sieve": t_sieve, "t_sieve1": t_sieve1, "t_off": t_off,
-            "c_sieve": c_sieve, "c_sieve1": c_sieve1, "c_off": c_off, "sieves": extra["sieves"],
-            "evals_per_row": sieve.evaluations_ / n, "kept": extra["kept_rows"],
-            "load": f"{start_load}-{load()}"}
+    return {
+        "objective": objective,
+        "n": n,
+        "k": k,
+        "eps": eps,
+        "value": sieve.value_ / offline.value,
+        "sieve_only": extra["sieve_value"] / offline.value,
+        "selected": len(sieve.indices_),
+        "t_sieve": t_sieve,
+        "t_sieve1": t_sieve1,
+        "t_off": t_off,
+        "c_sieve": c_sieve,
+        "c_sieve1": c_sieve1,
+        "c_off": c_off,
+        "sieves": extra["sieves"],
+        "evals_per_row": sieve.evaluations_ / n,
+        "kept": extra["kept_rows"],
+        "load": f"{start_load}-{load()}",
+    }
 
 
 def case_apricot(n: int, k: int, eps: float, chunk: int = 10_000) -> dict:
@@ -105,14 +119,21 @@ def case_apricot(n: int, k: int, eps: float, chunk: int = 10_000) -> dict:
 
     def run():
         for s in range(0, n, chunk):
-            sel.partial_fit(x[s:s + chunk])
+            sel.partial_fit(x[s : s + chunk])
         return np.asarray(sel.ranking, dtype=np.int64)
 
     ranking, wall, cpu = timed(run)
     f = batchsel.FeatureBased(x)
     offline = batchsel.maximize(f, k, "lazy")
-    return {"n": n, "k": k, "value": f.evaluate(ranking) / offline.value, "selected": len(ranking), "wall": wall,
-            "cpu": cpu, "load": f"{start_load}-{load()}"}
+    return {
+        "n": n,
+        "k": k,
+        "value": f.evaluate(ranking) / offline.value,
+        "selected": len(ranking),
+        "wall": wall,
+        "cpu": cpu,
+        "load": f"{start_load}-{load()}",
+    }
 
 
 CHILD = r"""
@@ -141,15 +162,17 @@ def case_b(n: int, k: int, eps: float) -> dict:
         mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, D))
         for p in range(-(-n // ROWS_PER_PART)):
             rows = min(ROWS_PER_PART, n - p * ROWS_PER_PART)
-            mm[p * ROWS_PER_PART:p * ROWS_PER_PART + rows] = part(p, rows) if rows == ROWS_PER_PART \
-                else part(p)[:rows]
+            mm[p * ROWS_PER_PART : p * ROWS_PER_PART + rows] = (
+                part(p, rows) if rows == ROWS_PER_PART else part(p)[:rows]
+            )
             mm.flush()
         del mm
         t_write = time.perf_counter() - t
         size = os.path.getsize(path)
         start_load = load()
-        out = subprocess.run([sys.executable, "-c", CHILD, path, str(k), str(eps)], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, path, str(k), str(eps)], capture_output=True, text=True, check=True
+        )
         r = json.loads(out.stdout)
         r.update(n=n, k=k, eps=eps, size=size, t_write=t_write, load=f"{start_load}-{load()}")
         return r
@@ -182,59 +205,97 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only, keep the results file")
     args = parser.parse_args()
 
-    cases = [("feature-based", 20_000, 100), ("feature-based", 100_000, 100), ("feature-based", 100_000, 1000),
-             ("facility-location", 20_000, 100), ("facility-location", 100_000, 100)]
+    cases = [
+        ("feature-based", 20_000, 100),
+        ("feature-based", 100_000, 100),
+        ("feature-based", 100_000, 1000),
+        ("facility-location", 20_000, 100),
+        ("facility-location", 100_000, 100),
+    ]
     if not args.quick:
         cases.insert(3, ("feature-based", 1_000_000, 100))
-    lines = ["| objective | n | k | value (sieve / lazy) | sieve only | picked | sieve rows/s, wall: default / 1 thread "
-             "| sieve rows per CPU s: default / 1 thread | lazy greedy: rows/s wall, per CPU s | sieves | gains per row "
-             "| kept rows | load |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| objective | n | k | value (sieve / lazy) | sieve only | picked | sieve rows/s, wall: default / 1 thread "
+        "| sieve rows per CPU s: default / 1 thread | lazy greedy: rows/s wall, per CPU s | sieves | gains per row "
+        "| kept rows | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     print(f"cpus {os.cpu_count()}, load {load()}", flush=True)
     print(lines[0], flush=True)
     for objective, n, k in cases:
         r = case_a(objective, n, k, 0.1)
-        lines.append(f"| {objective} | {n:,} | {k} | {r['value']:.4f} | {r['sieve_only']:.4f} | {r['selected']} "
-                     f"| {n / r['t_sieve']:,.0f} / {n / r['t_sieve1']:,.0f} ({r['t_sieve']:.1f} / {r['t_sieve1']:.1f} s) "
-                     f"| {n / r['c_sieve']:,.0f} / {n / r['c_sieve1']:,.0f} "
-                     f"| {n / r['t_off']:,.0f}, {n / r['c_off']:,.0f} ({r['t_off']:.1f} s) | {r['sieves']} "
-                     f"| {r['evals_per_row']:.1f} "
-                     f"| {r['kept']} | {r['load']} |")
+        lines.append(
+            f"| {objective} | {n:,} | {k} | {r['value']:.4f} | {r['sieve_only']:.4f} | {r['selected']} "
+            f"| {n / r['t_sieve']:,.0f} / {n / r['t_sieve1']:,.0f} ({r['t_sieve']:.1f} / {r['t_sieve1']:.1f} s) "
+            f"| {n / r['c_sieve']:,.0f} / {n / r['c_sieve1']:,.0f} "
+            f"| {n / r['t_off']:,.0f}, {n / r['c_off']:,.0f} ({r['t_off']:.1f} s) | {r['sieves']} "
+            f"| {r['evals_per_row']:.1f} "
+            f"| {r['kept']} | {r['load']} |"
+        )
         print(lines[-1], flush=True)
-    anchor = ["| n | k | value (apricot / lazy) | picked | rows/s wall, per CPU s | load |",
-              "| --- | --- | --- | --- | --- | --- |"]
+    anchor = [
+        "| n | k | value (apricot / lazy) | picked | rows/s wall, per CPU s | load |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for n in (20_000, 100_000):
         r = case_apricot(n, 100, 0.1)
-        anchor.append(f"| {n:,} | {r['k']} | {r['value']:.4f} | {r['selected']} | {n / r['wall']:,.0f}, "
-                      f"{n / r['cpu']:,.0f} ({r['wall']:.1f} s) | {r['load']} |")
+        anchor.append(
+            f"| {n:,} | {r['k']} | {r['value']:.4f} | {r['selected']} | {n / r['wall']:,.0f}, "
+            f"{n / r['cpu']:,.0f} ({r['wall']:.1f} s) | {r['load']} |"
+        )
         print(anchor[-1], flush=True)
     big = []
     if args.big:
         r = case_b(args.big_rows, 100, 0.1)
-        big = ["| rows x d | file | peak RSS (VmHWM) | of which before fit | RSS / file | wall | CPU | rows/s wall, per CPU s "
-               "| picked | kept rows | load |",
-               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-               f"| {r['n']:,} x {D} | {r['size'] / 1e9:.2f} GB | {r['hwm'] / 1e6:.0f} MB | {r['base'] / 1e6:.0f} MB "
-               f"| {r['hwm'] / r['size']:.3f} | {r['wall']:.0f} s | {r['cpu']:.0f} s "
-               f"| {r['n'] / r['wall']:,.0f}, {r['n'] / r['cpu']:,.0f} | {r['selected']} "
-               f"| {r['kept']} | {r['load']} |"]
+        big = [
+            "| rows x d | file | peak RSS (VmHWM) | of which before fit | RSS / file | wall | CPU | rows/s wall, per CPU s "
+            "| picked | kept rows | load |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            f"| {r['n']:,} x {D} | {r['size'] / 1e9:.2f} GB | {r['hwm'] / 1e6:.0f} MB | {r['base'] / 1e6:.0f} MB "
+            f"| {r['hwm'] / r['size']:.3f} | {r['wall']:.0f} s | {r['cpu']:.0f} s "
+            f"| {r['n'] / r['wall']:,.0f}, {r['n'] / r['cpu']:,.0f} | {r['selected']} "
+            f"| {r['kept']} | {r['load']} |",
+        ]
         print("\n".join(big), flush=True)
-        print(f"(file written in {r['t_write']:.0f} s; value {r['value']:.6g}, best sieve alone {r['sieve_value']:.6g})")
+        print(
+            f"(file written in {r['t_write']:.0f} s; value {r['value']:.6g}, best sieve alone {r['sieve_value']:.6g})"
+        )
     if not args.no_write:
         from batchsel.io import atomic_write
 
-        text = ["# bench_streaming", "", f"`python benchmarks/bench_streaming.py{' --quick' if args.quick else ''}"
-                f"{' --big' if args.big else ''}` on {os.cpu_count()} shared cores, epsilon 0.1, "
-                f"{time.strftime('%Y-%m-%d')}; load = 1-min load average before-after each row.", "",
-                "## (a) sieve streaming vs offline lazy greedy, same function", "", *lines, "", *NOTES_A, "",
-                "## anchor: apricot 0.6.1 `FeatureBasedSelection(100, 'sqrt').partial_fit` (its sieve, epsilon "
-                "0.1), chunks of 10 000 rows, same rows as (a)", "", *anchor, "",
-                "apricot compiles its numba sieve kernels in its fits (part of its time, as a user pays it); its "
-                "value is batchsel's FeatureBased of apricot's ranking.", ""]
+        text = [
+            "# bench_streaming",
+            "",
+            f"`python benchmarks/bench_streaming.py{' --quick' if args.quick else ''}"
+            f"{' --big' if args.big else ''}` on {os.cpu_count()} shared cores, epsilon 0.1, "
+            f"{time.strftime('%Y-%m-%d')}; load = 1-min load average before-after each row.",
+            "",
+            "## (a) sieve streaming vs offline lazy greedy, same function",
+            "",
+            *lines,
+            "",
+            *NOTES_A,
+            "",
+            "## anchor: apricot 0.6.1 `FeatureBasedSelection(100, 'sqrt').partial_fit` (its sieve, epsilon "
+            "0.1), chunks of 10 000 rows, same rows as (a)",
+            "",
+            *anchor,
+            "",
+            "apricot compiles its numba sieve kernels in its fits (part of its time, as a user pays it); its "
+            "value is batchsel's FeatureBased of apricot's ranking.",
+            "",
+        ]
         if big:
-            text += ["## (b) 10M x 64 float32 file streamed by `fit(path)` in a child process", "", *big, "", *NOTES_B, ""]
+            text += [
+                "## (b) 10M x 64 float32 file streamed by `fit(path)` in a child process",
+                "",
+                *big,
+                "",
+                *NOTES_B,
+                "",
+            ]
         elif RESULTS.exists() and "## (b)" in RESULTS.read_text():
-            text += RESULTS.read_text()[RESULTS.read_text().index("## (b)"):].rstrip("\n").split("\n") + [""]
+            text += RESULTS.read_text()[RESULTS.read_text().index("## (b)") :].rstrip("\n").split("\n") + [""]
         with atomic_write(RESULTS, "w") as fh:
             fh.write("\n".join(text))
 

@@ -17,6 +17,7 @@
 
     python examples/demo.py [--ranks 2] [--out demo_out] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,9 +58,22 @@ BENCH = os.path.join(os.path.dirname(HERE), "benchmarks", "bench_quality.py")
 
 def budget_comparison(out: str, quick: bool) -> None:
     """Random batches and RECOMMENDED at equal wall budgets (one process, torch's threads)."""
-    cmd = [sys.executable, BENCH, "--tasks", "digits-wide", "--regimes", "clean" if quick else "clean,redundant",
-           "--methods", f"random,{RECOMMENDED}", "--seeds", "2" if quick else "3",
-           "--budgets", "0.5,1" if quick else "0.5,0.7,1", "--out", os.path.join(out, "budget")]
+    cmd = [
+        sys.executable,
+        BENCH,
+        "--tasks",
+        "digits-wide",
+        "--regimes",
+        "clean" if quick else "clean,redundant",
+        "--methods",
+        f"random,{RECOMMENDED}",
+        "--seeds",
+        "2" if quick else "3",
+        "--budgets",
+        "0.5,1" if quick else "0.5,0.7,1",
+        "--out",
+        os.path.join(out, "budget"),
+    ]
     print(f"\n$ python benchmarks/bench_quality.py {' '.join(cmd[2:-2])}", flush=True)
     subprocess.run(cmd, check=True, timeout=900)
 
@@ -74,10 +88,14 @@ def graph_figures(k: int = 10) -> None:
     rows, cols = graph.nonzero()
     same = y[rows] == y[cols]
     degree = np.diff(graph.indptr)
-    print(f"digits: N={x.shape[0]} d={x.shape[1]}, index {index.kind}/{index.metric}, graph built in {seconds * 1e3:.0f} ms")
-    print(f"k-NN graph (k={k}, rbf, sigma={index.sigma_:.1f}): {graph.nnz} edges, degree min/mean/max "
-          f"{degree.min()}/{degree.mean():.1f}/{degree.max()}, symmetric={(graph != graph.T).nnz == 0}; "
-          f"{same.mean():.1%} of edges join images of the same digit")
+    print(
+        f"digits: N={x.shape[0]} d={x.shape[1]}, index {index.kind}/{index.metric}, graph built in {seconds * 1e3:.0f} ms"
+    )
+    print(
+        f"k-NN graph (k={k}, rbf, sigma={index.sigma_:.1f}): {graph.nnz} edges, degree min/mean/max "
+        f"{degree.min()}/{degree.mean():.1f}/{degree.max()}, symmetric={(graph != graph.T).nnz == 0}; "
+        f"{same.mean():.1%} of edges join images of the same digit"
+    )
 
 
 def launcher(ranks: int) -> list[str]:
@@ -110,13 +128,17 @@ def run_all(ranks: int, out: str, quick: bool) -> list[dict]:
 
 
 def format_table(results: list[dict]) -> str:
-    head = (f"{'run':28s} {'labels':>7s} {'test acc':>9s} {'steps':>6s} {'wall s':>7s} {'selecting':>10s} "
-            f"{'compile s':>10s}")
+    head = (
+        f"{'run':28s} {'labels':>7s} {'test acc':>9s} {'steps':>6s} {'wall s':>7s} {'selecting':>10s} "
+        f"{'compile s':>10s}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         share = r["select_seconds"] / max(r["wall_seconds"], 1e-9)
-        lines.append(f"{r['label']:28s} {r['label_fraction']:>7.0%} {r['final_accuracy']:>9.4f} {r['steps']:>6d} "
-                     f"{r['wall_seconds']:>7.1f} {share:>10.1%} {r.get('compile_seconds', 0.0):>10.1f}")
+        lines.append(
+            f"{r['label']:28s} {r['label_fraction']:>7.0%} {r['final_accuracy']:>9.4f} {r['steps']:>6d} "
+            f"{r['wall_seconds']:>7.1f} {share:>10.1%} {r.get('compile_seconds', 0.0):>10.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -131,7 +153,7 @@ def docs_sample() -> dict[str, tuple[float, int]]:
     """(test accuracy, steps) per run in docs/demo.md's sample."""
     with open(DOCS) as f:
         text = f.read()
-    table = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+    table = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
     rows = {}
     for line in table.splitlines()[2:]:
         label, rest = line[:28].strip(), line[28:].split()
@@ -141,9 +163,13 @@ def docs_sample() -> dict[str, tuple[float, int]]:
 
 def compare_with_docs(results: list[dict]) -> None:
     sample = docs_sample()
-    off = [f"{r['label']}: {r['final_accuracy']:.4f} vs {sample[r['label']][0]:.4f}, steps {r['steps']} vs "
-           f"{sample[r['label']][1]}" for r in results if r["label"] in sample
-           and (abs(r["final_accuracy"] - sample[r["label"]][0]) > ACC_NOISE or r["steps"] != sample[r["label"]][1])]
+    off = [
+        f"{r['label']}: {r['final_accuracy']:.4f} vs {sample[r['label']][0]:.4f}, steps {r['steps']} vs "
+        f"{sample[r['label']][1]}"
+        for r in results
+        if r["label"] in sample
+        and (abs(r["final_accuracy"] - sample[r["label"]][0]) > ACC_NOISE or r["steps"] != sample[r["label"]][1])
+    ]
     if off:
         print(f"differs from the sample in docs/demo.md beyond +-{ACC_NOISE} accuracy: " + "; ".join(off))
     else:
@@ -185,8 +211,9 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2, help="MPI ranks per training run (default 2)")
     parser.add_argument("--out", default="demo_out", help="folder for the PNG (default demo_out)")
     parser.add_argument("--quick", action="store_true", help="short runs (for tests)")
-    parser.add_argument("--write-docs", action="store_true",
-                        help="write this run's table into docs/demo.md (run it on a fresh install)")
+    parser.add_argument(
+        "--write-docs", action="store_true", help="write this run's table into docs/demo.md (run it on a fresh install)"
+    )
     args = parser.parse_args()
     start = time.perf_counter()
     graph_figures()

@@ -8,6 +8,7 @@ torch-sparse). The same script runs data-parallel:
 Each rank trains on its own clusters (disjoint, covering the graph each epoch, the same
 number of batches on every rank) and DDP averages the gradients.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -12,6 +12,7 @@ is batchsel's SelectionBatchSampler; after each step the loop hands the per-exam
 and logits back to it (``observe``), which online selectors (submodular, loss-rank) use.
 ``--metrics-json`` writes (on rank 0) the test accuracy curve and timings.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,9 @@ def make_model(d_in: int, n_classes: int, hidden: int = 64) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, n_classes))
 
 
-def make_selector(method: str, x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, args: argparse.Namespace) -> batchsel.Selector:
+def make_selector(
+    method: str, x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, args: argparse.Namespace
+) -> batchsel.Selector:
     if method == "random":
         return batchsel.RandomSelector(len(x), batch_size, seed=seed)
     if method == "submodular":
@@ -112,11 +115,21 @@ def train(args: argparse.Namespace) -> dict:
     if not history or history[-1][0] != step:
         history.append((step, evaluate(model, xt, yt)))
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    return {"method": args.method, "world_size": world, "rank": rank, "steps": step, "epochs": args.epochs,
-            "batch_size": args.batch_size, "final_accuracy": history[-1][1], "history": history,
-            "wall_seconds": wall, "select_seconds": select_seconds, "compile_seconds": compile_seconds,
-            "label_fraction": 1.0,
-            "param_checksum": float(params.double().sum())}
+    return {
+        "method": args.method,
+        "world_size": world,
+        "rank": rank,
+        "steps": step,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "final_accuracy": history[-1][1],
+        "history": history,
+        "wall_seconds": wall,
+        "select_seconds": select_seconds,
+        "compile_seconds": compile_seconds,
+        "label_fraction": 1.0,
+        "param_checksum": float(params.double().sum()),
+    }
 
 
 @torch.no_grad()
@@ -145,9 +158,11 @@ def main(argv: list[str] | None = None) -> dict:
         args.epochs, args.num_examples = 2, 600
     result = train(args)
     if result["rank"] == 0:
-        print(f"{args.method}: {result['steps']} steps on {result['world_size']} rank(s), "
-              f"test accuracy {result['final_accuracy']:.4f}, {result['wall_seconds']:.1f} s "
-              f"({100 * result['select_seconds'] / max(result['wall_seconds'], 1e-9):.1f}% selecting)")
+        print(
+            f"{args.method}: {result['steps']} steps on {result['world_size']} rank(s), "
+            f"test accuracy {result['final_accuracy']:.4f}, {result['wall_seconds']:.1f} s "
+            f"({100 * result['select_seconds'] / max(result['wall_seconds'], 1e-9):.1f}% selecting)"
+        )
         if args.metrics_json:
             with atomic_write(args.metrics_json, "w") as f:
                 json.dump(result, f)

@@ -17,6 +17,7 @@ filter falls back to random batches (``--min-il-skill``, ``--min-il-decisive``).
 mnist1d, optionally with a share of labels replaced by a wrong class (``--label-noise``);
 an MLP; Adam.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,9 @@ def load_data(name: str, noise: float, seed: int = 0) -> tuple[np.ndarray, ...]:
         from sklearn.model_selection import train_test_split
 
         digits = load_digits()
-        x, xt, y, yt = train_test_split(digits.data, digits.target, test_size=0.25, stratify=digits.target,
-                                        random_state=0)
+        x, xt, y, yt = train_test_split(
+            digits.data, digits.target, test_size=0.25, stratify=digits.target, random_state=0
+        )
     mean, std = x.mean(0), x.std(0) + 1e-3
     x, xt = ((x - mean) / std).astype(np.float32), ((xt - mean) / std).astype(np.float32)
     rng = np.random.default_rng(seed)
@@ -68,20 +70,36 @@ def train(args: argparse.Namespace) -> dict:
     filt = None
     if args.score != "none":
         il = IrreducibleLoss(args.il_model, seed=args.seed).fit(x, y) if args.score == "rho" else None
-        filt = CandidateFilter(args.batch_size, args.ratio, args.score, irreducible_losses=il,
-                               irreducible_weight=args.irreducible_weight, min_il_skill=args.min_il_skill,
-                               min_il_decisive=args.min_il_decisive,
-                               diversity=args.diversity, uniform_fraction=args.uniform_fraction,
-                               warmup_steps=args.warmup_steps, seed=args.seed)
+        filt = CandidateFilter(
+            args.batch_size,
+            args.ratio,
+            args.score,
+            irreducible_losses=il,
+            irreducible_weight=args.irreducible_weight,
+            min_il_skill=args.min_il_skill,
+            min_il_decisive=args.min_il_decisive,
+            diversity=args.diversity,
+            uniform_fraction=args.uniform_fraction,
+            warmup_steps=args.warmup_steps,
+            seed=args.seed,
+        )
     if filt is not None and filt.guard_ == "uniform":
         filt = None  # the IL model is near chance (warned): plain random batches of B
-    sampler = SelectionBatchSampler(RandomSelector(len(x), filt.candidate_size if filt else args.batch_size,
-                                                   seed=args.seed))
-    loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y), torch.arange(len(x))),
-                        batch_sampler=sampler)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(x.shape[1], args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, args.hidden),
-        torch.nn.ReLU(), torch.nn.Linear(args.hidden, 10)))
+    sampler = SelectionBatchSampler(
+        RandomSelector(len(x), filt.candidate_size if filt else args.batch_size, seed=args.seed)
+    )
+    loader = DataLoader(
+        TensorDataset(torch.from_numpy(x), torch.from_numpy(y), torch.arange(len(x))), batch_sampler=sampler
+    )
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(
+            torch.nn.Linear(x.shape[1], args.hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(args.hidden, args.hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(args.hidden, 10),
+        )
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
     xt_, yt_ = torch.from_numpy(xt), torch.from_numpy(yt)
@@ -109,11 +127,22 @@ def train(args: argparse.Namespace) -> dict:
     wall = time.perf_counter() - start - eval_seconds
     accuracy = history[-1][1]
     cost = filt.cost() if filt else {"forward_fraction": 0.0, "select_fraction": 0.0}
-    return {"score": args.score, "world_size": world, "rank": rank, "steps": step, "epochs": epoch,
-            "test_accuracy": accuracy, "final_accuracy": accuracy, "history": history, "label_fraction": 1.0,
-            "select_seconds": (cost["forward_fraction"] + cost["select_fraction"]) * wall,
-            "wall_seconds": wall, "forward_fraction": cost["forward_fraction"],
-            "select_fraction": cost["select_fraction"], "filter": repr(filt) if filt else "random batches"}
+    return {
+        "score": args.score,
+        "world_size": world,
+        "rank": rank,
+        "steps": step,
+        "epochs": epoch,
+        "test_accuracy": accuracy,
+        "final_accuracy": accuracy,
+        "history": history,
+        "label_fraction": 1.0,
+        "select_seconds": (cost["forward_fraction"] + cost["select_fraction"]) * wall,
+        "wall_seconds": wall,
+        "forward_fraction": cost["forward_fraction"],
+        "select_fraction": cost["select_fraction"],
+        "filter": repr(filt) if filt else "random batches",
+    }
 
 
 @torch.no_grad()
@@ -131,15 +160,31 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--label-noise", type=float, default=0.0, help="share of training labels made wrong")
     parser.add_argument("--score", choices=("none", "loss", "gradnorm", "rho"), default="rho")
     parser.add_argument("--ratio", type=float, default=4.0, help="candidates per kept example")
-    parser.add_argument("--irreducible-weight", type=_weight, default="auto",
-                        help="rho: score = loss - weight * irreducible loss (1 = RHO-LOSS as published; "
-                             "auto: from the IL model's confident disagreement with the labels)")
-    parser.add_argument("--il-model", choices=("knn", "net", "logistic", "mlp"), default="knn",
-                        help="rho: the irreducible-loss model, cross-fitted on the input features")
-    parser.add_argument("--min-il-skill", type=float, default=0.3,
-                        help="rho: random batches when the IL model's skill over chance is below this (0: off)")
-    parser.add_argument("--min-il-decisive", type=float, default=0.5,
-                        help="rho: random batches when the IL model is decisive on fewer examples than this (0: off)")
+    parser.add_argument(
+        "--irreducible-weight",
+        type=_weight,
+        default="auto",
+        help="rho: score = loss - weight * irreducible loss (1 = RHO-LOSS as published; "
+        "auto: from the IL model's confident disagreement with the labels)",
+    )
+    parser.add_argument(
+        "--il-model",
+        choices=("knn", "net", "logistic", "mlp"),
+        default="knn",
+        help="rho: the irreducible-loss model, cross-fitted on the input features",
+    )
+    parser.add_argument(
+        "--min-il-skill",
+        type=float,
+        default=0.3,
+        help="rho: random batches when the IL model's skill over chance is below this (0: off)",
+    )
+    parser.add_argument(
+        "--min-il-decisive",
+        type=float,
+        default=0.5,
+        help="rho: random batches when the IL model is decisive on fewer examples than this (0: off)",
+    )
     parser.add_argument("--diversity", type=float, default=0.0, help="lambda of the facility-location term")
     parser.add_argument("--uniform-fraction", type=float, default=0.25, help="share of each batch drawn uniformly")
     parser.add_argument("--warmup-steps", type=int, default=0)
@@ -158,9 +203,16 @@ def main(argv: list[str] | None = None) -> dict:
     logging.getLogger("train_filter").setLevel(logging.INFO)
     result = train(args)
     if result["rank"] == 0:
-        logger.info("%s: %d steps on %d rank(s), test accuracy %.4f, %.1f s (scoring forward %.0f%%, filter %.0f%%)",
-                    result["filter"], result["steps"], result["world_size"], result["test_accuracy"],
-                    result["wall_seconds"], 100 * result["forward_fraction"], 100 * result["select_fraction"])
+        logger.info(
+            "%s: %d steps on %d rank(s), test accuracy %.4f, %.1f s (scoring forward %.0f%%, filter %.0f%%)",
+            result["filter"],
+            result["steps"],
+            result["world_size"],
+            result["test_accuracy"],
+            result["wall_seconds"],
+            100 * result["forward_fraction"],
+            100 * result["select_fraction"],
+        )
         if args.metrics_json:
             with atomic_write(args.metrics_json, "w") as f:
                 json.dump(result, f)

@@ -9,6 +9,7 @@ What batchsel adds to a Trainer script: ``BatchselTrainer`` (or
 losses are computed from the model's logits and labels and reach the selector from
 training steps only.
 """
+
 import argparse
 import tempfile
 
@@ -41,19 +42,32 @@ def main() -> None:
     data = [{"x": x[i], "labels": int(y[i])} for i in range(len(y))]
     model = MLP()
     with tempfile.TemporaryDirectory() as out:
-        training = TrainingArguments(output_dir=out, num_train_epochs=args.epochs,
-                                     per_device_train_batch_size=args.batch_size, lr_scheduler_type="constant",
-                                     save_strategy="no", report_to=[],
-                                     logging_strategy="no", use_cpu=True, disable_tqdm=True)
-        trainer = BatchselTrainer(model=model, args=training, train_dataset=data,
-                                  optimizers=(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), None),
-                                  selector=LossRankSelector(len(data), args.batch_size, seed=0))
+        training = TrainingArguments(
+            output_dir=out,
+            num_train_epochs=args.epochs,
+            per_device_train_batch_size=args.batch_size,
+            lr_scheduler_type="constant",
+            save_strategy="no",
+            report_to=[],
+            logging_strategy="no",
+            use_cpu=True,
+            disable_tqdm=True,
+        )
+        trainer = BatchselTrainer(
+            model=model,
+            args=training,
+            train_dataset=data,
+            optimizers=(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), None),
+            selector=LossRankSelector(len(data), args.batch_size, seed=0),
+        )
         trainer.train()
     if trainer.is_world_process_zero():
         with torch.no_grad():
             accuracy = (model(x)["logits"].argmax(1) == y).float().mean().item()
-        print(f"train accuracy {accuracy:.3f} after {trainer.state.global_step} steps "
-              f"on {trainer.args.world_size} process(es)")
+        print(
+            f"train accuracy {accuracy:.3f} after {trainer.state.global_step} steps "
+            f"on {trainer.args.world_size} process(es)"
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ What batchsel adds to a Lightning script: the DataLoader takes a SelectionBatchS
 ``batch_sampler``, ``training_step`` also returns the per-example losses, and the Trainer
 gets ``BatchselCallback()`` and ``use_distributed_sampler=False``.
 """
+
 import argparse
 
 import lightning.pytorch as pl
@@ -50,9 +51,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
     model = Digits(args.batch_size)
-    trainer = pl.Trainer(accelerator="cpu", devices=args.devices, max_epochs=args.epochs,
-                         callbacks=[BatchselCallback()], use_distributed_sampler=False,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=args.devices,
+        max_epochs=args.epochs,
+        callbacks=[BatchselCallback()],
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
     trainer.fit(model)
     if trainer.is_global_zero:
         x, y = model.data.tensors

@@ -18,12 +18,20 @@ and MPI (``mpiexec``) clusters.
 Importing this package initializes neither MPI nor torch.distributed, and imports
 neither Lightning, transformers nor torch_geometric.
 """
+
 from .comm import Communicator, MPIComm, SingleProcessComm, TorchDistComm, get_communicator
 from .mpi import greedi, init_torch_distributed_from_mpi, install_mpi_abort_hook
 from .sampler import SelectionBatchSampler, WeightedDataset
 
 __all__ = [
-    "SelectionBatchSampler", "WeightedDataset",
-    "Communicator", "SingleProcessComm", "MPIComm", "TorchDistComm", "get_communicator",
-    "init_torch_distributed_from_mpi", "install_mpi_abort_hook", "greedi",
+    "SelectionBatchSampler",
+    "WeightedDataset",
+    "Communicator",
+    "SingleProcessComm",
+    "MPIComm",
+    "TorchDistComm",
+    "get_communicator",
+    "init_torch_distributed_from_mpi",
+    "install_mpi_abort_hook",
+    "greedi",
 ]

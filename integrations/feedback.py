@@ -5,6 +5,7 @@ this module builds an observation from what the loop hands over (only the fields
 selector reads) and all-gathers a buffer of them, checking that every rank is at the same
 ``observe`` call, so that every rank's selector sees every rank's feedback in one order.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,8 +26,9 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(tensor_to_numpy(x))
 
 
-def observation(indices: Any, fields: frozenset[str], losses: Any = None, logits: Any = None,
-                embeddings: Any = None) -> Observation | None:
+def observation(
+    indices: Any, fields: frozenset[str], losses: Any = None, logits: Any = None, embeddings: Any = None
+) -> Observation | None:
     """The feedback of one batch as the selector reads it (copies; the fields it does not
     read left out), or None when all that was given is unread."""
     idx = to_numpy(indices)
@@ -61,10 +63,14 @@ def exchange(comm: Communicator, buffer: list[Observation], rank: int, timeout: 
         raise RuntimeError(f"{GATHER} failed on rank {rank}: {exc}") from exc
     steps = [[o.get("step") for o in g] for g in gathered]
     if any(s != steps[0] for s in steps):
+
         def where(calls: list) -> str:
             return ", ".join("?" if c is None else f"epoch {c[0]} call {c[1]}" for c in calls) or "nothing"
+
         held = "; ".join(f"rank {r}: {where(calls)}" for r, calls in enumerate(steps))
-        raise RuntimeError(f"the ranks called observe() differently before this feedback all-gather ({held}); "
-                           f"every rank must call observe once per step, alike")
+        raise RuntimeError(
+            f"the ranks called observe() differently before this feedback all-gather ({held}); "
+            f"every rank must call observe once per step, alike"
+        )
     rounds = max(len(g) for g in gathered)
     return [g[c] for c in range(rounds) for g in gathered if c < len(g)]

@@ -23,6 +23,7 @@ mixin does, and why a plain ``DataLoader(batch_sampler=...)`` goes wrong in the 
 
 Requires ``transformers`` (``pip install batchsel[hf]``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,8 +70,10 @@ class IndexedDataset(Dataset):
         index, weight = key if isinstance(key, tuple) else (key, None)
         item = self.dataset[index]
         if not isinstance(item, Mapping):
-            raise TypeError(f"the Trainer's dataset must give dicts (model inputs by name), got a "
-                            f"{type(item).__name__} for item {index}")
+            raise TypeError(
+                f"the Trainer's dataset must give dicts (model inputs by name), got a "
+                f"{type(item).__name__} for item {index}"
+            )
         extra = {} if weight is None else {self.weight_key: float(weight)}
         return {**item, self.key: index, **extra}
 
@@ -91,19 +94,24 @@ def per_example_feedback(outputs: Any, labels: Any) -> dict[str, torch.Tensor]:
     if logits is None and isinstance(outputs, (tuple, list)) and len(outputs) > 1:
         logits = outputs[1]
     if logits is None or labels is None:
-        raise ValueError("per-example feedback needs the model's logits and the batch's labels; pass "
-                         "feedback=fn(outputs, labels) -> {'losses': ...} to the Trainer")
+        raise ValueError(
+            "per-example feedback needs the model's logits and the batch's labels; pass "
+            "feedback=fn(outputs, labels) -> {'losses': ...} to the Trainer"
+        )
     logits = logits.float()
     if logits.dim() == 2 and labels.dim() == 1:
-        return {"losses": torch.nn.functional.cross_entropy(logits, labels, reduction="none"),
-                "logits": logits.detach()}
+        return {
+            "losses": torch.nn.functional.cross_entropy(logits, labels, reduction="none"),
+            "logits": logits.detach(),
+        }
     if logits.dim() == 3 and labels.dim() == 2:
-        tokens = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none",
-                                                   ignore_index=-100)
+        tokens = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none", ignore_index=-100)
         counted = (labels != -100).sum(dim=1).clamp(min=1)
         return {"losses": tokens.sum(dim=1) / counted}
-    raise ValueError(f"logits of shape {tuple(logits.shape)} with labels of shape {tuple(labels.shape)}: pass "
-                     f"feedback=fn(outputs, labels) -> {{'losses': per_example_losses}} to the Trainer")
+    raise ValueError(
+        f"logits of shape {tuple(logits.shape)} with labels of shape {tuple(labels.shape)}: pass "
+        f"feedback=fn(outputs, labels) -> {{'losses': per_example_losses}} to the Trainer"
+    )
 
 
 class _SaveSamplerState(TrainerCallback):
@@ -161,16 +169,25 @@ class BatchselTrainerMixin:
     >>> # MyTrainer(model=model, args=args, train_dataset=data, selector=RandomSelector(len(data), 16))
     """
 
-    def __init__(self, *args: Any, selector: Selector, index_column: str = "batchsel_index",
-                 feedback: Callable[[Any, Any], dict] | None = None, sampler_kwargs: dict | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        selector: Selector,
+        index_column: str = "batchsel_index",
+        feedback: Callable[[Any, Any], dict] | None = None,
+        sampler_kwargs: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
         if selector.epoch_lengths_vary and not all(hasattr(Trainer, name) for name in _EPOCH_HOOKS):
             import transformers
-            raise ValueError(f"{type(selector).__name__}'s epochs differ in length; sizing the Trainer's run "
-                             f"from them needs transformers >= 5 (Trainer.{' / '.join(_EPOCH_HOOKS)}), this is "
-                             f"{transformers.__version__}")
+
+            raise ValueError(
+                f"{type(selector).__name__}'s epochs differ in length; sizing the Trainer's run "
+                f"from them needs transformers >= 5 (Trainer.{' / '.join(_EPOCH_HOOKS)}), this is "
+                f"{transformers.__version__}"
+            )
         # set before the Trainer's __init__, which may already look at the signature columns
         self.batchsel_selector = selector
         self.batchsel_index_column = str(index_column)
@@ -197,13 +214,18 @@ class BatchselTrainerMixin:
         dataset, collator = self.train_dataset, self.data_collator
         selector = self.batchsel_selector
         if len(dataset) != selector.num_examples:
-            raise ValueError(f"the selector was built for {selector.num_examples} examples, the train_dataset has "
-                             f"{len(dataset)}")
+            raise ValueError(
+                f"the selector was built for {selector.num_examples} examples, the train_dataset has {len(dataset)}"
+            )
         if self.args.per_device_train_batch_size != selector.batch_size:
-            logger.warning("training batches have the selector's batch_size=%d, not per_device_train_batch_size=%d",
-                           selector.batch_size, self.args.per_device_train_batch_size)
+            logger.warning(
+                "training batches have the selector's batch_size=%d, not per_device_train_batch_size=%d",
+                selector.batch_size,
+                self.args.per_device_train_batch_size,
+            )
         try:
             import datasets
+
             is_hf_dataset = isinstance(dataset, datasets.Dataset)
         except ImportError:
             is_hf_dataset = False
@@ -212,8 +234,11 @@ class BatchselTrainerMixin:
         else:
             collator = self._get_collator_with_removed_columns(collator, description="training")
         # Built now, not in __init__: under torchrun the process group exists by now.
-        kwargs = {"drop_last": self.args.dataloader_drop_last, "weighted": selector.weighted_plans,
-                  **self.batchsel_sampler_kwargs}
+        kwargs = {
+            "drop_last": self.args.dataloader_drop_last,
+            "weighted": selector.weighted_plans,
+            **self.batchsel_sampler_kwargs,
+        }
         sampler = SelectionBatchSampler(selector, **kwargs)
         self.batchsel_sampler = sampler
         if self._batchsel_checkpoint is not None:
@@ -223,9 +248,15 @@ class BatchselTrainerMixin:
         # Not through accelerator.prepare: BatchSamplerShard would shard the rank's own
         # batches again, and DataLoaderShard fetches one batch ahead.
         indexed = IndexedDataset(dataset, self.batchsel_index_column, self.batchsel_weight_column)
-        return _EpochLoader(indexed, batch_sampler=sampler,
-                            collate_fn=collator, num_workers=workers, pin_memory=self.args.dataloader_pin_memory,
-                            persistent_workers=self.args.dataloader_persistent_workers and workers > 0, **extra)
+        return _EpochLoader(
+            indexed,
+            batch_sampler=sampler,
+            collate_fn=collator,
+            num_workers=workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers and workers > 0,
+            **extra,
+        )
 
     # -- the run's length -------------------------------------------------------------------
     def _batchsel_update_steps(self, epoch: int) -> int:
@@ -254,23 +285,34 @@ class BatchselTrainerMixin:
         total = sum(per_epoch)
         if args.max_steps > 0:
             if args.max_steps > total:
-                raise ValueError(f"max_steps={args.max_steps} is past the {total} steps of the {selector.epochs} "
-                                 f"epochs {type(selector).__name__} was built for")
+                raise ValueError(
+                    f"max_steps={args.max_steps} is past the {total} steps of the {selector.epochs} "
+                    f"epochs {type(selector).__name__} was built for"
+                )
             max_steps, epochs = args.max_steps, int(np.searchsorted(np.cumsum(per_epoch), args.max_steps) + 1)
         else:
             if args.num_train_epochs != selector.epochs:
-                raise ValueError(f"num_train_epochs={args.num_train_epochs} disagrees with the epochs="
-                                 f"{selector.epochs} {type(selector).__name__} was built for (its schedule "
-                                 f"depends on it)")
+                raise ValueError(
+                    f"num_train_epochs={args.num_train_epochs} disagrees with the epochs="
+                    f"{selector.epochs} {type(selector).__name__} was built for (its schedule "
+                    f"depends on it)"
+                )
             max_steps, epochs = total, selector.epochs
         # (num_train_epochs, num_update_steps_per_epoch, ..., steps_in_epoch, max_steps)
         values[0], values[-1] = epochs, max_steps
         return tuple(values)
 
-    def _init_training_state(self, max_steps: int, num_update_steps_per_epoch: int, num_train_epochs: int,
-                             resume_from_checkpoint: Any, trial: Any) -> tuple[int, int]:
+    def _init_training_state(
+        self,
+        max_steps: int,
+        num_update_steps_per_epoch: int,
+        num_train_epochs: int,
+        resume_from_checkpoint: Any,
+        trial: Any,
+    ) -> tuple[int, int]:
         epochs_trained, steps_trained = super()._init_training_state(  # type: ignore[misc]
-            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
         if self.batchsel_selector.epoch_lengths_vary and self.state.global_step > 0:
             epochs_trained, done = self._batchsel_position(self.state.global_step)
             steps_trained = 0 if self.args.ignore_data_skip else done * self.args.gradient_accumulation_steps
@@ -300,8 +342,11 @@ class BatchselTrainerMixin:
             logger.warning("%s has no %s: the sampler starts its epoch from the beginning", checkpoint, STATE_FILE)
             return
         if self.args.ignore_data_skip:
-            logger.warning("ignore_data_skip=True: the Trainer restarts the epoch's data, so the sampler state in %s "
-                           "is not restored", checkpoint)
+            logger.warning(
+                "ignore_data_skip=True: the Trainer restarts the epoch's data, so the sampler state in %s "
+                "is not restored",
+                checkpoint,
+            )
             return
         # The Trainer skips the finished batches itself (skip_first_batches): the sampler
         # yields placeholders for them instead of skipping them a second time.
@@ -319,12 +364,12 @@ class BatchselTrainerMixin:
 
     def prediction_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         # an evaluation set may carry the index column too; it is no model input
-        inputs = {k: v for k, v in inputs.items()
-                  if k not in (self.batchsel_index_column, self.batchsel_weight_column)}
+        inputs = {k: v for k, v in inputs.items() if k not in (self.batchsel_index_column, self.batchsel_weight_column)}
         return super().prediction_step(model, inputs, *args, **kwargs)  # type: ignore[misc]
 
-    def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
-                     **kwargs: Any) -> Any:
+    def compute_loss(
+        self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False, **kwargs: Any
+    ) -> Any:
         indices, weights, sampler = self._batchsel_batch, self._batchsel_weights, self.batchsel_sampler
         # only the training step sets indices: evaluation losses never reach the selector
         if indices is None or sampler is None or (weights is None and not sampler.selector.uses_feedback):
@@ -336,13 +381,16 @@ class BatchselTrainerMixin:
         if weights is not None:  # the plan's weights (InfoBatch, coresets) scale each example's loss
             losses = feedback.get("losses")
             if not isinstance(losses, torch.Tensor) or not losses.requires_grad:
-                raise ValueError("weighted batches train on the weighted mean of the feedback's per-example "
-                                 "'losses', which must keep their gradient (do not detach them)")
+                raise ValueError(
+                    "weighted batches train on the weighted mean of the feedback's per-example "
+                    "'losses', which must keep their gradient (do not detach them)"
+                )
             loss = sampler.selector.weighted_loss(losses, weights.to(losses))
         if sampler.selector.uses_feedback:
             # every rank runs one training step per batch, so observe's collective stays in step
-            sampler.observe(indices, **{k: v.detach() if isinstance(v, torch.Tensor) else v
-                                        for k, v in feedback.items()})
+            sampler.observe(
+                indices, **{k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in feedback.items()}
+            )
         return (loss, outputs) if return_outputs else loss
 
 

@@ -8,6 +8,7 @@ The callback sets the epoch, hands ``training_step``'s per-example losses to the
 checkpoints every rank's sampler state and resumes mid-epoch exactly. What it checks and
 how: docs/guide/lightning-callback.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -93,14 +94,17 @@ class BatchselCallback(Callback):
             raise ValueError(
                 f"BatchselCallback: Trainer(use_distributed_sampler=True) on {trainer.world_size} processes would put "
                 f"a DistributedSampler in place of the SelectionBatchSampler, which already gives each rank its own "
-                f"batches; build the Trainer with use_distributed_sampler=False")
+                f"batches; build the Trainer with use_distributed_sampler=False"
+            )
         if self.sampler is None:
             found = _find_samplers(pl_module) + _find_samplers(getattr(trainer, "datamodule", None))
             if len(found) == 1:
                 self.sampler = found[0]
             elif len(found) > 1:
-                raise ValueError(f"BatchselCallback found {len(found)} SelectionBatchSamplers on the module and "
-                                 f"data module; pass the training one: BatchselCallback(sampler)")
+                raise ValueError(
+                    f"BatchselCallback found {len(found)} SelectionBatchSamplers on the module and "
+                    f"data module; pass the training one: BatchselCallback(sampler)"
+                )
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         in_loader = _find_samplers(trainer.train_dataloader)
@@ -113,15 +117,21 @@ class BatchselCallback(Callback):
                 # workers have already fetched from the sampler's old position
                 fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
                 if fetcher is None:
-                    raise RuntimeError("BatchselCallback could not restart the data iterator after restoring the "
-                                       "sampler; pass the sampler: BatchselCallback(sampler)")
+                    raise RuntimeError(
+                        "BatchselCallback could not restart the data iterator after restoring the "
+                        "sampler; pass the sampler: BatchselCallback(sampler)"
+                    )
                 iter(fetcher)
         elif self.sampler is None:
-            raise ValueError(f"BatchselCallback: the training DataLoader has {len(in_loader)} SelectionBatchSamplers "
-                             f"(as batch_sampler); pass the one to use: BatchselCallback(sampler)")
+            raise ValueError(
+                f"BatchselCallback: the training DataLoader has {len(in_loader)} SelectionBatchSamplers "
+                f"(as batch_sampler); pass the one to use: BatchselCallback(sampler)"
+            )
         elif in_loader and all(s is not self.sampler for s in in_loader):
-            logger.warning("BatchselCallback's sampler is not the training DataLoader's batch_sampler: epochs, "
-                           "feedback and checkpoints go to a sampler that does not feed the training")
+            logger.warning(
+                "BatchselCallback's sampler is not the training DataLoader's batch_sampler: epochs, "
+                "feedback and checkpoints go to a sampler that does not feed the training"
+            )
         if self.verify:
             self.sampler.verify()
 
@@ -142,9 +152,12 @@ class BatchselCallback(Callback):
         feedback = {k: outputs[k] for k in FEEDBACK_KEYS if isinstance(outputs, dict) and outputs.get(k) is not None}
         if not feedback:
             if not self._warned_no_feedback:
-                logger.warning("%s uses feedback, but training_step returned none of %s: return e.g. "
-                               "{'loss': loss.mean(), 'losses': loss.detach()} (per-example losses)",
-                               type(sampler.selector).__name__, FEEDBACK_KEYS)
+                logger.warning(
+                    "%s uses feedback, but training_step returned none of %s: return e.g. "
+                    "{'loss': loss.mean(), 'losses': loss.detach()} (per-example losses)",
+                    type(sampler.selector).__name__,
+                    FEEDBACK_KEYS,
+                )
                 self._warned_no_feedback = True
             return
         # every rank calls this hook once per batch, so the collective in observe stays in step

@@ -5,6 +5,7 @@ unchanged DDP loop (gloo backend) runs under ``mpiexec -n 4 python train.py``, u
 ``torchrun`` and as a plain ``python train.py``. :func:`greedi` runs GreeDi with one part
 per MPI rank.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -54,8 +55,9 @@ def _master_address(comm: Communicator, hosts: list[str]) -> str:
     return comm.broadcast(addr if comm.rank == 0 else None)
 
 
-def init_torch_distributed_from_mpi(backend: str = "gloo", timeout: float = 300.0,
-                                    abort_on_exception: bool = True) -> tuple[int, int]:
+def init_torch_distributed_from_mpi(
+    backend: str = "gloo", timeout: float = 300.0, abort_on_exception: bool = True
+) -> tuple[int, int]:
     """Initialize torch.distributed's default process group and return ``(rank, world_size)``.
 
     - Under ``mpiexec`` / ``srun``: rank and world size come from MPI; rank 0 opens the
@@ -96,11 +98,18 @@ def init_torch_distributed_from_mpi(backend: str = "gloo", timeout: float = 300.
         if rank != 0:
             store = dist.TCPStore(addr, port, size, False, timeout=td)
         local_rank = hosts[:rank].count(hosts[rank])
-        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size),
-                          LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE=str(hosts.count(hosts[rank])))
+        os.environ.update(
+            MASTER_ADDR=addr,
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE=str(size),
+            LOCAL_RANK=str(local_rank),
+            LOCAL_WORLD_SIZE=str(hosts.count(hosts[rank])),
+        )
         dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=td)
-        logger.info("torch.distributed (%s) initialized from MPI: rank %d of %d, store %s:%d",
-                    backend, rank, size, addr, port)
+        logger.info(
+            "torch.distributed (%s) initialized from MPI: rank %d of %d, store %s:%d", backend, rank, size, addr, port
+        )
     elif launched_by_torchrun():
         dist.init_process_group(backend, init_method="env://", timeout=td)
     else:

@@ -23,6 +23,7 @@ waits for the selections in flight before it hands out, saves or loads anything.
 >>> list(batches), seen
 ([[4, 5]], ['feedback on [0, 1]'])
 """
+
 from __future__ import annotations
 
 import logging
@@ -115,16 +116,17 @@ class _SelectionThread:
     result is needed, until they get dearer.
     """
 
-    def __init__(self, source: Iterator[Any], apply: Callable[[list[Observation]], None],
-                 threaded: bool = True) -> None:
+    def __init__(
+        self, source: Iterator[Any], apply: Callable[[list[Observation]], None], threaded: bool = True
+    ) -> None:
         self._source, self._apply = source, apply
-        self._lock = threading.Lock()           # guards _queued and _busy
+        self._lock = threading.Lock()  # guards _queued and _busy
         self._queued: deque[_Request] = deque()  # made, not started, oldest first
-        self._busy = False                       # a request is running (on either thread)
+        self._busy = False  # a request is running (on either thread)
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()  # a token per request, and at close
         self._closed = False
-        self._requests: deque[_Request] = deque()        # made and not collected, oldest first
-        self._skip = 0     # requests still to make without waking the thread
+        self._requests: deque[_Request] = deque()  # made and not collected, oldest first
+        self._skip = 0  # requests still to make without waking the thread
         self._backoff = 0  # how many were skipped after the latest starved request
         self._ready: deque[tuple[bool, Any]] = deque()  # collected early (drain), not handed out
         self._cost = -1.0  # running mean of a selection's seconds (-1: none measured yet)
@@ -259,8 +261,7 @@ class BackgroundSelection:
     and each selection the iteration starts first applies what was held back until then.
     """
 
-    def __init__(self, apply: Callable[[list[Observation]], None],
-                 deferred: list[Observation] | None = None) -> None:
+    def __init__(self, apply: Callable[[list[Observation]], None], deferred: list[Observation] | None = None) -> None:
         self._apply = apply
         #: feedback not handed to the selector yet, oldest first
         self.deferred: list[Observation] = [] if deferred is None else deferred

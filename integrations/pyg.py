@@ -21,6 +21,7 @@ distributed sampler. Change one import::
 
 Install with ``pip install batchsel[pyg]`` (torch_geometric only).
 """
+
 from __future__ import annotations
 
 import copy
@@ -77,8 +78,7 @@ def _edges(data: Any) -> tuple[np.ndarray, np.ndarray, int]:
         if (key in _NODE_NAMES or (key.endswith("mask") and not key.startswith("edge"))) and size != n:
             raise ValueError(f"data.{key} has {size} entries along its node dimension, the graph has {n} nodes")
         if key.startswith("edge") and size != num_edges:
-            raise ValueError(f"data.{key} has {size} entries along its edge dimension, the graph has "
-                             f"{num_edges} edges")
+            raise ValueError(f"data.{key} has {size} entries along its edge dimension, the graph has {num_edges} edges")
     return ei[0], ei[1], int(n)
 
 
@@ -115,8 +115,12 @@ class _Subgraphs:
         keep = col >= 0
         return self.edge_order[pos[keep]], np.stack([row[keep], col[keep]])
 
-    def batch(self, nodes: np.ndarray, node_extra: dict[str, torch.Tensor] | None = None,
-              edge_extra: dict[str, torch.Tensor] | None = None) -> Any:
+    def batch(
+        self,
+        nodes: np.ndarray,
+        node_extra: dict[str, torch.Tensor] | None = None,
+        edge_extra: dict[str, torch.Tensor] | None = None,
+    ) -> Any:
         """A ``Data`` of the subgraph induced by ``nodes``: node attributes in that order,
         edge attributes of its edges, ``n_id`` the nodes' ids in ``data``; ``node_extra`` /
         ``edge_extra``: more per-node / per-edge tensors of the whole graph, sliced alike."""
@@ -186,9 +190,19 @@ class ClusterData(torch.utils.data.Dataset):
     (3, [4, 4, 4])
     """
 
-    def __init__(self, data: Any, num_parts: int, recursive: bool = False, save_dir: Any = None,
-                 filename: Any = None, log: bool = True, keep_inter_cluster_edges: bool = False,
-                 sparse_format: str = "csr", *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        data: Any,
+        num_parts: int,
+        recursive: bool = False,
+        save_dir: Any = None,
+        filename: Any = None,
+        log: bool = True,
+        keep_inter_cluster_edges: bool = False,
+        sparse_format: str = "csr",
+        *,
+        seed: int = 0,
+    ) -> None:
         _require_pyg()
         if sparse_format not in ("csr", "csc"):
             raise ValueError(f"sparse_format must be 'csr' or 'csc', got {sparse_format!r}")
@@ -201,10 +215,13 @@ class ClusterData(torch.utils.data.Dataset):
         src, dst = data.edge_index.detach().cpu().numpy()
         off_diagonal = src != dst
         if self.num_parts > 1 and not off_diagonal.any():
-            raise ValueError(f"the graph has no edges between distinct nodes ({n} nodes, isolated but for self "
-                             f"loops): a partition would be arbitrary; use torch_geometric's RandomNodeLoader")
-        graph = sp.csr_matrix((np.ones(int(off_diagonal.sum()), np.float32),
-                               (src[off_diagonal], dst[off_diagonal])), shape=(n, n))
+            raise ValueError(
+                f"the graph has no edges between distinct nodes ({n} nodes, isolated but for self "
+                f"loops): a partition would be arbitrary; use torch_geometric's RandomNodeLoader"
+            )
+        graph = sp.csr_matrix(
+            (np.ones(int(off_diagonal.sum()), np.float32), (src[off_diagonal], dst[off_diagonal])), shape=(n, n)
+        )
         graph.sum_duplicates()
         graph.data[:] = 1.0  # a repeated edge is one edge
         if log:
@@ -225,7 +242,7 @@ class ClusterData(torch.utils.data.Dataset):
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_parts):
             raise ValueError(f"cluster ids must be in [0, {self.num_parts}), got {ids.min()}..{ids.max()}")
         ptr, perm = self.partptr.numpy(), self.node_perm.numpy()
-        return np.concatenate([perm[ptr[c]:ptr[c + 1]] for c in ids]) if ids.size else np.empty(0, np.int64)
+        return np.concatenate([perm[ptr[c] : ptr[c + 1]] for c in ids]) if ids.size else np.empty(0, np.int64)
 
     def __getitem__(self, idx: int) -> Any:
         idx = check_int(idx, "idx", minimum=0, maximum=self.num_parts - 1)
@@ -274,16 +291,22 @@ class ClusterBatchSelector(Selector):
         self.shuffle = bool(shuffle)
 
     def get_params(self) -> dict[str, Any]:
-        return {"num_parts": self.num_examples, "batch_size": self.batch_size, "seed": self.seed,
-                "shuffle": self.shuffle}
+        return {
+            "num_parts": self.num_examples,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+        }
 
     def check_world(self, world_size: int, rank: int | None = None) -> None:
         super().check_world(world_size, rank)
         p, w = self.num_examples, world_size
         if w > 1 and p // w < self.num_batches(w):
-            raise ValueError(f"{p} clusters cannot be dealt to {w} ranks in equal numbers of batches of at most "
-                             f"{self.batch_size} without repeating one: use a num_parts that is a multiple of "
-                             f"world_size, or a larger batch_size")
+            raise ValueError(
+                f"{p} clusters cannot be dealt to {w} ranks in equal numbers of batches of at most "
+                f"{self.batch_size} without repeating one: use a num_parts that is a multiple of "
+                f"world_size, or a larger batch_size"
+            )
 
     def num_batches(self, world_size: int = 1) -> int:
         world_size = check_int(world_size, "world_size", minimum=1, maximum=self.num_examples)
@@ -293,8 +316,9 @@ class ClusterBatchSelector(Selector):
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         epoch = check_int(epoch, "epoch", minimum=0)
         self.check_world(world_size)
-        order = (epoch_rng(self.seed, epoch).permutation(self.num_examples) if self.shuffle
-                 else np.arange(self.num_examples)).astype(np.int64)
+        order = (
+            epoch_rng(self.seed, epoch).permutation(self.num_examples) if self.shuffle else np.arange(self.num_examples)
+        ).astype(np.int64)
         if world_size == 1:
             per_rank = [split_batches(order, self.batch_size)]
         else:
@@ -327,9 +351,18 @@ class ClusterLoader(DataLoader):
     [8, 4]
     """
 
-    def __init__(self, cluster_data: ClusterData, batch_size: int = 1, shuffle: bool = False, *,
-                 rank: int | None = None, world_size: int | None = None, seed: int = 0,
-                 comm: Communicator | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        cluster_data: ClusterData,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        seed: int = 0,
+        comm: Communicator | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(cluster_data, ClusterData):
             raise TypeError(f"cluster_data must be a batchsel ClusterData, got {type(cluster_data).__name__}")
         for key in ("sampler", "batch_sampler", "collate_fn"):
@@ -340,8 +373,12 @@ class ClusterLoader(DataLoader):
         self.cluster_data = cluster_data
         selector = ClusterBatchSelector(len(cluster_data), batch_size, seed=seed, shuffle=shuffle)
         self.batch_sampler_ = SelectionBatchSampler(selector, rank=rank, world_size=world_size, comm=comm)
-        super().__init__(range(len(cluster_data)), batch_sampler=self.batch_sampler_,  # type: ignore[arg-type]
-                         collate_fn=cluster_data.collate, **kwargs)
+        super().__init__(
+            range(len(cluster_data)),  # type: ignore[arg-type]
+            batch_sampler=self.batch_sampler_,
+            collate_fn=cluster_data.collate,
+            **kwargs,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose clusters the next iteration yields."""
@@ -366,9 +403,19 @@ class GraphSAINTSampler(DataLoader):
     the edge's count, clamped to [0, 1e4], 0.1 where the edge was never drawn), sliced into
     every batch as in PyG."""
 
-    def __init__(self, data: Any, batch_size: int, num_steps: int = 1, sample_coverage: int = 0,
-                 save_dir: Any = None, log: bool = True, *, seed: int = 0, rank: int | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        data: Any,
+        batch_size: int,
+        num_steps: int = 1,
+        sample_coverage: int = 0,
+        save_dir: Any = None,
+        log: bool = True,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         _require_pyg()
         for key in ("shuffle", "sampler", "batch_sampler", "collate_fn"):
             if key in kwargs:
@@ -392,8 +439,13 @@ class GraphSAINTSampler(DataLoader):
             self._compute_norm()
         self._start = 0  # the step the next iteration starts from (a resumed epoch's)
         self._handed_out = 0  # steps of the current epoch handed to the loader
-        super().__init__(range(self.num_steps), batch_size=1, sampler=_Steps(self), collate_fn=self._collate,  # type: ignore[arg-type]
-                         **kwargs)
+        super().__init__(
+            range(self.num_steps),  # type: ignore[arg-type]
+            batch_size=1,
+            sampler=_Steps(self),
+            collate_fn=self._collate,
+            **kwargs,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration's subgraphs are drawn for."""
@@ -415,8 +467,9 @@ class GraphSAINTSampler(DataLoader):
         if state.get("seed") != self.seed:
             raise ValueError(f"the state was saved with seed={state.get('seed')!r}, this sampler has {self.seed}")
         self.epoch = check_int(state["epoch"], "epoch", minimum=0)
-        self._start = self._handed_out = check_int(state["batches_done"], "batches_done", minimum=0,
-                                                   maximum=self.num_steps)
+        self._start = self._handed_out = check_int(
+            state["batches_done"], "batches_done", minimum=0, maximum=self.num_steps
+        )
 
     def _rank(self) -> int:
         return get_communicator().rank if self.rank is None else self.rank
@@ -518,8 +571,17 @@ class GraphSAINTRandomWalkSampler(GraphSAINTSampler):
     (4, 3)
     """
 
-    def __init__(self, data: Any, batch_size: int, walk_length: int, num_steps: int = 1, sample_coverage: int = 0,
-                 save_dir: Any = None, log: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        data: Any,
+        batch_size: int,
+        walk_length: int,
+        num_steps: int = 1,
+        sample_coverage: int = 0,
+        save_dir: Any = None,
+        log: bool = True,
+        **kwargs: Any,
+    ) -> None:
         self.walk_length = check_int(walk_length, "walk_length", minimum=0)
         super().__init__(data, batch_size, num_steps, sample_coverage, save_dir, log, **kwargs)
 
@@ -538,5 +600,11 @@ class GraphSAINTRandomWalkSampler(GraphSAINTSampler):
         return np.concatenate(visited)
 
 
-__all__ = ["ClusterData", "ClusterLoader", "ClusterBatchSelector", "GraphSAINTSampler", "GraphSAINTNodeSampler",
-           "GraphSAINTRandomWalkSampler"]
+__all__ = [
+    "ClusterData",
+    "ClusterLoader",
+    "ClusterBatchSelector",
+    "GraphSAINTSampler",
+    "GraphSAINTNodeSampler",
+    "GraphSAINTRandomWalkSampler",
+]

@@ -9,6 +9,7 @@ rank works from the same plan. Its selection ahead of the training step (``prefe
 is :class:`~batchsel.integrations.prefetch.BackgroundSelection`. torch itself is imported
 only where a tensor is touched, so ``import batchsel`` stays light.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -176,8 +177,9 @@ class SelectionBatchSampler:
             raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
         if seed is not None and check_seed(seed) != selector.seed:
             # a selector may have used its seed already (coresets, GreedMax shards): no override
-            raise ValueError(f"seed={seed} but the selector was built with seed={selector.seed}; "
-                             f"build it with seed={seed}")
+            raise ValueError(
+                f"seed={seed} but the selector was built with seed={selector.seed}; build it with seed={seed}"
+            )
         self.selector = selector
         self.sync_every = check_int(sync_every, "sync_every", minimum=1)
         self.prefetch = check_int(prefetch, "prefetch", minimum=0)
@@ -186,15 +188,18 @@ class SelectionBatchSampler:
             raise ValueError("timeout must be > 0 seconds (or None: wait as long as it takes), got 0")
         self.weighted = bool(weighted)
         if self.weighted and selector.online:
-            raise ValueError(f"weighted=True needs an offline selector (a plan with weights); "
-                             f"{type(selector).__name__} is online")
+            raise ValueError(
+                f"weighted=True needs an offline selector (a plan with weights); {type(selector).__name__} is online"
+            )
         self.drop_last = bool(drop_last)
         if self.drop_last and not selector.full_batches:
             # other selectors' batches differ in size by design (balanced sizes, graph
             # blocks): none is "the short last one", and dropping one could differ by rank
-            raise ValueError(f"drop_last=True (BatchSampler's: drop a short last batch) needs a selector whose "
-                             f"batches are full but the last (full_batches: RandomSelector, CoresetSelector); "
-                             f"got {type(selector).__name__}")
+            raise ValueError(
+                f"drop_last=True (BatchSampler's: drop a short last batch) needs a selector whose "
+                f"batches are full but the last (full_batches: RandomSelector, CoresetSelector); "
+                f"got {type(selector).__name__}"
+            )
         #: what Lightning and accelerate call ``set_epoch`` on (``batch_sampler.sampler``)
         self.sampler = _EpochSetter(self)
         if rank is not None:
@@ -215,8 +220,8 @@ class SelectionBatchSampler:
         self._len: int | None = None
         self._resume: dict[str, Any] | None = None
         self._iter_epoch: int | None = None  # epoch of the latest iteration
-        self._iter_base = 0                  # batch number the latest iteration started from
-        self._yielded = 0                    # batches of _iter_epoch handed out so far
+        self._iter_base = 0  # batch number the latest iteration started from
+        self._yielded = 0  # batches of _iter_epoch handed out so far
         self._history: list[np.ndarray] = []  # batches handed out by the latest iteration (online / feedback)
         self._iter_pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         # feedback is gathered across ranks only for selectors that use it (not RandomSelector)
@@ -264,15 +269,21 @@ class SelectionBatchSampler:
         rank, world_size, comm = self._given
         comm, rank, world_size = self._resolve_world(rank, world_size, comm)
         if self._resolved and (rank, world_size) != (self._rank, self._world_size):
-            logger.info("rank %d / world %d now (was %d / %d when first used): torch.distributed was set up "
-                        "after that", rank, world_size, self._rank, self._world_size)
+            logger.info(
+                "rank %d / world %d now (was %d / %d when first used): torch.distributed was set up after that",
+                rank,
+                world_size,
+                self._rank,
+                self._world_size,
+            )
             self._len = None
         self.selector.check_world(world_size, rank)
         self._comm, self._rank, self._world_size, self._resolved = comm, rank, world_size, True
 
     @staticmethod
-    def _resolve_world(rank: int | None, world_size: int | None,
-                       comm: Communicator | None) -> tuple[Communicator | None, int, int]:
+    def _resolve_world(
+        rank: int | None, world_size: int | None, comm: Communicator | None
+    ) -> tuple[Communicator | None, int, int]:
         if comm is None:
             found = get_communicator("auto")
             if rank is None or world_size is None or (found.rank, found.size) == (rank, world_size):
@@ -280,12 +291,13 @@ class SelectionBatchSampler:
             elif _torch_dist_world() is not None:
                 # explicit values that contradict the process group would train overlapping
                 # or missing batches without a word
-                raise ValueError(f"rank={rank}, world_size={world_size} given, but torch.distributed has rank "
-                                 f"{found.rank} of {found.size}: leave them out (they are read from the process "
-                                 f"group) or pass the group's")
+                raise ValueError(
+                    f"rank={rank}, world_size={world_size} given, but torch.distributed has rank "
+                    f"{found.rank} of {found.size}: leave them out (they are read from the process "
+                    f"group) or pass the group's"
+                )
             else:  # simulating ranks in one process (tests, planning): no communicator
-                logger.debug("rank %d / world %d given and not this job's %r: no communicator",
-                             rank, world_size, found)
+                logger.debug("rank %d / world %d given and not this job's %r: no communicator", rank, world_size, found)
                 return None, rank, world_size
         for name, given, actual in (("rank", rank, comm.rank), ("world_size", world_size, comm.size)):
             if given is not None and given != actual:
@@ -326,8 +338,10 @@ class SelectionBatchSampler:
             return epochs * len(self)
         run = self.selector.epochs
         if epochs != run:
-            raise ValueError(f"epochs={epochs} disagrees with the run of epochs={run} that "
-                             f"{type(self.selector).__name__} was built for (its schedule depends on it)")
+            raise ValueError(
+                f"epochs={epochs} disagrees with the run of epochs={run} that "
+                f"{type(self.selector).__name__} was built for (its schedule depends on it)"
+            )
         return sum(self._num_batches_of(e) for e in range(epochs))
 
     def _last_batch_short(self) -> bool:
@@ -340,8 +354,11 @@ class SelectionBatchSampler:
     def __iter__(self) -> Iterator[list]:
         # A process group may exist now (one process so far), and it must agree with
         # explicit values; a multi-rank answer is final.
-        if (not self._resolved or (self._lazy and self._world_size == 1)
-                or (self._comm is None and _torch_dist_world() is not None)):
+        if (
+            not self._resolved
+            or (self._lazy and self._world_size == 1)
+            or (self._comm is None and _torch_dist_world() is not None)
+        ):
             self._resolve()
         self._check_not_resharded(sys._getframe(1))
         self._background.stop()  # an earlier iteration left unfinished: its selection ends first
@@ -382,7 +399,9 @@ class SelectionBatchSampler:
         local objects alive, an iterator dropped by the caller among them.)"""
         code = caller.f_code if caller is not None else None
         name = code and (getattr(code, "co_qualname", None) or code.co_name)  # co_qualname: Python >= 3.11
-        if not name or not (name.startswith("BatchSamplerShard.") or name in ("_iter_with_split", "_iter_with_no_split")):
+        if not name or not (
+            name.startswith("BatchSamplerShard.") or name in ("_iter_with_split", "_iter_with_no_split")
+        ):
             return
         if not str(caller.f_globals.get("__name__", "")).startswith("accelerate") or self.world_size == 1:
             return
@@ -393,7 +412,8 @@ class SelectionBatchSampler:
                 f"SelectionBatchSampler, which already gives rank {self.rank} of {self.world_size} its own batches: "
                 f"each rank would train on 1/{getattr(owner, 'num_processes', '?')} of its share. Leave the DataLoader out of "
                 f"accelerator.prepare (prepare the model and optimizer only), or use "
-                f"batchsel.integrations.hf.BatchselTrainer")
+                f"batchsel.integrations.hf.BatchselTrainer"
+            )
 
     def batch_indices(self, batch: int) -> np.ndarray:
         """The example indices of batch number ``batch`` (counted from the epoch's start) of
@@ -412,8 +432,10 @@ class SelectionBatchSampler:
             raise ValueError(f"{type(self.selector).__name__} uses no feedback: its batches are not recorded")
         i = batch - self._iter_base
         if self._iter_epoch is None or not 0 <= i < len(self._history):
-            raise ValueError(f"batch={batch} was not handed out by this iteration of epoch {self._iter_epoch} "
-                             f"(batches {self._iter_base} to {self._iter_base + len(self._history) - 1})")
+            raise ValueError(
+                f"batch={batch} was not handed out by this iteration of epoch {self._iter_epoch} "
+                f"(batches {self._iter_base} to {self._iter_base + len(self._history) - 1})"
+            )
         return self._history[i]
 
     def _batches(self, epoch: int, start: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
@@ -458,7 +480,9 @@ class SelectionBatchSampler:
             yielded = self._yielded if active else 0
             done = yielded if batches_done is None else check_int(batches_done, "batches_done", minimum=0)
             if done > yielded:
-                raise ValueError(f"batches_done={done} but only {yielded} batches of epoch {self.epoch} were handed out")
+                raise ValueError(
+                    f"batches_done={done} but only {yielded} batches of epoch {self.epoch} were handed out"
+                )
             pending: list[np.ndarray] = []
             if self.selector.online and active:
                 if done < self._iter_base:
@@ -467,14 +491,26 @@ class SelectionBatchSampler:
                 # new ones, those selected ahead in the background included
                 drawn = self._history + [batch for batch, _ in ahead]
                 drawn = drawn if len(drawn) >= len(self._iter_pending) else self._iter_pending
-                pending = [np.array(b, dtype=np.int64) for b in drawn[done - self._iter_base:]]
-            state = {"epoch": self.epoch, "position": done + len(pending), "pending": pending,
-                     "selector": self.selector.state_dict(), "observations": list(self._buffer),
-                     "deferred": deferred}
-        state.update(version=STATE_VERSION, rank=self.rank, world_size=self.world_size, seed=self.selector.seed,
-                     method=type(self.selector).__name__, batches_done=state["position"] - len(state["pending"]),
-                     num_examples=self.selector.num_examples, batch_size=self.selector.batch_size,
-                     num_batches=len(self))
+                pending = [np.array(b, dtype=np.int64) for b in drawn[done - self._iter_base :]]
+            state = {
+                "epoch": self.epoch,
+                "position": done + len(pending),
+                "pending": pending,
+                "selector": self.selector.state_dict(),
+                "observations": list(self._buffer),
+                "deferred": deferred,
+            }
+        state.update(
+            version=STATE_VERSION,
+            rank=self.rank,
+            world_size=self.world_size,
+            seed=self.selector.seed,
+            method=type(self.selector).__name__,
+            batches_done=state["position"] - len(state["pending"]),
+            num_examples=self.selector.num_examples,
+            batch_size=self.selector.batch_size,
+            num_batches=len(self),
+        )
         if all_ranks:
             if self.comm is None:
                 raise ValueError("all_ranks=True needs a communicator (this sampler has none)")
@@ -498,20 +534,30 @@ class SelectionBatchSampler:
             if len(state["ranks"]) != self.world_size:
                 raise ValueError(f"the state holds {len(state['ranks'])} ranks, this job has {self.world_size}")
             state = state["ranks"][self.rank]
-        missing = sorted({"rank", "world_size", "seed", "method", "epoch", "position", "pending", "selector",
-                          "observations"} - set(state))
+        missing = sorted(
+            {"rank", "world_size", "seed", "method", "epoch", "position", "pending", "selector", "observations"}
+            - set(state)
+        )
         if missing:
             raise ValueError(f"the state lacks {missing}: pass what SelectionBatchSampler.state_dict() returned")
         # Another dataset size, batch size or batch count puts the saved position at
         # another point of the epoch (offline selectors have no state of their own to
         # object). States written before these were recorded skip them.
         epoch_length = self._num_batches_of(check_int(state["epoch"], "epoch", minimum=0))
-        for key, mine in (("rank", self.rank), ("world_size", self.world_size), ("seed", self.selector.seed),
-                          ("method", type(self.selector).__name__), ("num_examples", self.selector.num_examples),
-                          ("batch_size", self.selector.batch_size), ("num_batches", epoch_length)):
+        for key, mine in (
+            ("rank", self.rank),
+            ("world_size", self.world_size),
+            ("seed", self.selector.seed),
+            ("method", type(self.selector).__name__),
+            ("num_examples", self.selector.num_examples),
+            ("batch_size", self.selector.batch_size),
+            ("num_batches", epoch_length),
+        ):
             if key in state and state[key] != mine:
-                raise ValueError(f"the state was saved with {key}={state[key]!r}, this sampler has {mine!r}; "
-                                 f"resume with the data and selector settings of the saved run")
+                raise ValueError(
+                    f"the state was saved with {key}={state[key]!r}, this sampler has {mine!r}; "
+                    f"resume with the data and selector settings of the saved run"
+                )
         position = check_int(state["position"], "position", minimum=0)
         if position > epoch_length:
             raise ValueError(f"the state's position {position} is past the epoch's {epoch_length} batches")
@@ -521,8 +567,12 @@ class SelectionBatchSampler:
         # feedback a prefetch run had gathered and not yet handed to the selector (states
         # written before prefetch existed have none)
         self._background.deferred = [dict(o) for o in state.get("deferred", [])]
-        self._resume = {"epoch": int(state["epoch"]), "position": position, "placeholders": bool(placeholders),
-                        "pending": [np.asarray(b, dtype=np.int64) for b in state["pending"]]}
+        self._resume = {
+            "epoch": int(state["epoch"]),
+            "position": position,
+            "placeholders": bool(placeholders),
+            "pending": [np.asarray(b, dtype=np.int64) for b in state["pending"]],
+        }
         self.epoch = int(state["epoch"])
 
     # -- feedback -----------------------------------------------------------------------
@@ -574,8 +624,9 @@ class SelectionBatchSampler:
     def _feed_selector(self, observations: list[Observation]) -> None:
         # on the training thread, or on the prefetch thread right before a selection
         for obs in observations:
-            self.selector.observe(obs["indices"], losses=obs["losses"], logits=obs["logits"],
-                                  embeddings=obs["embeddings"])
+            self.selector.observe(
+                obs["indices"], losses=obs["losses"], logits=obs["logits"], embeddings=obs["embeddings"]
+            )
 
     # -- agreement across ranks ---------------------------------------------------------
     def fingerprint(self, epoch: int | None = None) -> str:
@@ -602,8 +653,10 @@ class SelectionBatchSampler:
             return mine
         prints = self.comm.allgather(mine)
         if len(set(prints)) != 1:
-            raise RuntimeError(f"ranks disagree on the plan of epoch {self.epoch if epoch is None else epoch}: "
-                               f"fingerprints by rank {prints}")
+            raise RuntimeError(
+                f"ranks disagree on the plan of epoch {self.epoch if epoch is None else epoch}: "
+                f"fingerprints by rank {prints}"
+            )
         return mine
 
     # The pickled form is the one from before BackgroundSelection: the feedback held back
@@ -625,8 +678,10 @@ class SelectionBatchSampler:
         self._background = BackgroundSelection(self._feed_selector, deferred)
 
     def __repr__(self) -> str:
-        return (f"SelectionBatchSampler({self.selector!r}, rank={self.rank}, world_size={self.world_size}, "
-                f"epoch={self.epoch}, sync_every={self.sync_every}, prefetch={self.prefetch})")
+        return (
+            f"SelectionBatchSampler({self.selector!r}, rank={self.rank}, world_size={self.world_size}, "
+            f"epoch={self.epoch}, sync_every={self.sync_every}, prefetch={self.prefetch})"
+        )
 
 
 class WeightedDataset:

@@ -17,6 +17,7 @@ fit); so a ranking may part from apricot's where the two picks' gains tie, after
 total value must agree. (Measured: where they part, batchsel's picks are apricot's naive
 greedy's.)
 """
+
 import functools
 import warnings
 
@@ -89,9 +90,12 @@ def _precomputed(x: np.ndarray) -> sp.csr_matrix:
 
 
 # -- the cases: (apricot selector, its input, batchsel function) ----------------------------
-GRAPH = {"fl": (apricot.FacilityLocationSelection, FacilityLocation), "gc": (apricot.GraphCutSelection, GraphCut),
-         "sat": (apricot.SaturatedCoverageSelection, SaturatedCoverage),
-         "sum": (apricot.SumRedundancySelection, SumRedundancy)}
+GRAPH = {
+    "fl": (apricot.FacilityLocationSelection, FacilityLocation),
+    "gc": (apricot.GraphCutSelection, GraphCut),
+    "sat": (apricot.SaturatedCoverageSelection, SaturatedCoverage),
+    "sum": (apricot.SumRedundancySelection, SumRedundancy),
+}
 
 
 def _case(name: str, k: int, optimizer: str = "lazy"):
@@ -106,25 +110,38 @@ def _case(name: str, k: int, optimizer: str = "lazy"):
         if metric == "precomputed":
             sim = _precomputed(x)
             return selector(k, metric=metric, optimizer=optimizer), _int32(sim), function(sim)
-        return selector(k, metric=metric, optimizer=optimizer), x, function.from_embeddings(x.astype(np.float32), metric)
+        return (
+            selector(k, metric=metric, optimizer=optimizer),
+            x,
+            function.from_embeddings(x.astype(np.float32), metric),
+        )
     if kind == "mix":
         data, metric = rest.split("/")
         x = _data(data)
         sim = similarity_from_embeddings(x.astype(np.float32), metric)
         # the parts' optimizer only picks how apricot compiles their kernels (lazy: serially, faster)
-        ref = apricot.MixtureSelection(k, [apricot.FacilityLocationSelection(k, optimizer="lazy"),
-                                           apricot.GraphCutSelection(k, optimizer="lazy")],
-                                       np.array([1.0, 0.3]), metric=metric, optimizer=optimizer)
+        ref = apricot.MixtureSelection(
+            k,
+            [apricot.FacilityLocationSelection(k, optimizer="lazy"), apricot.GraphCutSelection(k, optimizer="lazy")],
+            np.array([1.0, 0.3]),
+            metric=metric,
+            optimizer=optimizer,
+        )
         return ref, x, Mixture([FacilityLocation(sim), GraphCut(sim)], weights=[1.0, 0.3])
     if kind == "fb":
         x = _data("uniform")
         return apricot.FeatureBasedSelection(k, rest, optimizer=optimizer), x, FeatureBased(x, rest)
     if kind == "mixfb":
         x = _data("uniform")
-        ref = apricot.MixtureSelection(k, [apricot.FeatureBasedSelection(k, "sqrt", optimizer="lazy"),
-                                           apricot.FeatureBasedSelection(k, "log", optimizer="lazy")],
-                                       np.array([1.0, 0.5]),
-                                       optimizer=optimizer)
+        ref = apricot.MixtureSelection(
+            k,
+            [
+                apricot.FeatureBasedSelection(k, "sqrt", optimizer="lazy"),
+                apricot.FeatureBasedSelection(k, "log", optimizer="lazy"),
+            ],
+            np.array([1.0, 0.5]),
+            optimizer=optimizer,
+        )
         return ref, x, Mixture([FeatureBased(x, "sqrt"), FeatureBased(x, "log")], weights=[1.0, 0.5])
     if kind == "maxcov":
         x = _data("binary")
@@ -156,8 +173,9 @@ def assert_same_selection(indices, gains, ref_indices, ref_gains, rtol=RTOL):
     np.testing.assert_allclose(gains[:stop], ref_gains[:stop], rtol=rtol, atol=atol)
     if stop < indices.size:
         # a tie: the two picks had the same gain (apricot's lazy greedy breaks ties otherwise)
-        assert gains[stop] == pytest.approx(ref_gains[stop], rel=rtol, abs=atol), \
+        assert gains[stop] == pytest.approx(ref_gains[stop], rel=rtol, abs=atol), (
             f"pick {stop} differs ({indices[stop]} vs apricot's {ref_indices[stop]}) and its gains do not tie"
+        )
         assert gains.sum() == pytest.approx(ref_gains.sum(), rel=rtol, abs=atol)
 
 
@@ -175,12 +193,21 @@ def _check(name: str, k: int, optimizer: str, ref_optimizer: str | None = None) 
 
 # -- the grid ------------------------------------------------------------------------------
 FAST = [
-    ("fl:digits/euclidean", 40), ("fl:digits/cosine", 40), ("fl:digits/corr", 40), ("fl:digits/precomputed", 40),
-    ("gc:uniform/euclidean", 20), ("sat:digits/cosine", 20), ("sum:uniform/corr", 20),
+    ("fl:digits/euclidean", 40),
+    ("fl:digits/cosine", 40),
+    ("fl:digits/corr", 40),
+    ("fl:digits/precomputed", 40),
+    ("gc:uniform/euclidean", 20),
+    ("sat:digits/cosine", 20),
+    ("sum:uniform/corr", 20),
     ("gc:digits/precomputed", 20),
-    ("fb:sqrt", 30), ("fb:log", 30), ("fb:sigmoid", 30),
-    ("mixfb:", 30), ("mix:digits/euclidean", 30),
-    ("maxcov:dense", 60), ("maxcov:sparse", 60),
+    ("fb:sqrt", 30),
+    ("fb:log", 30),
+    ("fb:sigmoid", 30),
+    ("mixfb:", 30),
+    ("mix:digits/euclidean", 30),
+    ("maxcov:dense", 60),
+    ("maxcov:sparse", 60),
 ]
 SLOW = [
     (f"{kind}:{data}/{metric}", 20)
@@ -212,11 +239,14 @@ def test_apricots_own_exact_optimizers_agree(optimizer):
     _check("fl:digits/cosine", 40, "lazy", ref_optimizer=optimizer)
 
 
-APPROXIMATE = [("approximate-lazy", "sat:digits/cosine", 30), ("modular", "sat:digits/euclidean", 30),
-               pytest.param("approximate-lazy", "fl:digits/cosine", 40, marks=pytest.mark.slow),
-               pytest.param("modular", "fl:digits/cosine", 40, marks=pytest.mark.slow),
-               pytest.param("modular", "fb:sqrt", 30, marks=pytest.mark.slow),
-               pytest.param("approximate-lazy", "fb:sqrt", 30, marks=pytest.mark.slow)]
+APPROXIMATE = [
+    ("approximate-lazy", "sat:digits/cosine", 30),
+    ("modular", "sat:digits/euclidean", 30),
+    pytest.param("approximate-lazy", "fl:digits/cosine", 40, marks=pytest.mark.slow),
+    pytest.param("modular", "fl:digits/cosine", 40, marks=pytest.mark.slow),
+    pytest.param("modular", "fb:sqrt", 30, marks=pytest.mark.slow),
+    pytest.param("approximate-lazy", "fb:sqrt", 30, marks=pytest.mark.slow),
+]
 # Not max coverage: its integer gains tie everywhere, and approximate-lazy's picks then
 # depend on the queue order of tied entries (apricot's: first queued), not only on gains.
 

@@ -1,5 +1,6 @@
 """``batchsel audit`` / batchsel.audit: planted label noise, duplicates, outliers and
 imbalance are found and estimated; the command line writes atomically and refuses bad input."""
+
 from __future__ import annotations
 
 import json
@@ -87,8 +88,14 @@ def run(*args: str, cwd: Path, mpi: int = 0) -> subprocess.CompletedProcess:
 
         if not MPIEXEC.exists():
             pytest.skip("no mpiexec")
-        return subprocess.run([str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(mpi), *cmd], cwd=cwd,
-                              capture_output=True, text=True, timeout=300, env=clean_env())
+        return subprocess.run(
+            [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(mpi), *cmd],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=clean_env(),
+        )
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
@@ -102,8 +109,19 @@ def files(tmp_path) -> Path:
 
 
 def test_cli_text_json_issues_and_plot(files):
-    out = run("audit", "emb.npy", "--labels", "y.npy", "--issues", "sus.npy", "--plot", "audit.png", "--json", "--quiet",
-              cwd=files)
+    out = run(
+        "audit",
+        "emb.npy",
+        "--labels",
+        "y.npy",
+        "--issues",
+        "sus.npy",
+        "--plot",
+        "audit.png",
+        "--json",
+        "--quiet",
+        cwd=files,
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     x, y = np.load(files / "emb.npy"), np.load(files / "y.npy")
@@ -125,14 +143,17 @@ def test_cli_under_two_mpi_ranks_reports_what_one_process_does(files):
         assert a[key] == b[key], key
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--threshold", "0"], "--threshold must be in (0, 1]"),
-    (["--issues", "sus.npy"], "--issues needs --labels"),
-    (["--labels", "y_short.npy"], "labels"),
-    (["--labels", "y.npy", "--plot", "audit.txt"], "must end with"),
-    (["--labels", "y.npy", "--issues", "y.npy", "--force"], "is the input --labels"),
-    (["--k", "0"], "--k"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--threshold", "0"], "--threshold must be in (0, 1]"),
+        (["--issues", "sus.npy"], "--issues needs --labels"),
+        (["--labels", "y_short.npy"], "labels"),
+        (["--labels", "y.npy", "--plot", "audit.txt"], "must end with"),
+        (["--labels", "y.npy", "--issues", "y.npy", "--force"], "is the input --labels"),
+        (["--k", "0"], "--k"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(files, args, message):
     before = sorted(p.name for p in files.iterdir())
     out = run("audit", "emb.npy", *args, cwd=files)

@@ -1,6 +1,7 @@
 """The budgeted regime benchmark: its regimes are what they claim, every run's learning rate
 decays over its own budget, wall saved is computed as stated, and its --quick mode (what CI
 runs) produces every figure, the JSON and the PNGs."""
+
 import importlib.util
 import json
 import os
@@ -42,7 +43,7 @@ def test_noise_flips_a_quarter_of_the_labels_to_another_class(bench):
     np.testing.assert_array_equal(wrong, info["flipped"])
     assert noisy.x is data.train.x
     again, _ = bench.make_regime("noise", data.train, 10, seed=3)
-    np.testing.assert_array_equal(again.y, noisy.y)   # a seed's regime is reproducible
+    np.testing.assert_array_equal(again.y, noisy.y)  # a seed's regime is reproducible
     other, _ = bench.make_regime("noise", data.train, 10, seed=4)
     assert (other.y != noisy.y).any()
 
@@ -107,13 +108,15 @@ def test_learning_rate_warms_up_and_ends_at_zero_on_every_budget(bench):
         assert max(seen) == pytest.approx(0.4) and min(seen) > 0  # every step trains
         assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # decayed over its own budget
         peak = int(np.argmax(seen))
-        assert all(a <= b for a, b in zip(seen[:peak], seen[1:peak + 1]))  # warm-up rises
-        assert all(a >= b for a, b in zip(seen[peak:], seen[peak + 1:]))  # then decays
+        assert all(a <= b for a, b in zip(seen[:peak], seen[1 : peak + 1]))  # warm-up rises
+        assert all(a >= b for a, b in zip(seen[peak:], seen[peak + 1 :]))  # then decays
 
 
 def test_budget_steps_fill_random_wall_at_each_method_cost(bench):
-    costs = {"random": {"setup_seconds": 0.0, "step_seconds": 0.010},
-             "slow": {"setup_seconds": 1.0, "step_seconds": 0.020}}
+    costs = {
+        "random": {"setup_seconds": 0.0, "step_seconds": 0.010},
+        "slow": {"setup_seconds": 1.0, "step_seconds": 0.020},
+    }
     assert bench.budget_steps(costs, "random", 600, 0.5) == 300
     # random's full wall 6 s; half of it is 3 s, of which the set-up takes 1 s: 100 steps of 20 ms
     assert bench.budget_steps(costs, "slow", 600, 0.5) == 100
@@ -127,14 +130,28 @@ def _run(final, wall):
 def test_wall_saved_is_the_smallest_budget_from_which_the_target_is_reached(bench):
     budgets = [0.3, 0.5, 0.7, 1.0]
     noise = [0.0, 0.002, -0.002]  # per seed, so that standard errors are not zero
-    random = {"0.3": [0.80 + e for e in noise], "0.5": [0.85 + e for e in noise],
-              "0.7": [0.895 + e for e in noise], "1": [0.90 + e for e in noise]}
-    fast = {"0.3": [0.86 + e for e in noise], "0.5": [0.905 + e for e in noise],
-            "0.7": [0.91 + e for e in noise], "1": [0.91 + e for e in noise]}
-    flaky = {"0.3": [0.92 + e for e in noise], "0.5": [0.85 + e for e in noise],  # reaches at 0.3 by chance only
-             "0.7": [0.90 + e for e in noise], "1": [0.90 + e for e in noise]}
-    runs = {m: {k: [_run(v, float(k) * 10) for v in vals] for k, vals in table.items()}
-            for m, table in (("random", random), ("fast", fast), ("flaky", flaky))}
+    random = {
+        "0.3": [0.80 + e for e in noise],
+        "0.5": [0.85 + e for e in noise],
+        "0.7": [0.895 + e for e in noise],
+        "1": [0.90 + e for e in noise],
+    }
+    fast = {
+        "0.3": [0.86 + e for e in noise],
+        "0.5": [0.905 + e for e in noise],
+        "0.7": [0.91 + e for e in noise],
+        "1": [0.91 + e for e in noise],
+    }
+    flaky = {
+        "0.3": [0.92 + e for e in noise],
+        "0.5": [0.85 + e for e in noise],  # reaches at 0.3 by chance only
+        "0.7": [0.90 + e for e in noise],
+        "1": [0.90 + e for e in noise],
+    }
+    runs = {
+        m: {k: [_run(v, float(k) * 10) for v in vals] for k, vals in table.items()}
+        for m, table in (("random", random), ("fast", fast), ("flaky", flaky))
+    }
     summary = bench.summarize(runs, ["random", "fast", "flaky"], budgets)
     assert summary["target"] == pytest.approx(0.90)
     rows = summary["rows"]
@@ -151,9 +168,22 @@ def test_wall_saved_is_the_smallest_budget_from_which_the_target_is_reached(benc
 
 def test_quick_mode_reports_every_method_regime_and_budget(tmp_path):
     stem = tmp_path / "q"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_quality.py"), "--quick",
-                           "--methods", "random,loss-rank", "--regimes", "clean,noise", "--out", str(stem)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_quality.py"),
+            "--quick",
+            "--methods",
+            "random,loss-rank",
+            "--regimes",
+            "clean,noise",
+            "--out",
+            str(stem),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(Path(str(stem) + ".json").read_text())["results"]["digits-mlp"]
     for regime in ("clean", "noise"):
@@ -167,11 +197,15 @@ def test_quick_mode_reports_every_method_regime_and_budget(tmp_path):
         # the target is random's full-budget mean; differences are paired per seed at equal budget
         assert summary["target"] == pytest.approx(np.mean([r["final"] for r in runs["random"]["1"]]))
         cell = rows["loss-rank"]["budgets"]["0.5"]
-        paired = np.subtract([r["final"] for r in runs["loss-rank"]["0.5"]], [r["final"] for r in runs["random"]["0.5"]])
+        paired = np.subtract(
+            [r["final"] for r in runs["loss-rank"]["0.5"]], [r["final"] for r in runs["random"]["0.5"]]
+        )
         assert cell["diff_mean"] == pytest.approx(paired.mean())
         # wall fractions are measured, re-based on random's full-budget wall
         anchor = np.mean([r["wall_seconds"] for r in runs["random"]["1"]])
-        assert cell["wall_fraction"] == pytest.approx(np.mean([r["wall_seconds"] for r in runs["loss-rank"]["0.5"]]) / anchor)
+        assert cell["wall_fraction"] == pytest.approx(
+            np.mean([r["wall_seconds"] for r in runs["loss-rank"]["0.5"]]) / anchor
+        )
         for row in rows.values():
             assert all(len(c["final_per_seed"]) == 2 and 0.1 < c["final_mean"] <= 1.0 for c in row["budgets"].values())
     # label noise costs a model accuracy on the clean test labels, whatever the batches
@@ -194,13 +228,33 @@ def test_mpi_mode_runs_two_ranks_end_to_end(tmp_path):
     from common import run_command
 
     drop = ("OMPI_", "PMIX_", "PMI_", "MV2_", "PRTE_")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(drop) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(drop) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+    }
     stem = tmp_path / "m"
-    output = run_command([sys.executable, ROOT / "benchmarks" / "bench_quality.py", "--quick", "--mpi", "2",
-                          "--regimes", "clean", "--methods", "random,loss-rank,lr-pf",
-                          "--variant", "lr-pf=loss-rank:prefetch=1", "--steps-scale", "0.2", "--out", stem],
-                         env, timeout=120)
+    output = run_command(
+        [
+            sys.executable,
+            ROOT / "benchmarks" / "bench_quality.py",
+            "--quick",
+            "--mpi",
+            "2",
+            "--regimes",
+            "clean",
+            "--methods",
+            "random,loss-rank,lr-pf",
+            "--variant",
+            "lr-pf=loss-rank:prefetch=1",
+            "--steps-scale",
+            "0.2",
+            "--out",
+            stem,
+        ],
+        env,
+        timeout=120,
+    )
     assert "2 ranks x B=32" in output and "digits-mlp / clean" in output
     payload = json.loads(Path(str(stem) + ".json").read_text())
     assert payload["world_size"] == 2 and payload["args"]["bind_to"] == "core"
@@ -213,6 +267,7 @@ def test_mpi_mode_runs_two_ranks_end_to_end(tmp_path):
             assert len(run["rank_wall_seconds"]) == 2 and run["wall_seconds"] == max(run["rank_wall_seconds"])
             assert 0.1 < run["final"] <= 1.0 and run["last_lr"] == 0
     # random batches use no feedback: nothing is all-gathered; loss-rank's feedback is
-    assert sum(r["observe_seconds"] for r in runs["random"]["1"]) < \
-        sum(r["observe_seconds"] for r in runs["loss-rank"]["1"])
+    assert sum(r["observe_seconds"] for r in runs["random"]["1"]) < sum(
+        r["observe_seconds"] for r in runs["loss-rank"]["1"]
+    )
     assert Path(str(stem) + ".md").exists()

@@ -1,4 +1,5 @@
 """Input checks (batchsel._checks) and file I/O (batchsel.io)."""
+
 import os
 import stat
 
@@ -48,13 +49,16 @@ def test_load_embeddings_float32_c_contiguous_is_not_copied():
     assert load_embeddings(x) is x
 
 
-@pytest.mark.parametrize("make", [
-    lambda x: x.astype(np.float64),
-    lambda x: np.asfortranarray(x),
-    lambda x: x[::2],  # strided rows: not contiguous
-    lambda x: x.tolist(),
-    lambda x: torch.from_numpy(x.astype(np.float64)),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: x.astype(np.float64),
+        lambda x: np.asfortranarray(x),
+        lambda x: x[::2],  # strided rows: not contiguous
+        lambda x: x.tolist(),
+        lambda x: torch.from_numpy(x.astype(np.float64)),
+    ],
+)
 def test_load_embeddings_converts_to_float32_c(make):
     x = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
     src = make(x)
@@ -77,12 +81,15 @@ def test_load_embeddings_npy_path_is_memory_mapped(tmp_path):
     np.testing.assert_array_equal(out, x)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.zeros(5, np.float32), r"2-D \(N x d\), got 1-D array of shape \(5,\)"),
-    (np.zeros((2, 3, 4), np.float32), r"2-D \(N x d\), got 3-D array of shape \(2, 3, 4\)"),
-    (np.zeros((0, 4), np.float32), r"embeddings is empty: shape \(0, 4\)"),
-    (np.zeros((4, 0), np.float32), r"embeddings is empty: shape \(4, 0\)"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.zeros(5, np.float32), r"2-D \(N x d\), got 1-D array of shape \(5,\)"),
+        (np.zeros((2, 3, 4), np.float32), r"2-D \(N x d\), got 3-D array of shape \(2, 3, 4\)"),
+        (np.zeros((0, 4), np.float32), r"embeddings is empty: shape \(0, 4\)"),
+        (np.zeros((4, 0), np.float32), r"embeddings is empty: shape \(4, 0\)"),
+    ],
+)
 def test_load_embeddings_bad_shapes(bad, match):
     with pytest.raises(ValueError, match=match):
         load_embeddings(bad)
@@ -283,8 +290,11 @@ def test_load_array_bad_files(tmp_path):
     with pytest.raises(ValueError, match=r"x\.csv.*unknown file type"):
         load_array(tmp_path / "x.csv")
     x = np.arange(1000, dtype=np.float64)
-    for name, save in [("t.npy", lambda p: np.save(p, x)), ("t.npz", lambda p: np.savez(p, x=x)),
-                       ("t.pt", lambda p: torch.save(torch.from_numpy(x), p))]:
+    for name, save in [
+        ("t.npy", lambda p: np.save(p, x)),
+        ("t.npz", lambda p: np.savez(p, x=x)),
+        ("t.pt", lambda p: torch.save(torch.from_numpy(x), p)),
+    ]:
         path = tmp_path / name
         save(path)
         path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])  # truncated

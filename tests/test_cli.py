@@ -1,6 +1,7 @@
 """The ``batchsel`` command line, run as a user runs it: as a subprocess, on small real data
 (a subset of scikit-learn's digits). A few checks that need to break the program from the
 inside (an unexpected exception, Ctrl-C during a write) call ``main()`` in-process."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "batchsel", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-
+    return subprocess.run(
+        [sys.executable, "-m", "batchsel", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +78,7 @@ def inside_fraction(plan: batchsel.EpochPlan, graph: sp.csr_matrix) -> float:
 
 # -- the basics ---------------------------------------------------------------------------
 
+
 def test_version(data):
     out = run("--version", cwd=data)
     assert out.returncode == 0 and out.stdout.strip() == f"batchsel {batchsel.__version__}"
@@ -92,9 +95,25 @@ def test_help_has_a_worked_example(command, capsys):
 
 # -- plan and inspect ---------------------------------------------------------------------
 
+
 def test_random_plan_matches_python_api_and_inspects(work):
-    out = run("plan", "emb.npy", "--batch-size", "32", "--workers", "3", "--epochs", "2", "--seed", "5",
-              "--out", "plan.npz", "--json", "--quiet", cwd=work)
+    out = run(
+        "plan",
+        "emb.npy",
+        "--batch-size",
+        "32",
+        "--workers",
+        "3",
+        "--epochs",
+        "2",
+        "--seed",
+        "5",
+        "--out",
+        "plan.npz",
+        "--json",
+        "--quiet",
+        cwd=work,
+    )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     selector = batchsel.RandomSelector(N, 32, seed=5)
@@ -123,8 +142,26 @@ def test_random_plan_matches_python_api_and_inspects(work):
 
 
 def test_graph_plan_keeps_edges_and_plots(work):
-    out = run("plan", "emb.npy", "--method", "graph", "--neighbors", "10", "--batch-size", "40", "--workers", "2",
-              "--seed", "3", "--save-graph", "knn.npz", "--out", "plan.npz", "--quiet", cwd=work)
+    out = run(
+        "plan",
+        "emb.npy",
+        "--method",
+        "graph",
+        "--neighbors",
+        "10",
+        "--batch-size",
+        "40",
+        "--workers",
+        "2",
+        "--seed",
+        "3",
+        "--save-graph",
+        "knn.npz",
+        "--out",
+        "plan.npz",
+        "--quiet",
+        cwd=work,
+    )
     assert out.returncode == 0, out.stderr
     assert "fingerprint" in out.stdout
     graph = sp.load_npz(work / "knn.npz")
@@ -139,15 +176,37 @@ def test_graph_plan_keeps_edges_and_plots(work):
     assert inside_fraction(expected, graph.tocsr()) > 3 * 39 / (N - 1)
 
 
-@pytest.mark.parametrize("method, extra, build", [
-    pytest.param("submodular", [], lambda x, y: batchsel.SubmodularSelector(x, 32, seed=2)),
-    pytest.param("loss", [], lambda x, y: batchsel.LossRankSelector(len(x), 32, seed=2)),
-    pytest.param("coreset", ["--labels", "labels.npy", "--fraction", "0.25"],
-                 lambda x, y: batchsel.CoresetSelector(x, y, 32, seed=2, fraction=0.25)),
-])
+@pytest.mark.parametrize(
+    "method, extra, build",
+    [
+        pytest.param("submodular", [], lambda x, y: batchsel.SubmodularSelector(x, 32, seed=2)),
+        pytest.param("loss", [], lambda x, y: batchsel.LossRankSelector(len(x), 32, seed=2)),
+        pytest.param(
+            "coreset",
+            ["--labels", "labels.npy", "--fraction", "0.25"],
+            lambda x, y: batchsel.CoresetSelector(x, y, 32, seed=2, fraction=0.25),
+        ),
+    ],
+)
 def test_other_methods_match_python_api(work, method, extra, build):
-    out = run("plan", "emb.npy", "--method", method, *extra, "--batch-size", "32", "--workers", "2", "--seed", "2",
-              "--out", "plan.npz", "--json", "--quiet", cwd=work)
+    out = run(
+        "plan",
+        "emb.npy",
+        "--method",
+        method,
+        *extra,
+        "--batch-size",
+        "32",
+        "--workers",
+        "2",
+        "--seed",
+        "2",
+        "--out",
+        "plan.npz",
+        "--json",
+        "--quiet",
+        cwd=work,
+    )
     assert out.returncode == 0, out.stderr
     expected = build(load_x(work), np.load(work / "labels.npy")).plan(epoch=0, world_size=2)
     saved = batchsel.EpochPlan.load(work / "plan.npz").validate()
@@ -157,16 +216,34 @@ def test_other_methods_match_python_api(work, method, extra, build):
 
 def test_report_of_a_weighted_plan_with_repeats_and_unlabeled_examples():
     # in-process: the figures of `inspect` on a hand-made plan whose answers are known
-    plan = batchsel.EpochPlan([[np.array([0, 1, 2]), np.array([3, 0])], [np.array([4, 5]), np.array([5, 6])]],
-                              weights=[[np.ones(3), np.full(2, 2.0)], [np.ones(2), np.ones(2)]], num_examples=8)
+    plan = batchsel.EpochPlan(
+        [[np.array([0, 1, 2]), np.array([3, 0])], [np.array([4, 5]), np.array([5, 6])]],
+        weights=[[np.ones(3), np.full(2, 2.0)], [np.ones(2), np.ones(2)]],
+        num_examples=8,
+    )
     labels = np.array([0, 0, 1, 1, -1, -1, 2, 2])
-    graph = sp.csr_matrix(np.array([[0, 1, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 3],
-                                    [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 0, 0], [0, 0, 0, 0, 2, 0, 0, 0],
-                                    [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 3, 0, 0, 0, 0, 0]], dtype=np.float32))
+    graph = sp.csr_matrix(
+        np.array(
+            [
+                [0, 1, 0, 0, 0, 0, 0, 0],
+                [1, 0, 0, 0, 0, 0, 0, 0],
+                [0, 0, 0, 0, 0, 0, 0, 3],
+                [0, 0, 0, 0, 0, 0, 0, 0],
+                [0, 0, 0, 0, 0, 2, 0, 0],
+                [0, 0, 0, 0, 2, 0, 0, 0],
+                [0, 0, 0, 0, 0, 0, 0, 0],
+                [0, 0, 3, 0, 0, 0, 0, 0],
+            ],
+            dtype=np.float32,
+        )
+    )
     rep = cli.plan_report(plan, labels, graph)
     assert rep["weighted"] and [r["weight_sum"] for r in rep["ranks"]] == [7.0, 4.0]
     assert rep["coverage"] == 7 / 8 and rep["duplicates"] == 2  # example 7 never drawn; 0 and 5 twice
-    assert rep["ranks"][0]["label_entropy"] == [pytest.approx(-(2 / 3) * np.log2(2 / 3) - (1 / 3) * np.log2(1 / 3)), 1.0]
+    assert rep["ranks"][0]["label_entropy"] == [
+        pytest.approx(-(2 / 3) * np.log2(2 / 3) - (1 / 3) * np.log2(1 / 3)),
+        1.0,
+    ]
     assert rep["ranks"][1]["label_entropy"] == [None, 0.0]  # a batch of unlabeled examples has no entropy
     # edges: 0-1 (inside batch 0), 4-5 (inside rank 1 batch 0), 2-7 (7 is never drawn)
     assert rep["graph"]["edge_weight_inside"] == pytest.approx((2 * 1 + 2 * 2) / (2 * 1 + 2 * 2 + 2 * 3))
@@ -175,6 +252,7 @@ def test_report_of_a_weighted_plan_with_repeats_and_unlabeled_examples():
 
 
 # -- select -------------------------------------------------------------------------------
+
 
 def test_select_matches_python_api(work):
     out = run("select", "emb.npy", "--k", "15", "--json", "--out", "picked.npy", "--quiet", cwd=work)
@@ -197,8 +275,19 @@ def test_select_other_objectives_and_torch_input(work):
     import torch
 
     torch.save(torch.from_numpy(load_x(work)), work / "emb.pt")
-    out = run("select", "emb.pt", "--k", "8", "--objective", "feature-based", "--optimizer", "naive", "--json",
-              "--quiet", cwd=work)
+    out = run(
+        "select",
+        "emb.pt",
+        "--k",
+        "8",
+        "--objective",
+        "feature-based",
+        "--optimizer",
+        "naive",
+        "--json",
+        "--quiet",
+        cwd=work,
+    )
     assert out.returncode == 0, out.stderr
     expected = batchsel.maximize(batchsel.FeatureBased(load_x(work)), 8, optimizer="naive")
     assert json.loads(out.stdout)["indices"] == expected.indices.tolist()
@@ -224,9 +313,32 @@ BAD = {
     "NaN embeddings": ["select", "nan.npy", "--k", "5", "--out", "out.npy"],
     "1-D array": ["plan", "flat.npy", "--batch-size", "8", "--workers", "2", "--out", "out.npz"],
     "k larger than N": ["select", "emb.npy", "--k", str(N + 1), "--out", "out.npy"],
-    "unknown method": ["plan", "emb.npy", "--method", "magic", "--batch-size", "8", "--workers", "2", "--out", "out.npz"],
-    "labels of the wrong length": ["plan", "emb.npy", "--method", "coreset", "--labels", "labels_short.npy",
-                                   "--batch-size", "8", "--workers", "2", "--out", "out.npz"],
+    "unknown method": [
+        "plan",
+        "emb.npy",
+        "--method",
+        "magic",
+        "--batch-size",
+        "8",
+        "--workers",
+        "2",
+        "--out",
+        "out.npz",
+    ],
+    "labels of the wrong length": [
+        "plan",
+        "emb.npy",
+        "--method",
+        "coreset",
+        "--labels",
+        "labels_short.npy",
+        "--batch-size",
+        "8",
+        "--workers",
+        "2",
+        "--out",
+        "out.npz",
+    ],
     "output folder missing": ["plan", "emb.npy", "--batch-size", "8", "--workers", "2", "--out", "no/such/out.npz"],
 }
 # More of the same, checked in-process (the same code path without a process start each).
@@ -237,10 +349,30 @@ BAD_IN_PROCESS = {
     "embeddings given as the plan": ["inspect", "emb.npy"],
     "inspect labels of the wrong length": ["inspect", "plan.npz", "--labels", "labels_short.npy"],
     "graph of the wrong size": ["inspect", "plan.npz", "--graph", "small_graph.npz"],
-    "coreset without labels": ["plan", "emb.npy", "--method", "coreset", "--batch-size", "8", "--workers", "2",
-                               "--out", "out.npz"],
-    "option of another method": ["plan", "emb.npy", "--pool-size", "64", "--batch-size", "8", "--workers", "2",
-                                 "--out", "out.npz"],
+    "coreset without labels": [
+        "plan",
+        "emb.npy",
+        "--method",
+        "coreset",
+        "--batch-size",
+        "8",
+        "--workers",
+        "2",
+        "--out",
+        "out.npz",
+    ],
+    "option of another method": [
+        "plan",
+        "emb.npy",
+        "--pool-size",
+        "64",
+        "--batch-size",
+        "8",
+        "--workers",
+        "2",
+        "--out",
+        "out.npz",
+    ],
     "negative features": ["select", "centered.npy", "--k", "3", "--objective", "feature-based"],
     "bad --k": ["select", "emb.npy", "--k", "three"],
     "no command": [],
@@ -294,6 +426,7 @@ def test_existing_output_needs_force(work):
 
 # -- failures from the inside (in-process) ------------------------------------------------
 
+
 def test_unexpected_error_exits_1_traceback_only_with_debug(work, monkeypatch, capsys):
     def broken(args):
         raise RuntimeError("something broke")
@@ -309,17 +442,24 @@ def test_unexpected_error_exits_1_traceback_only_with_debug(work, monkeypatch, c
 
 # -- the shell example ----------------------------------------------------------------------
 
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_cli_example_script_runs(tmp_path):
     env = dict(os.environ, BATCHSEL=f"{sys.executable} -m batchsel", PYTHON=sys.executable)
-    out = subprocess.run(["bash", str(ROOT / "examples" / "cli_example.sh"), "300", str(tmp_path)],
-                         capture_output=True, text=True, env=env, timeout=600)
+    out = subprocess.run(
+        ["bash", str(ROOT / "examples" / "cli_example.sh"), "300", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "method graph" in out.stdout and "graph edge weight inside batches" in out.stdout
     assert (tmp_path / "graph_plan.png").stat().st_size > 0
 
 
 # -- issue 14: exit codes, signals, outputs written together, special files ---------------
+
 
 def test_internal_errors_exit_1_bad_input_exits_2(work, monkeypatch, capsys):
     # a ValueError from inside numpy (or from a call batchsel got wrong) is a bug, not bad input
@@ -377,8 +517,22 @@ def test_json_stays_json_when_metis_prints(work, monkeypatch, capfd):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(pymetis, "part_graph", chatty)
-    code = cli.main(["plan", str(work / "emb.npy"), "--method", "graph", "--batch-size", "40", "--workers", "2",
-                     "--out", str(work / "plan.npz"), "--json", "--quiet"])
+    code = cli.main(
+        [
+            "plan",
+            str(work / "emb.npy"),
+            "--method",
+            "graph",
+            "--batch-size",
+            "40",
+            "--workers",
+            "2",
+            "--out",
+            str(work / "plan.npz"),
+            "--json",
+            "--quiet",
+        ]
+    )
     out, err = capfd.readouterr()
     assert code == 0, err
     assert json.loads(out)["method"] == "graph" and "METIS: some diagnostics" in err
@@ -397,8 +551,21 @@ def test_random_plan_reads_only_the_row_count(work, monkeypatch, capsys):
     monkeypatch.setattr(cli, "load_embeddings", no_loading)
     monkeypatch.setattr(cli, "load_array", no_loading)
     for path in ("emb64.npy", "bundle.npz:emb"):
-        code = cli.main(["plan", str(work / path), "--batch-size", "32", "--workers", "2", "--out",
-                         str(work / "plan.npz"), "--force", "--json", "--quiet"])
+        code = cli.main(
+            [
+                "plan",
+                str(work / path),
+                "--batch-size",
+                "32",
+                "--workers",
+                "2",
+                "--out",
+                str(work / "plan.npz"),
+                "--force",
+                "--json",
+                "--quiet",
+            ]
+        )
         captured = capsys.readouterr()
         assert code == 0, captured.err
         expected = batchsel.RandomSelector(N, 32).plan(0, 2).fingerprint()
@@ -435,12 +602,42 @@ def test_more_clear_errors_in_process(work, monkeypatch, capsys):
         "values beyond float32": (["select", "huge.npy", "--k", "3"], "float32 range"),
         "squared distances overflow": (["select", "scaled.npy", "--k", "3"], "overflow float32"),
         "k-NN graph overflow": (["select", "scaled.npy", "--k", "3", "--neighbors", "5"], "overflow float32"),
-        "coreset overflow": (["plan", "scaled.npy", "--method", "coreset", "--labels", "labels.npy",
-                              "--batch-size", "8", "--workers", "2", "--out", "out.npz"], "overflow float32"),
+        "coreset overflow": (
+            [
+                "plan",
+                "scaled.npy",
+                "--method",
+                "coreset",
+                "--labels",
+                "labels.npy",
+                "--batch-size",
+                "8",
+                "--workers",
+                "2",
+                "--out",
+                "out.npz",
+            ],
+            "overflow float32",
+        ),
         "negative epoch": (["inspect", "plan.npz", "--epoch", "-1"], "--epoch must be >= 0"),
         "header without num_examples": (["inspect", "headless.npz"], "lacks ['num_examples']"),
-        "graph of zeros": (["plan", "emb.npy", "--method", "graph", "--graph", "zero_graph.npz", "--batch-size", "8",
-                            "--workers", "2", "--out", "out.npz"], "no edges"),
+        "graph of zeros": (
+            [
+                "plan",
+                "emb.npy",
+                "--method",
+                "graph",
+                "--graph",
+                "zero_graph.npz",
+                "--batch-size",
+                "8",
+                "--workers",
+                "2",
+                "--out",
+                "out.npz",
+            ],
+            "no edges",
+        ),
     }
     before = sorted(p.name for p in work.iterdir())
     for case, (argv, match) in cases.items():
@@ -454,8 +651,22 @@ def test_select_stream_reads_the_npy_in_chunks_same_output_format(work, monkeypa
     monkeypatch.chdir(work)
     x = load_x(work)
     expected = batchsel.SieveStreaming("feature-based", 12).fit(x, chunk_rows=64)
-    out = run("select", "emb.npy", "--k", "12", "--objective", "feature-based", "--stream", "--chunk-rows", "64",
-              "--json", "--out", "picked.npz", "--quiet", cwd=work)
+    out = run(
+        "select",
+        "emb.npy",
+        "--k",
+        "12",
+        "--objective",
+        "feature-based",
+        "--stream",
+        "--chunk-rows",
+        "64",
+        "--json",
+        "--out",
+        "picked.npz",
+        "--quiet",
+        cwd=work,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["optimizer"] == "sieve" and result["indices"] == expected.indices_.tolist()
@@ -474,21 +685,46 @@ def test_select_stream_reads_the_npy_in_chunks_same_output_format(work, monkeypa
     capsys.readouterr()
     np.save("centered.npy", x - x.mean(axis=0))
     before = sorted(p.name for p in work.iterdir())
-    for argv in (["bundle.npz:emb", "--stream"], ["emb.npy", "--stream", "--chunk-rows", "0"],
-                 ["emb.npy", "--chunk-rows", "10"], ["emb.npy", "--stream", "--objective", "graph-cut"],
-                 ["centered.npy", "--stream", "--objective", "feature-based"], ["nan.npy", "--stream"],
-                 ["emb.npy", "--stream", "--optimizer", "naive"], ["emb.npy", "--stream", "--k", str(N + 1)]):
+    for argv in (
+        ["bundle.npz:emb", "--stream"],
+        ["emb.npy", "--stream", "--chunk-rows", "0"],
+        ["emb.npy", "--chunk-rows", "10"],
+        ["emb.npy", "--stream", "--objective", "graph-cut"],
+        ["centered.npy", "--stream", "--objective", "feature-based"],
+        ["nan.npy", "--stream"],
+        ["emb.npy", "--stream", "--optimizer", "naive"],
+        ["emb.npy", "--stream", "--k", str(N + 1)],
+    ):
         code = cli.main(["select", *argv, *([] if "--k" in argv else ["--k", "3"]), "--out", "out.npy", "--quiet"])
         captured = capsys.readouterr()
         check_one_line_error(code, captured.out, captured.err, work, before)
 
 
-@pytest.mark.parametrize("optimizer,metric", [("approximate-lazy", "corr"), ("modular", "cosine"),
-                                              ("bidirectional", "euclidean")])
+@pytest.mark.parametrize(
+    "optimizer,metric", [("approximate-lazy", "corr"), ("modular", "cosine"), ("bidirectional", "euclidean")]
+)
 def test_select_offers_every_optimizer_and_metric_of_maximize(data, tmp_path, capsys, optimizer, metric):
     out = tmp_path / "chosen.npy"
-    assert cli.main(["select", str(data / "emb.npy"), "--k", "7", "--objective", "graph-cut",
-                     "--optimizer", optimizer, "--metric", metric, "--out", str(out), "--quiet"]) == 0
+    assert (
+        cli.main(
+            [
+                "select",
+                str(data / "emb.npy"),
+                "--k",
+                "7",
+                "--objective",
+                "graph-cut",
+                "--optimizer",
+                optimizer,
+                "--metric",
+                metric,
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     x = np.load(data / "emb.npy")
     expected = batchsel.maximize(batchsel.GraphCut.from_embeddings(x, metric), 7, optimizer, seed=0)
     np.testing.assert_array_equal(np.load(out), expected.indices)

@@ -22,6 +22,7 @@ or changed file when the exit code is not 0); a ComplexWarning (a lossy cast of 
 an error. The bulk runs in-process (``cli.main``); a small
 subprocess sample makes a death by signal (segfault, OOM kill) observable.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,11 +51,18 @@ SCALE = int(os.environ.get("BATCHSEL_FUZZ_SCALE", "1"))
 
 
 def fuzz(max_examples: int) -> settings:
-    return settings(max_examples=max_examples * SCALE, deadline=None, derandomize=SCALE == 1, database=None,
-                    print_blob=True, suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=max_examples * SCALE,
+        deadline=None,
+        derandomize=SCALE == 1,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 # -- generated inputs -------------------------------------------------------------------
+
 
 @st.composite
 def mostly(draw, valid, *hostile):
@@ -67,8 +75,16 @@ def mostly(draw, valid, *hostile):
 
 
 DTYPES = mostly(st.sampled_from(["float32", "float64"]), "float16", "int64", "int8", "bool", "complex64", "object")
-SHAPES = mostly(st.tuples(st.integers(2, 24), st.integers(1, 6)),  # N x d, the usual
-                (0, 4), (5, 0), (0,), (7,), (6, 3, 2), (1, 3), (2, 1))
+SHAPES = mostly(
+    st.tuples(st.integers(2, 24), st.integers(1, 6)),  # N x d, the usual
+    (0, 4),
+    (5, 0),
+    (0,),
+    (7,),
+    (6, 3, 2),
+    (1, 3),
+    (2, 1),
+)
 MAGNITUDES = mostly(st.just(1.0), 1e20, 1e-30, 1e300, 1e-300, 1e5, 1e18)
 SPECIAL = mostly(st.just("none"), "nan", "inf", "-inf", "constant", "duplicate rows")
 
@@ -133,8 +149,16 @@ def write_array(folder: Path, stem: str, x: np.ndarray, fmt: str) -> str:
     raise AssertionError(fmt)
 
 
-FORMATS = mostly(st.sampled_from(["npy", "npz", "pt"]), "npz-wrong-name", "npz-no-name", "bytes", "missing", "folder",
-                 "pt-bf16", "pt-dict")
+FORMATS = mostly(
+    st.sampled_from(["npy", "npz", "pt"]),
+    "npz-wrong-name",
+    "npz-no-name",
+    "bytes",
+    "missing",
+    "folder",
+    "pt-bf16",
+    "pt-dict",
+)
 COUNTS = mostly(st.integers(1, 6), 0, -1, 24, 25, 10**6, 2**63)  # --k, --batch-size: 0, < 0, > N
 SMALL = mostly(st.integers(1, 3), 0, -1, 40)  # --workers, --epochs
 
@@ -157,8 +181,7 @@ def contents(folder: Path) -> dict[str, bytes]:
 
 def run_in_process(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-            warnings.catch_warnings(record=True) as seen:
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         # a lossy cast of input (complex -> real) is a silent wrong result: exit 1, a failure here
         warnings.simplefilter("error", np.exceptions.ComplexWarning)
@@ -175,8 +198,13 @@ def check(argv: list[str], folder: Path, outputs: list[str], subprocess_run: boo
     """Run ``argv``; assert exit 0/2, one line when 2, and nothing left behind."""
     before, saved = listing(folder), contents(folder)
     if subprocess_run:
-        proc = subprocess.run([sys.executable, "-m", "batchsel", *argv, "--quiet"], cwd=folder, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "batchsel", *argv, "--quiet"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         code, out, err = proc.returncode, proc.stdout, proc.stderr
         assert code >= 0, f"killed by signal {-code}: {argv}\n{err}"
     else:
@@ -214,36 +242,88 @@ def opt(name: str, value) -> list[str]:
 
 # -- select ------------------------------------------------------------------------------
 
+
 @fuzz(max_examples=150)
-@given(x=arrays(), fmt=FORMATS, k=COUNTS,
-       objective=st.sampled_from([None, *cli.OBJECTIVES]),
-       optimizer=st.sampled_from([None, *cli.OPTIMIZERS]),
-       metric=st.sampled_from([None, *cli.METRICS]),
-       neighbors=mostly(st.sampled_from([None, 1, 3]), 0, -2, 100),
-       out=mostly(st.sampled_from([None, "picked.npy", "picked.npz"]), "picked.txt", "no/such/picked.npy", "emb.npy"),
-       as_json=st.booleans(), epsilon=mostly(st.sampled_from([None, 0.1, 0.5]), 0.0, 1.0, -0.1, "nan", "inf"),
-       seed=mostly(st.sampled_from([None, 0, 7]), -1, 2**64))
-@example(x=np.random.default_rng(0).standard_normal((30, 4)) * 1e20, fmt="npy", k=5, objective=None,
-         optimizer=None, metric=None, neighbors=None, out="picked.npy", as_json=True, epsilon=None, seed=None)
-@example(x=np.random.default_rng(0).standard_normal((30, 4)) * 1e-30, fmt="npy", k=5, objective=None,
-         optimizer=None, metric="cosine", neighbors=3, out=None, as_json=False, epsilon=None, seed=None)
+@given(
+    x=arrays(),
+    fmt=FORMATS,
+    k=COUNTS,
+    objective=st.sampled_from([None, *cli.OBJECTIVES]),
+    optimizer=st.sampled_from([None, *cli.OPTIMIZERS]),
+    metric=st.sampled_from([None, *cli.METRICS]),
+    neighbors=mostly(st.sampled_from([None, 1, 3]), 0, -2, 100),
+    out=mostly(st.sampled_from([None, "picked.npy", "picked.npz"]), "picked.txt", "no/such/picked.npy", "emb.npy"),
+    as_json=st.booleans(),
+    epsilon=mostly(st.sampled_from([None, 0.1, 0.5]), 0.0, 1.0, -0.1, "nan", "inf"),
+    seed=mostly(st.sampled_from([None, 0, 7]), -1, 2**64),
+)
+@example(
+    x=np.random.default_rng(0).standard_normal((30, 4)) * 1e20,
+    fmt="npy",
+    k=5,
+    objective=None,
+    optimizer=None,
+    metric=None,
+    neighbors=None,
+    out="picked.npy",
+    as_json=True,
+    epsilon=None,
+    seed=None,
+)
+@example(
+    x=np.random.default_rng(0).standard_normal((30, 4)) * 1e-30,
+    fmt="npy",
+    k=5,
+    objective=None,
+    optimizer=None,
+    metric="cosine",
+    neighbors=3,
+    out=None,
+    as_json=False,
+    epsilon=None,
+    seed=None,
+)
 def test_select_fuzz(x, fmt, k, objective, optimizer, metric, neighbors, out, as_json, epsilon, seed):
     with folder() as d:
         path = write_array(d, "emb", x, fmt)
-        argv = ["select", path, "--k", str(k), *opt("--objective", objective), *opt("--optimizer", optimizer),
-                *opt("--metric", metric), *opt("--neighbors", neighbors), *opt("--out", out and str(d / out)),
-                *(["--json"] if as_json else []), *opt("--epsilon", epsilon), *opt("--seed", seed)]
+        argv = [
+            "select",
+            path,
+            "--k",
+            str(k),
+            *opt("--objective", objective),
+            *opt("--optimizer", optimizer),
+            *opt("--metric", metric),
+            *opt("--neighbors", neighbors),
+            *opt("--out", out and str(d / out)),
+            *(["--json"] if as_json else []),
+            *opt("--epsilon", epsilon),
+            *opt("--seed", seed),
+        ]
         check(argv, d, [out] if out else [])
 
 
 # -- plan --------------------------------------------------------------------------------
 
+
 @st.composite
 def graphs(draw, n: int):
     """A graph file's content for N examples: (kind, matrix or array)."""
-    kind = draw(st.randoms(use_true_random=False)).choice([
-        "knn", "knn", "zeros", "asymmetric", "negative", "nan", "wrong shape", "empty", "dense array", "random bytes",
-        "rectangular"])
+    kind = draw(st.randoms(use_true_random=False)).choice(
+        [
+            "knn",
+            "knn",
+            "zeros",
+            "asymmetric",
+            "negative",
+            "nan",
+            "wrong shape",
+            "empty",
+            "dense array",
+            "random bytes",
+            "rectangular",
+        ]
+    )
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     m = max(n, 1)
     a = sp.random(m, m, density=0.3, random_state=rng, format="csr", dtype=np.float64)
@@ -281,41 +361,91 @@ def write_graph(d: Path, kind: str, g) -> str:
 
 
 METHOD_OPTIONS = {
-    "submodular": [("--weights", mostly(st.sampled_from(["1,1,1,1", "0.5,0,1,2"]), "1,2", "a,b,c,d", "nan,1,1,1",
-                                        "-1,0,0,0", "0,0,0,0", "inf,1,1,1", "1e300,1,1,1", "")),
-                   ("--pool-size", mostly(st.integers(1, 50), 0, -1, 10**9)),
-                   ("--partition", st.sampled_from(["random", "submodular"])),
-                   ("--metric", st.sampled_from(cli.METRICS))],
+    "submodular": [
+        (
+            "--weights",
+            mostly(
+                st.sampled_from(["1,1,1,1", "0.5,0,1,2"]),
+                "1,2",
+                "a,b,c,d",
+                "nan,1,1,1",
+                "-1,0,0,0",
+                "0,0,0,0",
+                "inf,1,1,1",
+                "1e300,1,1,1",
+                "",
+            ),
+        ),
+        ("--pool-size", mostly(st.integers(1, 50), 0, -1, 10**9)),
+        ("--partition", st.sampled_from(["random", "submodular"])),
+        ("--metric", st.sampled_from(cli.METRICS)),
+    ],
     "loss": [("--pressure", mostly(st.sampled_from([1.0, 2.0, 100.0]), 0.0, -1.0, 0.5, "nan", "inf", 1e308))],
-    "graph": [("--blocks-per-batch", mostly(st.integers(1, 4), 0, -1, 10**6)),
-              ("--metric", st.sampled_from(cli.METRICS))],
+    "graph": [
+        ("--blocks-per-batch", mostly(st.integers(1, 4), 0, -1, 10**6)),
+        ("--metric", st.sampled_from(cli.METRICS)),
+    ],
     "coreset": [("--metric", st.sampled_from(cli.METRICS))],
 }
 SEEDS = mostly(st.integers(0, 100), -1, 2**32, 2**64, 2**70)
 
 
 @fuzz(max_examples=250)
-@given(data=st.data(), x=arrays(), fmt=FORMATS,
-       method=st.sampled_from(cli.METHODS),
-       batch_size=COUNTS, workers=SMALL, epochs=SMALL, start_epoch=mostly(st.sampled_from([None, 0, 3]), -1),
-       neighbors=mostly(st.sampled_from([None, 1, 5]), 0, -1, 1000), drop_last=st.booleans(),
-       as_json=st.booleans())
-@example(data=None, x=np.random.default_rng(1).standard_normal((24, 3)), fmt="npy", method="graph", batch_size=6,
-         workers=2, epochs=1, start_epoch=None, neighbors=None, drop_last=False, as_json=True).via("graph all zeros")
+@given(
+    data=st.data(),
+    x=arrays(),
+    fmt=FORMATS,
+    method=st.sampled_from(cli.METHODS),
+    batch_size=COUNTS,
+    workers=SMALL,
+    epochs=SMALL,
+    start_epoch=mostly(st.sampled_from([None, 0, 3]), -1),
+    neighbors=mostly(st.sampled_from([None, 1, 5]), 0, -1, 1000),
+    drop_last=st.booleans(),
+    as_json=st.booleans(),
+)
+@example(
+    data=None,
+    x=np.random.default_rng(1).standard_normal((24, 3)),
+    fmt="npy",
+    method="graph",
+    batch_size=6,
+    workers=2,
+    epochs=1,
+    start_epoch=None,
+    neighbors=None,
+    drop_last=False,
+    as_json=True,
+).via("graph all zeros")
 def test_plan_fuzz(data, x, fmt, method, batch_size, workers, epochs, start_epoch, neighbors, drop_last, as_json):
     n = len(x) if x.ndim else 0
     with folder() as d:
         path = write_array(d, "emb", x, fmt)
-        argv = ["plan", path, "--method", method, "--batch-size", str(batch_size), "--workers", str(workers),
-                "--epochs", str(epochs), *opt("--start-epoch", start_epoch), "--out", str(d / "plan.npz"),
-                *(["--drop-last"] if drop_last else []), *(["--json"] if as_json else [])]
+        argv = [
+            "plan",
+            path,
+            "--method",
+            method,
+            "--batch-size",
+            str(batch_size),
+            "--workers",
+            str(workers),
+            "--epochs",
+            str(epochs),
+            *opt("--start-epoch", start_epoch),
+            "--out",
+            str(d / "plan.npz"),
+            *(["--drop-last"] if drop_last else []),
+            *(["--json"] if as_json else []),
+        ]
         outputs = ["plan.npz"]
         if data is not None and data.draw(st.integers(0, 19), label="coin") == 7:
             (d / "plan.npz").write_bytes(b"an older plan")  # replaced only with --force, and only on success
             argv += ["--force"] if data.draw(st.booleans(), label="force") else []
         if data is None:  # the explicit example: a graph whose stored weights are all 0
             g = sp.random(n, n, density=0.3, random_state=0, format="coo")
-            g = g.tocoo(); g = sp.coo_matrix((np.zeros(g.nnz), (g.row, g.col)), shape=g.shape)
+            g = g.tocoo()
+            g = sp.coo_matrix((np.zeros(g.nnz), (g.row, g.col)), shape=g.shape)
             argv += ["--graph", write_graph(d, "zeros", g + g.T)]
         elif method == "graph":
             if data.draw(st.booleans(), label="given graph"):
@@ -339,8 +469,12 @@ def test_plan_fuzz(data, x, fmt, method, batch_size, workers, epochs, start_epoc
             y = np.arange(max(n, 1)) % 3
             y = {"good": y, "short": y[:-1], "float": y + 0.5, "negative": -y - 1, "2-D": y[:, None]}[labels]
             np.save(d / "labels.npy", y)
-            argv += ["--labels", str(d / "labels.npy"), "--fraction", str(data.draw(
-                st.sampled_from([0.25, 0.0, 1.0, 1.5, -0.1]), label="fraction"))]
+            argv += [
+                "--labels",
+                str(d / "labels.npy"),
+                "--fraction",
+                str(data.draw(st.sampled_from([0.25, 0.0, 1.0, 1.5, -0.1]), label="fraction")),
+            ]
         if data is not None and method == "loss" and data.draw(st.booleans(), label="losses"):
             losses = data.draw(arrays(st.sampled_from([(max(n, 1),), (max(n, 1) + 1,), (2, 2)])), label="losses")
             np.save(d / "losses.npy", losses, allow_pickle=True)
@@ -349,6 +483,7 @@ def test_plan_fuzz(data, x, fmt, method, batch_size, workers, epochs, start_epoc
 
 
 # -- inspect: plan files and graphs --------------------------------------------------------
+
 
 def valid_plan_arrays(n: int, batch_size: int, workers: int, epochs: int) -> dict[str, np.ndarray]:
     selector = batchsel.RandomSelector(n, batch_size, seed=1)
@@ -360,8 +495,19 @@ def valid_plan_arrays(n: int, batch_size: int, workers: int, epochs: int) -> dic
 
 
 HEADER_EDITS = ["drop", "string", "negative", "float", "huge", "null", "bool", "list"]
-ARRAY_EDITS = ["out of range", "negative", "float", "2-D", "empty", "offsets unsorted", "offsets short",
-               "offsets past end", "object-free string", "drop", "bool"]
+ARRAY_EDITS = [
+    "out of range",
+    "negative",
+    "float",
+    "2-D",
+    "empty",
+    "offsets unsorted",
+    "offsets short",
+    "offsets past end",
+    "object-free string",
+    "drop",
+    "bool",
+]
 
 
 @st.composite
@@ -369,15 +515,44 @@ def plan_files(draw):
     """(bytes of a plan file, N it was made for)."""
     n = draw(st.integers(8, 30))
     arrays_ = valid_plan_arrays(n, draw(st.integers(1, 8)), draw(st.integers(1, 3)), draw(st.integers(1, 2)))
-    edit = draw(st.randoms(use_true_random=False)).choice([
-        "none", "none", "none", "header", "epoch header", "epoch header", "array", "array", "array", "add", "truncate",
-        "flip", "random bytes", "empty file", "not a zip npz", "stale checksum"])
+    edit = draw(st.randoms(use_true_random=False)).choice(
+        [
+            "none",
+            "none",
+            "none",
+            "header",
+            "epoch header",
+            "epoch header",
+            "array",
+            "array",
+            "array",
+            "add",
+            "truncate",
+            "flip",
+            "random bytes",
+            "empty file",
+            "not a zip npz",
+            "stale checksum",
+        ]
+    )
     if edit in ("random bytes", "empty file"):
         return (draw(st.binary(min_size=1, max_size=200)) if edit == "random bytes" else b""), n
     if edit == "header":
         h = json.loads(str(arrays_["header"]))
-        h = draw(st.sampled_from([{}, {"format": 1}, {"format": 2, "epochs": 1}, {"format": 1, "epochs": 0},
-                                  {"format": 1, "epochs": 5}, {"format": 1, "epochs": "1"}, [1], {**h, "epochs": 1e9}]))
+        h = draw(
+            st.sampled_from(
+                [
+                    {},
+                    {"format": 1},
+                    {"format": 2, "epochs": 1},
+                    {"format": 1, "epochs": 0},
+                    {"format": 1, "epochs": 5},
+                    {"format": 1, "epochs": "1"},
+                    [1],
+                    {**h, "epochs": 1e9},
+                ]
+            )
+        )
         arrays_["header"] = np.array(json.dumps(h))
         if draw(st.booleans()):
             arrays_["header"] = np.array("{not json")
@@ -388,8 +563,15 @@ def plan_files(draw):
         if how == "drop":
             del h[key]
         else:
-            h[key] = {"string": "x", "negative": -1, "float": 1.5, "huge": 10**30, "null": None, "bool": True,
-                      "list": [1]}[how]
+            h[key] = {
+                "string": "x",
+                "negative": -1,
+                "float": 1.5,
+                "huge": 10**30,
+                "null": None,
+                "bool": True,
+                "list": [1],
+            }[how]
         arrays_["e0_header"] = np.array(json.dumps(h) if draw(st.integers(0, 9)) else "[]")
     elif edit in ("array", "add"):
         names = sorted(k for k in arrays_ if k.startswith("e") and not k.endswith("header"))
@@ -397,9 +579,11 @@ def plan_files(draw):
         a = arrays_[name]
         how = draw(st.randoms(use_true_random=False)).choice(ARRAY_EDITS)
         if how == "out of range":
-            a = a.copy(); a[-1] = 10**6 if name.endswith("indices") else a[-1] + 1000
+            a = a.copy()
+            a[-1] = 10**6 if name.endswith("indices") else a[-1] + 1000
         elif how == "negative":
-            a = a.copy(); a[0] = -5
+            a = a.copy()
+            a[0] = -5
         elif how == "float":
             a = a.astype(np.float64) + 0.5
         elif how == "2-D":
@@ -411,7 +595,8 @@ def plan_files(draw):
         elif how == "offsets short":
             a = a[:-1]
         elif how == "offsets past end":
-            a = a.copy(); a[-1] += 7
+            a = a.copy()
+            a[-1] += 7
         elif how == "object-free string":
             a = np.array(["1", "2"])
         elif how == "bool":
@@ -434,7 +619,7 @@ def plan_files(draw):
         raw = raw[: draw(st.integers(0, len(raw) - 1))]
     elif edit == "flip":
         pos = draw(st.integers(0, len(raw) - 1))
-        raw = raw[:pos] + bytes([raw[pos] ^ (1 << draw(st.integers(0, 7)))]) + raw[pos + 1:]
+        raw = raw[:pos] + bytes([raw[pos] ^ (1 << draw(st.integers(0, 7)))]) + raw[pos + 1 :]
     return raw, n
 
 
@@ -462,13 +647,45 @@ def test_inspect_fuzz(plan, data, epoch, as_json):
 
 SUBPROCESS_CASES = {
     # the crashes issue 14 lists, run as a user runs them
-    "graph plan on an all-zero graph": ("zeros", ["plan", "emb.npy", "--method", "graph", "--graph", "graph.npz",
-                                                  "--batch-size", "6", "--workers", "2", "--out", "plan.npz"]),
+    "graph plan on an all-zero graph": (
+        "zeros",
+        [
+            "plan",
+            "emb.npy",
+            "--method",
+            "graph",
+            "--graph",
+            "graph.npz",
+            "--batch-size",
+            "6",
+            "--workers",
+            "2",
+            "--out",
+            "plan.npz",
+        ],
+    ),
     "select on 1e20 data": ("1e20", ["select", "emb.npy", "--k", "5", "--out", "picked.npy"]),
-    "coreset on 1e20 data": ("1e20", ["plan", "emb.npy", "--method", "coreset", "--labels", "labels.npy",
-                                      "--batch-size", "4", "--workers", "1", "--out", "plan.npz"]),
-    "graph plan with a k-NN graph of 1e20 data": ("1e20", ["plan", "emb.npy", "--method", "graph", "--batch-size",
-                                                           "6", "--workers", "2", "--out", "plan.npz"]),
+    "coreset on 1e20 data": (
+        "1e20",
+        [
+            "plan",
+            "emb.npy",
+            "--method",
+            "coreset",
+            "--labels",
+            "labels.npy",
+            "--batch-size",
+            "4",
+            "--workers",
+            "1",
+            "--out",
+            "plan.npz",
+        ],
+    ),
+    "graph plan with a k-NN graph of 1e20 data": (
+        "1e20",
+        ["plan", "emb.npy", "--method", "graph", "--batch-size", "6", "--workers", "2", "--out", "plan.npz"],
+    ),
     "inspect with an all-zero graph": ("zeros", ["inspect", "plan.npz", "--graph", "graph.npz"]),
     "truncated plan": ("truncated", ["inspect", "plan.npz"]),
 }
@@ -484,7 +701,8 @@ def test_subprocess_sample(case, tmp_path):
     g = sp.random(40, 40, density=0.2, random_state=0, format="coo")
     g = g + g.T
     if kind == "zeros":
-        g = g.tocoo(); g = sp.coo_matrix((np.zeros(g.nnz), (g.row, g.col)), shape=g.shape)
+        g = g.tocoo()
+        g = sp.coo_matrix((np.zeros(g.nnz), (g.row, g.col)), shape=g.shape)
         sp.save_npz(tmp_path / "graph.npz", g.tocsr(), compressed=False)
     if argv[0] == "inspect":
         batchsel.save_plans(tmp_path / "plan.npz", [batchsel.RandomSelector(40, 6).plan(0, 2)])
@@ -497,14 +715,27 @@ def test_subprocess_sample(case, tmp_path):
 
 # -- regressions found by the fuzz --------------------------------------------------------
 
+
 def test_complex_losses_are_refused():
     # found by test_plan_fuzz: complex64 --losses were cast to float64, the imaginary part
     # dropped with only a ComplexWarning, and the plan written (exit 0)
     with folder() as d:
         np.save(d / "emb.npy", np.random.default_rng(0).standard_normal((12, 3)).astype(np.float32))
         np.save(d / "losses.npy", np.arange(12) + 1j * np.ones(12))
-        argv = ["plan", str(d / "emb.npy"), "--method", "loss", "--losses", str(d / "losses.npy"), "--batch-size", "4",
-                "--workers", "1", "--out", str(d / "plan.npz")]
+        argv = [
+            "plan",
+            str(d / "emb.npy"),
+            "--method",
+            "loss",
+            "--losses",
+            str(d / "losses.npy"),
+            "--batch-size",
+            "4",
+            "--workers",
+            "1",
+            "--out",
+            str(d / "plan.npz"),
+        ]
         code, _, err = run_in_process(argv)
         assert code == 2 and "complex" in err, err
         check(argv, d, [])
@@ -514,11 +745,31 @@ def test_submodular_pool_of_one():
     # found by test_plan_fuzz: --pool-size 1 made the pool's similarity scale (sigma^2 of a
     # single point) rounding noise, every similarity 0, and SMDL divided by their sum:
     # exit 1, ZeroDivisionError
-    x = np.array([[0.7227483, 0.54077566, -1.111543, -0.03309391], [-0.471587, -0.830392, -0.05261109, -0.9833373],
-                  [-1.9824913, 0.55309016, -1.6086013, 0.586448]], dtype=np.float32)
+    x = np.array(
+        [
+            [0.7227483, 0.54077566, -1.111543, -0.03309391],
+            [-0.471587, -0.830392, -0.05261109, -0.9833373],
+            [-1.9824913, 0.55309016, -1.6086013, 0.586448],
+        ],
+        dtype=np.float32,
+    )
     with folder() as d:
         np.save(d / "emb.npy", x)
-        argv = ["plan", str(d / "emb.npy"), "--method", "submodular", "--batch-size", "1", "--workers", "1",
-                "--pool-size", "1", "--seed", "0", "--out", str(d / "plan.npz")]
+        argv = [
+            "plan",
+            str(d / "emb.npy"),
+            "--method",
+            "submodular",
+            "--batch-size",
+            "1",
+            "--workers",
+            "1",
+            "--pool-size",
+            "1",
+            "--seed",
+            "0",
+            "--out",
+            str(d / "plan.npz"),
+        ]
         assert check(argv, d, ["plan.npz"]) == 0
         assert sorted(np.concatenate(batchsel.EpochPlan.load(d / "plan.npz").batches(0))) == [0, 1, 2]

@@ -1,6 +1,7 @@
 """Stated contracts between the layers (issue 14): the selector API the sampler relies on
 (check_world, uses_feedback, supports_start, get_params, fingerprint), the Communicator
 protocol, the shared heap tie rule and the one metric vocabulary."""
+
 from __future__ import annotations
 
 import os
@@ -193,8 +194,13 @@ def test_verify_catches_ranks_with_different_weights(data):
 
 
 # -- capabilities ---------------------------------------------------------------------------
-EXPECTED = {"random": (False, True), "submodular": (True, True), "loss": (True, True), "graph": (False, True),
-            "coreset": (True, True)}
+EXPECTED = {
+    "random": (False, True),
+    "submodular": (True, True),
+    "loss": (True, True),
+    "graph": (False, True),
+    "coreset": (True, True),
+}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -204,8 +210,12 @@ def test_uses_feedback_is_what_observe_does(kind, data):
     rng = np.random.default_rng(1)
     idx = np.arange(N)
     x = data[0].copy()
-    sel.observe(idx, losses=rng.random(N) * 10, logits=rng.normal(size=(N, 5)) * 5,
-                embeddings=rng.normal(size=(N, 4)).astype(np.float32))
+    sel.observe(
+        idx,
+        losses=rng.random(N) * 10,
+        logits=rng.normal(size=(N, 5)) * 5,
+        embeddings=rng.normal(size=(N, 4)).astype(np.float32),
+    )
     assert (sel.plan(1, 2) != ref.plan(1, 2)) == sel.uses_feedback
     assert (data[0] == x).all()  # refreshing embeddings never writes the caller's array (coresets did)
 
@@ -216,8 +226,11 @@ def test_feedback_outside_feedback_fields_changes_nothing(kind, data):
     must be feedback that ``observe`` ignores."""
     sel, ref = make(kind, data), make(kind, data)
     rng = np.random.default_rng(1)
-    given = {"losses": rng.random(N) * 10, "logits": rng.normal(size=(N, 5)) * 5,
-             "embeddings": rng.normal(size=(N, 4)).astype(np.float32)}
+    given = {
+        "losses": rng.random(N) * 10,
+        "logits": rng.normal(size=(N, 5)) * 5,
+        "embeddings": rng.normal(size=(N, 4)).astype(np.float32),
+    }
     unread = {k: v for k, v in given.items() if k not in sel.feedback_fields}
     sel.observe(np.arange(N), **unread)
     assert sel.plan(1, 2) == ref.plan(1, 2)
@@ -342,8 +355,9 @@ def test_every_communicator_works_in_one_process(kind):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     if kind == "torch":
         env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    out = subprocess.run([sys.executable, "-c", _COMM_SCRIPT, kind], capture_output=True, text=True, env=env,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _COMM_SCRIPT, kind], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.stdout.splitlines() == ["ok"], out.stdout + out.stderr
     assert out.returncode == 7, out.stderr  # abort ends the job with the error code
 

@@ -1,5 +1,6 @@
 """Near-duplicate removal (batchsel.dedup, ``batchsel dedup``): planted groups are found
 exactly, one row per group is kept by the stated rule, and 2 MPI ranks keep the same rows."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,9 @@ def planted(n: int, d: int = 32, share: float = 0.2, noise: float = 0.03, seed: 
     originals = np.setdiff1d(np.arange(n), copies)
     root = np.arange(n)
     root[copies] = rng.choice(originals, copies.size)
-    x[copies] = x[root[copies]] * rng.uniform(0.5, 2.0, (copies.size, 1)) + noise * rng.standard_normal((copies.size, d))
+    x[copies] = x[root[copies]] * rng.uniform(0.5, 2.0, (copies.size, 1)) + noise * rng.standard_normal(
+        (copies.size, d)
+    )
     return x.astype(np.float32), root
 
 
@@ -78,10 +81,15 @@ def test_the_ivf_path_finds_the_planted_groups():
     assert np.array_equal(result.group, true_groups(root))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(threshold=0.0), "threshold must be in"), (dict(threshold=1.5), "threshold must be"),
-    (dict(threshold=float("nan")), "threshold"), (dict(k=0), "k must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(threshold=0.0), "threshold must be in"),
+        (dict(threshold=1.5), "threshold must be"),
+        (dict(threshold=float("nan")), "threshold"),
+        (dict(k=0), "k must be"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     x, _ = planted(100)
     with pytest.raises(ValueError, match=match):
@@ -95,8 +103,14 @@ def run(*args: str, cwd: Path, mpi: int = 0) -> subprocess.CompletedProcess:
 
         if not MPIEXEC.exists():
             pytest.skip("no mpiexec")
-        return subprocess.run([str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(mpi), *cmd], cwd=cwd,
-                              capture_output=True, text=True, timeout=300, env=clean_env())
+        return subprocess.run(
+            [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(mpi), *cmd],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=clean_env(),
+        )
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
@@ -106,8 +120,9 @@ def test_cli_on_one_process_and_two_mpi_ranks_keeps_the_same_rows(tmp_path):
     np.save(tmp_path / "emb.npy", x)
     one = run("dedup", "emb.npy", "--out", "keep1.npy", "--groups", "groups1.npy", "--json", "--quiet", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
-    two = run("dedup", "emb.npy", "--out", "keep2.npy", "--groups", "groups2.npy", "--json", "--quiet", cwd=tmp_path,
-              mpi=2)
+    two = run(
+        "dedup", "emb.npy", "--out", "keep2.npy", "--groups", "groups2.npy", "--json", "--quiet", cwd=tmp_path, mpi=2
+    )
     assert two.returncode == 0, two.stderr + two.stdout
     assert np.array_equal(np.load(tmp_path / "keep1.npy"), np.load(tmp_path / "keep2.npy"))
     assert np.array_equal(np.load(tmp_path / "groups1.npy"), np.load(tmp_path / "groups2.npy"))
@@ -117,14 +132,17 @@ def test_cli_on_one_process_and_two_mpi_ranks_keeps_the_same_rows(tmp_path):
     assert json.loads(two.stdout.strip().splitlines()[-1])["kept"] == report["kept"]  # rank 0 alone reports
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--threshold", "0"], "--threshold must be in (0, 1]"),
-    (["--threshold", "nan"], "--threshold must be in (0, 1]"),
-    (["--k", "0"], "--k"),
-    (["--out", "keep.txt"], "must end with .npy"),
-    (["--out", "emb.npy", "--force"], "is the input EMB"),
-    (["--out", "same.npy", "--groups", "same.npy"], "same file"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--threshold", "0"], "--threshold must be in (0, 1]"),
+        (["--threshold", "nan"], "--threshold must be in (0, 1]"),
+        (["--k", "0"], "--k"),
+        (["--out", "keep.txt"], "must end with .npy"),
+        (["--out", "emb.npy", "--force"], "is the input EMB"),
+        (["--out", "same.npy", "--groups", "same.npy"], "same file"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, message):
     x, _ = planted(200)
     np.save(tmp_path / "emb.npy", x)

@@ -1,4 +1,5 @@
 """The documentation site: it builds strictly, and its API page lists the public API."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,13 @@ def site(tmp_path_factory) -> pathlib.Path:
     if MKDOCS is None:
         pytest.skip("mkdocs is not installed (pip install -e '.[dev]')")
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([MKDOCS, "build", "--strict", "--quiet", "--site-dir", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [MKDOCS, "build", "--strict", "--quiet", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 

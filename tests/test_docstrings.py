@@ -1,4 +1,5 @@
 """The examples in the library's docstrings run and print what they show."""
+
 import doctest
 import importlib
 import pkgutil
@@ -13,8 +14,11 @@ def modules() -> list[str]:
     names = []
     for package in (batchsel, batchsel.integrations):
         names.append(package.__name__)
-        names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
-                  if m.name != "batchsel.__main__"]
+        names += [
+            m.name
+            for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+            if m.name != "batchsel.__main__"
+        ]
     return sorted(set(names))
 
 

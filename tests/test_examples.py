@@ -1,5 +1,6 @@
 """The examples a user copies from run, on a reduced size (semi_supervised.py and
 cli_example.sh are run by test_losses.py and test_cli.py)."""
+
 import json
 import os
 import shutil
@@ -15,15 +16,32 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 
 def clean_env() -> dict:
     """No launcher variables inherited from a surrounding job."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "PRTE_"))
-            and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OMPI_", "PMIX_", "PMI_", "PRTE_"))
+        and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+    }
 
 
 @pytest.mark.parametrize("method", ["random", "submodular", "loss", "coreset"])
 def test_train_ddp_runs_in_one_process(tmp_path, method):
     metrics = tmp_path / "m.json"
-    subprocess.run([sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--method", method, "--quick",
-                    "--metrics-json", str(metrics)], check=True, timeout=240, env=clean_env(), cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_ddp.py"),
+            "--method",
+            method,
+            "--quick",
+            "--metrics-json",
+            str(metrics),
+        ],
+        check=True,
+        timeout=240,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
     result = json.loads(metrics.read_text())
     assert result["world_size"] == 1 and result["steps"] > 0
     assert result["history"][-1][0] == result["steps"]
@@ -35,8 +53,14 @@ def test_train_ddp_runs_in_one_process(tmp_path, method):
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec")
 def test_demo_quick_trains_every_run_on_two_ranks_and_plots(tmp_path):
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"), "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=clean_env(), cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = proc.stdout.split("selecting  compile s\n", 1)[1]  # compilation reported apart from selection
     for label in ("random", "submodular (SMDL)", "loss-rank", "RHO-LOSS filter", "graph-reg. SSL"):

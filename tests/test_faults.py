@@ -4,6 +4,7 @@ segfault, a hang, ranks with different results or a destroyed input file.
 Each case here failed on the code before its fix (reliability round 3); docs/design/reliability.md's
 "Reliability" table lists them with the earlier rounds' guarantees. Multi-rank cases run
 under mpiexec on 2 ranks and end in seconds (the launcher is killed on a timeout)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,6 +31,7 @@ def digest(path: Path) -> str:
 
 # -- the command line never replaces its input ------------------------------------------
 
+
 @pytest.fixture
 def emb(tmp_path) -> Path:
     x = np.random.default_rng(0).standard_normal((60, 4)).astype(np.float32)
@@ -47,11 +49,14 @@ def refused(argv: list[str], capsys) -> str:
 
 
 @pytest.mark.parametrize("alias", ["same", "symlink", "hardlink"])
-@pytest.mark.parametrize("command", [
-    ["select", "{emb}", "--k", "5", "--out", "{out}", "--force"],
-    ["select", "{emb}", "--k", "5", "--stream", "--out", "{out}", "--force"],
-    ["plan", "{emb}", "--batch-size", "8", "--workers", "2", "--out", "{out}", "--force"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["select", "{emb}", "--k", "5", "--out", "{out}", "--force"],
+        ["select", "{emb}", "--k", "5", "--stream", "--out", "{out}", "--force"],
+        ["plan", "{emb}", "--batch-size", "8", "--workers", "2", "--out", "{out}", "--force"],
+    ],
+)
 def test_an_output_that_is_the_input_is_refused(emb, alias, command, capsys):
     out = emb.with_name("out.npy" if command[0] == "select" else "out.npz")
     if alias == "same":
@@ -73,8 +78,25 @@ def test_plan_inputs_other_than_the_embeddings_are_protected_too(emb, capsys):
     labels = emb.with_name("labels.npz")
     np.savez(labels, y=np.arange(60) % 3)
     before = digest(labels)
-    err = refused(["plan", str(emb), "--method", "coreset", "--labels", str(labels), "--batch-size", "8",
-                   "--workers", "2", "--out", str(labels), "--force", "--quiet"], capsys)
+    err = refused(
+        [
+            "plan",
+            str(emb),
+            "--method",
+            "coreset",
+            "--labels",
+            str(labels),
+            "--batch-size",
+            "8",
+            "--workers",
+            "2",
+            "--out",
+            str(labels),
+            "--force",
+            "--quiet",
+        ],
+        capsys,
+    )
     assert "is the input --labels" in err and digest(labels) == before
 
 
@@ -99,8 +121,9 @@ def mpi_case(case: str, ranks: int = 2, timeout: float = 120) -> tuple[int, str,
 
     cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), sys.executable, str(JOB), case]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -120,13 +143,16 @@ def raised_on_every_rank(case: str, ranks: int = 2) -> str:
 
 
 @needs_mpi
-@pytest.mark.parametrize("case, held", [
-    ("sharded-rows", ["rank 0: shape=(1000, 8)", "rank 1: shape=(900, 8)"]),
-    ("sharded-dim", ["rank 0: shape=(1000, 8)", "rank 1: shape=(1000, 9)"]),
-    ("greedi-rows", ["rank 0: function=FacilityLocation, n=300", "rank 1: function=FacilityLocation, n=250"]),
-    ("greedi-embeddings-dim", ["rank 0: shape=(300, 4)", "rank 1: shape=(300, 5)"]),
-    ("sharded-rows-tiling", ["rank 0: rows 0..4 of 10 columns", "rank 1: rows 3..9 of 10 columns"]),
-])
+@pytest.mark.parametrize(
+    "case, held",
+    [
+        ("sharded-rows", ["rank 0: shape=(1000, 8)", "rank 1: shape=(900, 8)"]),
+        ("sharded-dim", ["rank 0: shape=(1000, 8)", "rank 1: shape=(1000, 9)"]),
+        ("greedi-rows", ["rank 0: function=FacilityLocation, n=300", "rank 1: function=FacilityLocation, n=250"]),
+        ("greedi-embeddings-dim", ["rank 0: shape=(300, 4)", "rank 1: shape=(300, 5)"]),
+        ("sharded-rows-tiling", ["rank 0: rows 0..4 of 10 columns", "rank 1: rows 3..9 of 10 columns"]),
+    ],
+)
 def test_ranks_with_data_of_other_shapes_fail_alike_before_any_work(case, held):
     message = raised_on_every_rank(case)
     assert message.startswith("RuntimeError: the ranks") and all(h in message for h in held), message
@@ -164,16 +190,28 @@ def test_accelerate_prepare_of_the_sampler_is_refused_before_the_first_step():
     from common import free_port, run_command
 
     env = clean_env()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), str(ROOT / "tests" / "mp_scripts" / "accelerate_job.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(ROOT / "tests" / "mp_scripts" / "accelerate_job.py"),
+    ]
     output = run_command(cmd, env, timeout=180)
     # the ranks' lines may interleave: count the reports, not the lines
-    assert sorted(re.findall(r"rank (\d) raised RuntimeError: accelerate's BatchSamplerShard", output)) == ["0", "1"], \
+    assert sorted(re.findall(r"rank (\d) raised RuntimeError: accelerate's BatchSamplerShard", output)) == ["0", "1"], (
         output[-3000:]
+    )
     assert "saw" not in output and "Leave the DataLoader out of accelerator.prepare" in output
 
 
 # -- label ids, state files and error wording -------------------------------------------
+
 
 def blobs(n: int = 90) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
@@ -233,6 +271,7 @@ def test_feedback_that_is_not_numbers_is_reported_as_such():
 
 # -- every state_dict loads with torch.load(weights_only=True) ---------------------------
 
+
 def _stateful() -> dict[str, object]:
     """One instance, with some state in it, per class of the library that has state_dict."""
     from batchsel.integrations import SelectionBatchSampler
@@ -251,8 +290,7 @@ def _stateful() -> dict[str, object]:
     graph = batchsel.EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=5)
 
     def observed(sel):
-        sel.observe(np.arange(8), losses=np.linspace(0, 1, 8), logits=np.eye(3)[y[:8]] * 2.0,
-                    embeddings=x[:8])
+        sel.observe(np.arange(8), losses=np.linspace(0, 1, 8), logits=np.eye(3)[y[:8]] * 2.0, embeddings=x[:8])
         return sel
 
     def sampler():
@@ -333,8 +371,11 @@ def _classes_with_state_dict() -> set[str]:
                 continue
             mod = importlib.import_module(module.name)
             for name, cls in inspect.getmembers(mod, inspect.isclass):
-                if cls.__module__ == mod.__name__ and hasattr(cls, "state_dict") \
-                        and not issubclass(cls, torch.nn.Module):  # torch's own state_dict
+                if (
+                    cls.__module__ == mod.__name__
+                    and hasattr(cls, "state_dict")
+                    and not issubclass(cls, torch.nn.Module)
+                ):  # torch's own state_dict
                     found[name] = cls
     # bases (Selector, OnlineSelector, ...) are covered by their concrete classes
     return {n for n, c in found.items() if not any(o is not c and issubclass(o, c) for o in found.values())}
@@ -346,8 +387,11 @@ def _same(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b))
     if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and np.array_equal(a.numpy(), b.numpy(),
-                                                                                   equal_nan=a.is_floating_point())
+        return (
+            isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and np.array_equal(a.numpy(), b.numpy(), equal_nan=a.is_floating_point())
+        )
     return a == b
 
 
@@ -372,6 +416,7 @@ def test_state_dict_loads_with_weights_only_and_restores(name):
 
 # -- earlier rounds: interrupted writes and a dead rank ------------------------------------
 
+
 @pytest.fixture
 def work(tmp_path) -> Path:
     """A folder with the CLI's inputs (the digits subset tests/test_cli.py uses)."""
@@ -393,8 +438,19 @@ def test_ctrl_c_during_write_leaves_no_file(work, monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(np, "savez", interrupted)
-    code = cli.main(["plan", str(work / "emb.npy"), "--batch-size", "50", "--workers", "2",
-                     "--out", str(work / "plan.npz"), "--quiet"])
+    code = cli.main(
+        [
+            "plan",
+            str(work / "emb.npy"),
+            "--batch-size",
+            "50",
+            "--workers",
+            "2",
+            "--out",
+            str(work / "plan.npz"),
+            "--quiet",
+        ]
+    )
     assert code == 130 and "interrupted" in capsys.readouterr().err
     assert not any(p.name.startswith(("plan.npz", ".plan.npz")) for p in work.iterdir())
 
@@ -402,16 +458,18 @@ def test_ctrl_c_during_write_leaves_no_file(work, monkeypatch, capsys):
 def test_sigterm_during_a_write_leaves_no_temporary_file(work):
     # the default action of SIGTERM kills the process inside the write: the temporary
     # file stayed behind. In a subprocess, so that the old behaviour cannot kill pytest.
-    code = ("import os, signal, sys, numpy as np\n"
-            "from batchsel import cli\n"
-            "real = np.savez\n"
-            "def savez(f, **arrays):\n"
-            "    f.write(b'half a plan')\n"
-            "    os.kill(os.getpid(), signal.SIGTERM)\n"
-            "    real(f, **arrays)\n"
-            "np.savez = savez\n"
-            "sys.exit(cli.main(['plan', 'emb.npy', '--batch-size', '50', '--workers', '2', '--out', 'plan.npz', "
-            "'--quiet']))\n")
+    code = (
+        "import os, signal, sys, numpy as np\n"
+        "from batchsel import cli\n"
+        "real = np.savez\n"
+        "def savez(f, **arrays):\n"
+        "    f.write(b'half a plan')\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    real(f, **arrays)\n"
+        "np.savez = savez\n"
+        "sys.exit(cli.main(['plan', 'emb.npy', '--batch-size', '50', '--workers', '2', '--out', 'plan.npz', "
+        "'--quiet']))\n"
+    )
     before = sorted(p.name for p in work.iterdir())
     out = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, timeout=300)
     assert out.returncode == 143 and "terminated" in out.stderr, (out.returncode, out.stderr)
@@ -425,8 +483,23 @@ def test_failed_save_graph_leaves_no_plan(work, monkeypatch, capsys):
 
     monkeypatch.setattr(sp, "save_npz", disk_full)
     before = sorted(p.name for p in work.iterdir())
-    code = cli.main(["plan", str(work / "emb.npy"), "--method", "graph", "--batch-size", "40", "--workers", "2",
-                     "--save-graph", str(work / "knn.npz"), "--out", str(work / "plan.npz"), "--quiet"])
+    code = cli.main(
+        [
+            "plan",
+            str(work / "emb.npy"),
+            "--method",
+            "graph",
+            "--batch-size",
+            "40",
+            "--workers",
+            "2",
+            "--save-graph",
+            str(work / "knn.npz"),
+            "--out",
+            str(work / "plan.npz"),
+            "--quiet",
+        ]
+    )
     captured = capsys.readouterr()
     check_one_line_error(code, captured.out, captured.err, work, before)  # no plan.npz, no knn.npz
     assert "No space left" in captured.err

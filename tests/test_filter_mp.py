@@ -4,6 +4,7 @@ under torch multiprocessing with torchrun's variables, and under ``mpiexec -n 2`
 The job asserts on every rank (same irreducible losses, equal kept batch sizes, same
 model on every rank, exact mid-epoch resume from rank 0's checkpoint); here the reports
 are checked and compared across launchers."""
+
 import json
 import subprocess
 import sys
@@ -34,8 +35,11 @@ def run_job(launcher: str, n: int, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    return {"one": run_job("one", 1, tmp_path_factory), "torch2": run_job("torch", 2, tmp_path_factory),
-            "mpi2": run_job("mpi", 2, tmp_path_factory)}
+    return {
+        "one": run_job("one", 1, tmp_path_factory),
+        "torch2": run_job("torch", 2, tmp_path_factory),
+        "mpi2": run_job("mpi", 2, tmp_path_factory),
+    }
 
 
 def test_one_process(reports):
@@ -59,8 +63,9 @@ def test_two_ranks(reports, name):
 def test_launchers_agree(reports):
     """torchrun-style and mpiexec runs are the same computation: same batches, same model."""
     a, b = reports["torch2"], reports["mpi2"]
-    assert {k: a[k] for k in ("steps", "kept", "examples_trained", "accuracy")} == \
-           {k: b[k] for k in ("steps", "kept", "examples_trained", "accuracy")}
+    assert {k: a[k] for k in ("steps", "kept", "examples_trained", "accuracy")} == {
+        k: b[k] for k in ("steps", "kept", "examples_trained", "accuracy")
+    }
 
 
 # -- the example --------------------------------------------------------------------------
@@ -83,12 +88,15 @@ def run_example(launcher: str, opts: list, tmp_path) -> dict:
     return json.loads(metrics.read_text())
 
 
-@pytest.mark.parametrize("launcher, world, opts", [
-    ("one", 1, ["--score", "rho", "--label-noise", "0.25"]),
-    ("one", 1, ["--score", "none"]),
-    ("torchrun", 2, ["--score", "gradnorm", "--uniform-fraction", "0.2", "--warmup-steps", "20"]),
-    ("mpi", 2, ["--score", "rho", "--diversity", "1"]),
-])
+@pytest.mark.parametrize(
+    "launcher, world, opts",
+    [
+        ("one", 1, ["--score", "rho", "--label-noise", "0.25"]),
+        ("one", 1, ["--score", "none"]),
+        ("torchrun", 2, ["--score", "gradnorm", "--uniform-fraction", "0.2", "--warmup-steps", "20"]),
+        ("mpi", 2, ["--score", "rho", "--diversity", "1"]),
+    ],
+)
 def test_example_runs(launcher, world, opts, tmp_path):
     r = run_example(launcher, opts, tmp_path)
     assert r["world_size"] == world and r["steps"] == 200

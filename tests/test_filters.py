@@ -1,5 +1,6 @@
 """CandidateFilter, the score helpers and IrreducibleLoss (one process; the DDP loop under
 torchrun / mpiexec is in test_filter_mp.py)."""
+
 import io
 import math
 
@@ -111,9 +112,9 @@ def test_scores_match_torch():
     g_logits, g_weight = [], []
     for i in range(12):
         layer.zero_grad()
-        z = layer(h[i:i + 1])
+        z = layer(h[i : i + 1])
         z.retain_grad()
-        F.cross_entropy(z, y[i:i + 1]).backward()
+        F.cross_entropy(z, y[i : i + 1]).backward()
         g_logits.append(float(z.grad.norm()))
         g_weight.append(float(layer.weight.grad.norm()))
     assert np.allclose(gradnorm_scores(logits, y), g_logits, atol=1e-6)
@@ -126,8 +127,9 @@ def test_filter_scores_by_kind():
     il = rng.random(10)
     assert np.allclose(CandidateFilter(2, 3, "loss").scores(idx, logits, y), loss_scores(logits, y))
     assert np.allclose(CandidateFilter(2, 3, "gradnorm").scores(idx, logits, y), gradnorm_scores(logits, y))
-    rho = CandidateFilter(2, 3, "rho", irreducible_losses=torch.from_numpy(il), irreducible_weight=1.0,
-                          uniform_fraction=0.0)
+    rho = CandidateFilter(
+        2, 3, "rho", irreducible_losses=torch.from_numpy(il), irreducible_weight=1.0, uniform_fraction=0.0
+    )
     assert np.allclose(rho.scores(idx, logits, y), loss_scores(logits, y) - il[idx])
     half = CandidateFilter(2, 3, "rho", irreducible_losses=il, irreducible_weight=0.5)
     assert np.allclose(half.scores(idx, logits, y), loss_scores(logits, y) - 0.5 * il[idx])
@@ -136,19 +138,22 @@ def test_filter_scores_by_kind():
 
 
 # -- bad input ----------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(ratio=0.5), "ratio.*0.5"),
-    (dict(ratio=float("nan")), "ratio"),
-    (dict(ratio=True), "ratio"),
-    (dict(batch_size=0), "batch_size"),
-    (dict(score="entropy"), "score.*entropy"),
-    (dict(score="rho"), "irreducible_losses"),
-    (dict(uniform_fraction=1.5), "uniform_fraction.*1.5"),
-    (dict(diversity=-1), "diversity.*-1"),
-    (dict(warmup_steps=-2), "warmup_steps"),
-    (dict(irreducible_weight=-0.5), "irreducible_weight.*-0.5"),
-    (dict(score="rho", irreducible_losses=[0.1, float("inf")]), "inf"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(ratio=0.5), "ratio.*0.5"),
+        (dict(ratio=float("nan")), "ratio"),
+        (dict(ratio=True), "ratio"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(score="entropy"), "score.*entropy"),
+        (dict(score="rho"), "irreducible_losses"),
+        (dict(uniform_fraction=1.5), "uniform_fraction.*1.5"),
+        (dict(diversity=-1), "diversity.*-1"),
+        (dict(warmup_steps=-2), "warmup_steps"),
+        (dict(irreducible_weight=-0.5), "irreducible_weight.*-0.5"),
+        (dict(score="rho", irreducible_losses=[0.1, float("inf")]), "inf"),
+    ],
+)
 def test_bad_settings(kwargs, match):
     kwargs = {"batch_size": 4, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -216,7 +221,7 @@ def test_cost_counts_the_timed_forward(monkeypatch):
     for _ in range(3):
         with f.timed():
             clock.now += 1.0  # the scoring forward
-        clock.now += 1.0      # the training step
+        clock.now += 1.0  # the training step
         f.select(np.arange(4), np.arange(4.0))
     cost = f.cost()
     assert cost["steps"] == 3 and cost["forward_seconds"] == 3.0
@@ -273,8 +278,15 @@ def test_loop_resumes_mid_epoch_exactly(score):
     model, opt, filt, sampler = _fresh(100, score)
     first = _loop(x, y, filt, sampler, model, opt, epochs=2, stop=10)  # epoch 1, batch 3
     buf = io.BytesIO()
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sampler": sampler.state_dict(),
-                "filter": filt.state_dict()}, buf)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "opt": opt.state_dict(),
+            "sampler": sampler.state_dict(),
+            "filter": filt.state_dict(),
+        },
+        buf,
+    )
     state = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     model, opt, filt, sampler = _fresh(100, score)
     model.load_state_dict(state["model"])
@@ -371,17 +383,20 @@ def test_classes_missing_from_a_fold_keep_their_columns():
     assert set(il.predictions_.tolist()) <= {0, 1, 2, 5}  # the labels' own ids
 
 
-@pytest.mark.parametrize("kwargs, fit_n, match", [
-    (dict(holdout=5000), 4000, "holdout=5000"),
-    (dict(holdout=400), 400, "holdout=400"),
-    (dict(holdout=1.5), None, "holdout.*1.5"),
-    (dict(holdout=0), None, "holdout"),
-    (dict(holdout=0.0001), 100, "holdout=0.0001"),
-    (dict(folds=1), None, "folds"),
-    (dict(folds=50), 20, "folds=50"),
-    (dict(model="svm"), None, "model.*svm"),
-    (dict(min_prob=0), None, "min_prob"),
-])
+@pytest.mark.parametrize(
+    "kwargs, fit_n, match",
+    [
+        (dict(holdout=5000), 4000, "holdout=5000"),
+        (dict(holdout=400), 400, "holdout=400"),
+        (dict(holdout=1.5), None, "holdout.*1.5"),
+        (dict(holdout=0), None, "holdout"),
+        (dict(holdout=0.0001), 100, "holdout=0.0001"),
+        (dict(folds=1), None, "folds"),
+        (dict(folds=50), 20, "folds=50"),
+        (dict(model="svm"), None, "model.*svm"),
+        (dict(min_prob=0), None, "min_prob"),
+    ],
+)
 def test_irreducible_loss_bad_input(kwargs, fit_n, match):
     with pytest.raises(ValueError, match=match):
         il = IrreducibleLoss(**kwargs)
@@ -466,14 +481,17 @@ def test_torch_cross_fitting_an_examples_loss_is_independent_of_its_own_label():
     assert not np.array_equal(a.losses_[~same], b.losses_[~same])
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(epochs=0), "epochs"),
-    (dict(patience=0), "patience"),
-    (dict(lr=float("nan")), "lr"),
-    (dict(stop_fraction=0.0), "stop_fraction"),
-    (dict(stop_fraction=0.9), "stop_fraction"),
-    (dict(hidden=(0,)), "hidden"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(epochs=0), "epochs"),
+        (dict(patience=0), "patience"),
+        (dict(lr=float("nan")), "lr"),
+        (dict(stop_fraction=0.0), "stop_fraction"),
+        (dict(stop_fraction=0.9), "stop_fraction"),
+        (dict(hidden=(0,)), "hidden"),
+    ],
+)
 def test_torch_irreducible_model_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         IrreducibleLoss("net", **kwargs)
@@ -542,13 +560,15 @@ def test_auto_weight_follows_the_il_models_confident_disagreement():
     noisy = IrreducibleLoss(seed=0).fit(x, noisy_labels)
     assert clean.confident_disagreement_ < 0.05 and noisy.confident_disagreement_ > 0.15
     assert noisy.confident_disagreement_ == pytest.approx(
-        np.mean((noisy.predictions_ != noisy_labels) & (noisy.predictions_ != -1)), abs=0.05)
+        np.mean((noisy.predictions_ != noisy_labels) & (noisy.predictions_ != -1)), abs=0.05
+    )
     assert CandidateFilter(4, 4, "rho", irreducible_losses=clean).irreducible_weight_ == 0.5
     assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy).irreducible_weight_ == 1.0
     assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy.losses_).irreducible_weight_ == 0.5  # no evidence
 
     class Partial:  # evidence between the two ends: linear
         losses_, accuracy_, chance_, decisive_, confident_disagreement_ = noisy.losses_, 0.9, 0.34, 0.9, 0.1125
+
     assert CandidateFilter(4, 4, "rho", irreducible_losses=Partial()).irreducible_weight_ == pytest.approx(0.75)
     # an explicit weight is kept
     assert CandidateFilter(4, 4, "rho", irreducible_losses=noisy, irreducible_weight=0.3).irreducible_weight_ == 0.3
@@ -561,7 +581,7 @@ def test_auto_weight_trusts_indecisive_irreducible_losses_only_with_evidence_of_
     il = IrreducibleLoss(seed=0).fit(x, y)
     # decisive: the model's class at least twice as likely as the runner-up
     assert not il.decisive_mask_[il.confidence_ < 0.5].any()  # 3 classes: below 1/2 the runner-up is > top / 2
-    assert il.decisive_mask_[il.confidence_ >= 2 / 3].all()   # at 2/3 the runner-up is at most 1/3
+    assert il.decisive_mask_[il.confidence_ >= 2 / 3].all()  # at 2/3 the runner-up is at most 1/3
     unsure = np.flatnonzero(~il.decisive_mask_)
     firm = np.flatnonzero(il.decisive_mask_)
     assert len(unsure) > 0 and len(firm) > 0
@@ -581,6 +601,7 @@ def test_auto_weight_trusts_indecisive_irreducible_losses_only_with_evidence_of_
     class Noisy:  # full evidence of noise: every irreducible loss counts, at weight 1
         losses_, decisive_mask_ = il.losses_, il.decisive_mask_
         accuracy_, chance_, decisive_, confident_disagreement_ = 0.9, 0.34, 0.9, 0.2
+
     noisy = CandidateFilter(4, 4, "rho", irreducible_losses=Noisy())
     assert noisy.indecisive_trust_ == 1.0
     assert np.allclose(noisy.scores(idx, z, y[idx]), loss - il.losses_[idx])
@@ -590,8 +611,9 @@ def test_guard_shrinks_the_irreducible_term_below_the_reference_accuracy(caplog)
     x, _, noisy, _ = blobs(300, noise=0.3)
     il = IrreducibleLoss(seed=0).fit(x, noisy)
     with caplog.at_level("WARNING", logger="batchsel.filters"):
-        f = CandidateFilter(4, 4, "rho", irreducible_losses=il, irreducible_weight=1.0,
-                            reference_accuracy=min(1.0, il.accuracy_ + 0.2))
+        f = CandidateFilter(
+            4, 4, "rho", irreducible_losses=il, irreducible_weight=1.0, reference_accuracy=min(1.0, il.accuracy_ + 0.2)
+        )
     assert f.guard_ == "downweight" and 0 < f.irreducible_weight_ < 1.0 and "reference accuracy" in caplog.text
     skill = lambda a: (a - il.chance_) / (1 - il.chance_)  # noqa: E731
     assert f.irreducible_weight_ == pytest.approx(skill(il.accuracy_) / skill(il.accuracy_ + 0.2))
@@ -633,7 +655,11 @@ def test_percentile_pick_is_selective_backprop():
     again.load_state_dict(state)
     scores = np.random.default_rng(0).random(8)
     assert filt.select(np.arange(8), scores).tolist() == again.select(np.arange(8), scores).tolist()
-    for bad in (dict(pick="best"), dict(pick="percentile", beta=0), dict(pick="percentile", diversity=1.0),
-                dict(pick="percentile", window=0)):
+    for bad in (
+        dict(pick="best"),
+        dict(pick="percentile", beta=0),
+        dict(pick="percentile", diversity=1.0),
+        dict(pick="percentile", window=0),
+    ):
         with pytest.raises(ValueError):
             CandidateFilter(4, **bad)

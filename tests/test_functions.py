@@ -1,4 +1,5 @@
 """Set functions: identical to apricot-select 0.6.1, consistent state, input checks."""
+
 import warnings
 
 import numpy as np
@@ -116,8 +117,10 @@ def test_graph_functions_match_apricot(sparse):
     ref_sim = _int32(sim) if sparse else sim
     cases = [
         (GraphCut(sim, lam=1.0), apricot.GraphCutSelection(30, metric="precomputed", alpha=1, optimizer="lazy")),
-        (SaturatedCoverage(sim, alpha=0.2),
-         apricot.SaturatedCoverageSelection(30, metric="precomputed", alpha=0.2, optimizer="lazy")),
+        (
+            SaturatedCoverage(sim, alpha=0.2),
+            apricot.SaturatedCoverageSelection(30, metric="precomputed", alpha=0.2, optimizer="lazy"),
+        ),
     ]
     if not sparse:  # apricot's sparse SumRedundancy indexes X[idx, idx] of a CSR: same values
         cases.append((SumRedundancy(sim), apricot.SumRedundancySelection(30, metric="precomputed", optimizer="lazy")))
@@ -130,9 +133,19 @@ def test_mixture_matches_apricot():
     sim = _rbf(x)
     weights = np.array([1.0, 0.3])
     f = Mixture([FacilityLocation(sim), GraphCut(sim)], weights)
-    ref = _fit(apricot.MixtureSelection(
-        30, [apricot.FacilityLocationSelection(30, metric="precomputed"), apricot.GraphCutSelection(30, metric="precomputed")],
-        weights=weights, metric="precomputed", optimizer="lazy"), sim)
+    ref = _fit(
+        apricot.MixtureSelection(
+            30,
+            [
+                apricot.FacilityLocationSelection(30, metric="precomputed"),
+                apricot.GraphCutSelection(30, metric="precomputed"),
+            ],
+            weights=weights,
+            metric="precomputed",
+            optimizer="lazy",
+        ),
+        sim,
+    )
     _assert_same(maximize(f, 30), ref, 30)
 
 
@@ -346,8 +359,9 @@ def _sq_distances(x):
     return np.maximum(sq[:, None] + sq[None, :] - 2 * x @ x.T, 0)
 
 
-@pytest.mark.parametrize("cls,kwargs", [(GraphCut, {"lam": 2.0}), (SumRedundancy, {}),
-                                        (SaturatedCoverage, {"alpha": 0.2})])
+@pytest.mark.parametrize(
+    "cls,kwargs", [(GraphCut, {"lam": 2.0}), (SumRedundancy, {}), (SaturatedCoverage, {"alpha": 0.2})]
+)
 def test_graph_functions_from_embeddings(cls, kwargs):
     """apricot's similarity when dense (euclidean: max d^2 - d^2, cosine / corr: squared),
     the symmetric k-NN graph with neighbors or beyond dense_max."""

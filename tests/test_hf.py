@@ -1,6 +1,7 @@
 """BatchselTrainer (Hugging Face Trainer): one process here, two processes under torchrun
 (gloo, CPU) through tests/mp_scripts/hf_job.py. Each test reproduces a case of issue #17
 that used to train silently wrong batches."""
+
 import os
 import sys
 from pathlib import Path
@@ -27,14 +28,18 @@ H.quiet()
 def test_one_process_epochs_follow_the_plan_and_cover_the_data(tmp_path):
     """A plain DataLoader never got set_epoch; the index column was dropped by
     remove_unused_columns (KeyError); len(loader) must be len(sampler)."""
-    trainer = H.Recording(model=H.TinyModel(), args=H.args(str(tmp_path)), train_dataset=H.data(),
-                          selector=RandomSelector(H.N, H.BATCH, seed=3))
+    trainer = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path)),
+        train_dataset=H.data(),
+        selector=RandomSelector(H.N, H.BATCH, seed=3),
+    )
     trainer.train()
     per_epoch = len(trainer.batchsel_sampler)
     assert trainer.lengths == [(per_epoch, per_epoch)] and len(trainer.seen) == 2 * per_epoch
     plan = RandomSelector(H.N, H.BATCH, seed=3)
     for epoch in (0, 1):
-        got = trainer.seen[epoch * per_epoch:(epoch + 1) * per_epoch]
+        got = trainer.seen[epoch * per_epoch : (epoch + 1) * per_epoch]
         assert got == [b.tolist() for b in plan.plan(epoch, 1).batches(0)]
         assert sorted(i for b in got for i in b) == list(range(H.N))
 
@@ -53,8 +58,13 @@ def test_evaluation_losses_are_not_fed_back_and_nothing_is_drawn_ahead(tmp_path)
     drew batch t+1 before batch t was observed."""
     selector = DrawTimes(H.N, H.BATCH, seed=3)
     selector.drawn_after = []
-    trainer = H.Recording(model=H.TinyModel(), args=H.args(str(tmp_path), eval_strategy="steps", eval_steps=2),
-                          train_dataset=H.data(), eval_dataset=H.data(), selector=selector)
+    trainer = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path), eval_strategy="steps", eval_steps=2),
+        train_dataset=H.data(),
+        eval_dataset=H.data(),
+        selector=selector,
+    )
     trainer.train()
     trainer.evaluate()
     trained = np.zeros(H.N, dtype=np.int64)
@@ -87,18 +97,26 @@ def test_pruned_epochs_with_the_trainers_schedule(tmp_path):
     assert resumed.seen == first.seen[13:] and np.allclose(resumed.lrs, first.lrs[13:])
     starts = np.cumsum([0, *lengths])
     for e, pruned in enumerate((False, True, True, True)):
-        epoch = [i for b in first.seen[starts[e]:starts[e + 1]] for i in b]
+        epoch = [i for b in first.seen[starts[e] : starts[e + 1]] for i in b]
         assert sorted(epoch) == sorted(set(epoch)) and len(epoch) == (30 if pruned else H.N)
     assert {w for b in first.weights for w in b} == {1.0, 2.0}  # kept low-loss examples count twice
 
 
 def test_pruned_run_refuses_another_epoch_count(tmp_path):
-    trainer = H.Recording(model=H.TinyModel(), args=H.args(str(tmp_path), epochs=3), train_dataset=H.data(),
-                          selector=H.infobatch(epochs=4))
+    trainer = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path), epochs=3),
+        train_dataset=H.data(),
+        selector=H.infobatch(epochs=4),
+    )
     with pytest.raises(ValueError, match="num_train_epochs=3 disagrees with the epochs=4"):
         trainer.train()
-    trainer = H.Recording(model=H.TinyModel(), args=H.args(str(tmp_path), max_steps=35), train_dataset=H.data(),
-                          selector=H.infobatch(epochs=4))
+    trainer = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path), max_steps=35),
+        train_dataset=H.data(),
+        selector=H.infobatch(epochs=4),
+    )
     with pytest.raises(ValueError, match="max_steps=35 is past the 34 steps"):
         trainer.train()
 
@@ -115,8 +133,19 @@ def torchrun2(tmp_path_factory):
     out = tmp_path_factory.mktemp("hf_torchrun") / "result"
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(HERE / "mp_scripts"), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), str(HERE / "mp_scripts" / "hf_job.py"), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(HERE / "mp_scripts" / "hf_job.py"),
+        str(out),
+    ]
     return run_ranks(cmd, out, env)
 
 
@@ -129,7 +158,7 @@ def test_torchrun_every_example_once_per_epoch(torchrun2):
         assert r["world"] == 2 and r["lengths"] == [[per_rank, per_rank]] and len(r["seen"]) == 2 * per_rank
     plan = RandomSelector(H.N, H.BATCH, seed=3)
     for epoch in (0, 1):
-        got = [r["seen"][epoch * per_rank:(epoch + 1) * per_rank] for r in torchrun2]
+        got = [r["seen"][epoch * per_rank : (epoch + 1) * per_rank] for r in torchrun2]
         assert got == [[b.tolist() for b in plan.plan(epoch, 2).batches(rank)] for rank in (0, 1)]
         assert sorted(i for rank in got for b in rank for i in b) == list(range(H.N))
     assert torchrun2[0]["params"] == torchrun2[1]["params"]  # DDP kept the ranks in step
@@ -145,7 +174,6 @@ def test_torchrun_resume_is_exact_on_every_rank(torchrun2):
     assert torchrun2[0]["observed"] == torchrun2[1]["observed"] > H.N // 2
 
 
-
 @pytest.mark.slow
 def test_torchrun_pruned_epochs_with_the_trainers_schedule(torchrun2):
     """2 ranks: epochs of 5, 4, 4, 4 batches per rank; both ranks take 17 steps, the rate
@@ -159,12 +187,13 @@ def test_torchrun_pruned_epochs_with_the_trainers_schedule(torchrun2):
         assert r["pruned_resumed"] == r["pruned"][7:] and np.allclose(r["pruned_resumed_lrs"], r["pruned_lrs"][7:])
     starts = np.cumsum([0, *lengths])
     for e, kept in enumerate((H.N, 30, 30, 30)):
-        epoch = [i for r in torchrun2 for b in r["pruned"][starts[e]:starts[e + 1]] for i in b]
+        epoch = [i for r in torchrun2 for b in r["pruned"][starts[e] : starts[e + 1]] for i in b]
         assert len(epoch) == kept and len(set(epoch)) == kept  # every kept example once over the ranks
     assert torchrun2[0]["pruned_params"] == torchrun2[1]["pruned_params"]
 
 
 def test_example_runs(tmp_path):
-    accuracy = run_example(HERE.parent / "examples" / "train_hf.py", "--epochs", "1", "--batch-size", "128",
-                           cwd=tmp_path)
+    accuracy = run_example(
+        HERE.parent / "examples" / "train_hf.py", "--epochs", "1", "--batch-size", "128", cwd=tmp_path
+    )
     assert accuracy > 0.3  # 15 steps; chance is 0.1

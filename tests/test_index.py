@@ -1,5 +1,6 @@
 """EmbeddingIndex: exact search against numpy, recall of the approximate kinds, the k-NN
 graph's form, bad input, and memory mapping."""
+
 import logging
 
 import numpy as np
@@ -29,7 +30,7 @@ def brute_force(x, q, k, metric):
         x = x / np.linalg.norm(x, axis=1, keepdims=True)
         q = q / np.linalg.norm(q, axis=1, keepdims=True)
     if metric == "l2":
-        scores = (q ** 2).sum(1)[:, None] - 2 * q @ x.T + (x ** 2).sum(1)[None, :]
+        scores = (q**2).sum(1)[:, None] - 2 * q @ x.T + (x**2).sum(1)[None, :]
         order = np.argsort(scores, axis=1, kind="stable")[:, :k]
     else:
         scores = q @ x.T
@@ -160,8 +161,17 @@ def check_graph_form(g, n, symmetric=True):
         assert (g != g.T).nnz == 0
 
 
-@pytest.mark.parametrize("metric, kernel", [("l2", "rbf"), ("cosine", "rbf"), ("l2", "cosine"),
-                                            ("cosine", "cosine"), ("ip", "cosine"), ("l2", "connectivity")])
+@pytest.mark.parametrize(
+    "metric, kernel",
+    [
+        ("l2", "rbf"),
+        ("cosine", "rbf"),
+        ("l2", "cosine"),
+        ("cosine", "cosine"),
+        ("ip", "cosine"),
+        ("l2", "connectivity"),
+    ],
+)
 def test_knn_graph_form_and_weights(small, metric, kernel):
     k = 7
     index = EmbeddingIndex(small, metric=metric, kind="flat", progress=False)
@@ -191,8 +201,8 @@ def test_knn_graph_form_and_weights(small, metric, kernel):
             b = b / np.linalg.norm(b, axis=1, keepdims=True)
         sq = ((a - b) ** 2).sum(1)
         kth = np.array([sq[rows == i].max() for i in range(len(small))])
-        np.testing.assert_allclose(index.sigma_ ** 2, np.median(kth), rtol=1e-4)  # documented bandwidth
-        np.testing.assert_allclose(w, np.exp(-sq / index.sigma_ ** 2), rtol=1e-3, atol=1e-6)
+        np.testing.assert_allclose(index.sigma_**2, np.median(kth), rtol=1e-4)  # documented bandwidth
+        np.testing.assert_allclose(w, np.exp(-sq / index.sigma_**2), rtol=1e-3, atol=1e-6)
 
 
 def test_knn_graph_given_sigma_and_shortcut(small):
@@ -236,12 +246,15 @@ def test_non_finite_embeddings_and_queries(small, value):
         EmbeddingIndex(small, progress=False).search(q, 1)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.zeros(8, np.float32), "must be 2-D .*got 1-D array of shape \\(8,\\)"),
-    (np.zeros((4, 3, 2), np.float32), "must be 2-D .*got 3-D array of shape \\(4, 3, 2\\)"),
-    (np.zeros((0, 8), np.float32), "is empty: shape \\(0, 8\\)"),
-    (np.zeros((8, 0), np.float32), "is empty: shape \\(8, 0\\)"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.zeros(8, np.float32), "must be 2-D .*got 1-D array of shape \\(8,\\)"),
+        (np.zeros((4, 3, 2), np.float32), "must be 2-D .*got 3-D array of shape \\(4, 3, 2\\)"),
+        (np.zeros((0, 8), np.float32), "is empty: shape \\(0, 8\\)"),
+        (np.zeros((8, 0), np.float32), "is empty: shape \\(8, 0\\)"),
+    ],
+)
 def test_bad_shapes(small, bad, match):
     with pytest.raises(ValueError, match="embeddings " + match):
         EmbeddingIndex(bad, progress=False)
@@ -274,12 +287,18 @@ def test_query_dimension_mismatch(small):
         index.search(small[:3, :11], 2)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(metric="manhattan"), r"metric must be one of \('cosine', 'euclidean', 'ip'\) \(or 'l2' for 'euclidean'\), "
-                               r"got 'manhattan'"),
-    (dict(kind="annoy"), r"kind must be one of \('auto', 'flat', 'ivf', 'hnsw'\), got 'annoy'"),
-    (dict(nprobe=0), "nprobe must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (
+            dict(metric="manhattan"),
+            r"metric must be one of \('cosine', 'euclidean', 'ip'\) \(or 'l2' for 'euclidean'\), "
+            r"got 'manhattan'",
+        ),
+        (dict(kind="annoy"), r"kind must be one of \('auto', 'flat', 'ivf', 'hnsw'\), got 'annoy'"),
+        (dict(nprobe=0), "nprobe must be >= 1, got 0"),
+    ],
+)
 def test_unknown_options(small, kwargs, match):
     with pytest.raises(ValueError, match=match):
         EmbeddingIndex(small, progress=False, **kwargs)

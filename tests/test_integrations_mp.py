@@ -3,6 +3,7 @@ torch.multiprocessing with torchrun's variables (TorchDistComm), gloo on CPU.
 
 Each job is launched once per module (tests/mp_scripts/job.py does the work and asserts
 on every rank; rank 0 reports) and killed, with its process group, on timeout."""
+
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec")
 try:
     from batchsel.functions import FacilityLocation  # noqa: F401
     from batchsel.optimizers import maximize  # noqa: F401
+
     HAS_GREEDI = True
 except ImportError:  # the set-function engine is not there yet
     HAS_GREEDI = False
@@ -42,21 +44,34 @@ except ImportError:  # the set-function engine is not there yet
 def clean_env() -> dict:
     """This environment without any launcher's variables (pytest itself may run under one)."""
     drop = ("OMPI_", "PMIX_", "PMI_", "MV2_", "PRTE_")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(drop) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(drop) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+    }
     env["OMP_NUM_THREADS"] = "1"  # several ranks share 2 cores
     return env
 
 
 def launch(launcher: str, n: int, opts: list, out: Path, timeout: float = TIMEOUT):
     if launcher == "mpi":
-        cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(n),
-               sys.executable, str(JOB), str(out), *opts]
+        cmd = [
+            str(MPIEXEC),
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            str(n),
+            sys.executable,
+            str(JOB),
+            str(out),
+            *opts,
+        ]
     else:
         cmd = [sys.executable, str(JOB), str(out), "--torch", str(n), *opts]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -138,8 +153,9 @@ def test_greedi_on_two_mpi_ranks(mpi2):
 
 @needs_mpi
 def test_a_failing_rank_ends_the_job(tmp_path):
-    rc, output, seconds = launch("mpi", 2, ["--ddp", "--fail-rank", "1", "--fail-step", "3"], tmp_path / "r",
-                                 timeout=120)
+    rc, output, seconds = launch(
+        "mpi", 2, ["--ddp", "--fail-rank", "1", "--fail-step", "3"], tmp_path / "r", timeout=120
+    )
     assert rc != 0
     assert seconds < 60, f"took {seconds:.0f} s to end"
     assert "fails on purpose at step 3" in output  # the failing rank's traceback is shown

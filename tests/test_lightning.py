@@ -1,6 +1,7 @@
 """BatchselCallback in Lightning: one process here, two DDP processes (gloo, CPU) through
 tests/mp_scripts/lightning_job.py. Each test reproduces a case of issue #17 that used to
 train silently wrong batches."""
+
 import os
 import sys
 from pathlib import Path
@@ -122,10 +123,10 @@ def test_ddp_refuses_use_distributed_sampler(ddp2):
         assert r["refused"] and "use_distributed_sampler=False" in r["refused"]
 
 
-
 def test_example_runs(tmp_path):
-    accuracy = run_example(HERE.parent / "examples" / "train_lightning.py", "--epochs", "1", "--batch-size", "128",
-                           cwd=tmp_path)
+    accuracy = run_example(
+        HERE.parent / "examples" / "train_lightning.py", "--epochs", "1", "--batch-size", "128", cwd=tmp_path
+    )
     assert accuracy > 0.3  # 15 steps; chance is 0.1
 
 
@@ -139,8 +140,7 @@ class TinyPruned(J.Tiny):
         super().__init__("random")
         from batchsel import InfoBatchSelector
 
-        self.sampler = SelectionBatchSampler(InfoBatchSelector(J.N, J.BATCH, epochs=self.EPOCHS, seed=3),
-                                             weighted=True)
+        self.sampler = SelectionBatchSampler(InfoBatchSelector(J.N, J.BATCH, epochs=self.EPOCHS, seed=3), weighted=True)
         self.lrs: list[float] = []
 
     def train_dataloader(self):

@@ -2,6 +2,7 @@
 without replacement, equal losses sharing their ranks uniformly), the rank order kept up to
 date in O(n) (always what a fresh sort gives, whatever the history), determinism and the
 input checks of the feedback path."""
+
 import numpy as np
 import pytest
 import torch
@@ -63,9 +64,14 @@ def test_last_rank_of_a_full_shard_is_the_least_likely():
     assert (orders[:, -1] == 7).mean() > 0.8 and (orders[:, 0] == 0).mean() > 0.8
 
 
-@pytest.mark.parametrize("block, ranks", [(10, [3, 5]),      # block at least twice the ranks: rejection
-                                          (3, [1, 2, 3]),    # the whole block: a shuffle
-                                          (4, [2, 1, 4])])   # more than half of it: a shuffle
+@pytest.mark.parametrize(
+    "block, ranks",
+    [
+        (10, [3, 5]),  # block at least twice the ranks: rejection
+        (3, [1, 2, 3]),  # the whole block: a shuffle
+        (4, [2, 1, 4]),
+    ],
+)  # more than half of it: a shuffle
 def test_equal_losses_share_their_ranks_uniformly(block, ranks):
     # values [9, 5 x block, 1]: ranks 1..block are the 5s; the requested ones get distinct
     # members, every ordered choice equally often
@@ -150,8 +156,9 @@ def test_batches_are_deterministic_and_differ_by_seed_epoch_and_rank():
     assert first() == first()
     assert len({tuple(first(*args)) for args in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]}) == 4
     sel = LossRankSelector(400, 8, seed=0)
-    assert sel.plan(3).batches(0) and [b.tolist() for b in sel.plan(3).batches(0)] == \
-        [b.tolist() for b in LossRankSelector(400, 8, seed=0).plan(3).batches(0)]
+    assert sel.plan(3).batches(0) and [b.tolist() for b in sel.plan(3).batches(0)] == [
+        b.tolist() for b in LossRankSelector(400, 8, seed=0).plan(3).batches(0)
+    ]
 
 
 def test_kernel_takes_a_batch_without_sorting_the_shard():

@@ -1,6 +1,7 @@
 """GraphRegularizedLoss: the formula against a dense reference, decomposition over
 batches, gradients, reductions, the in-batch edge lookup, input errors, and the
 semi-supervised example script on a reduced size."""
+
 from __future__ import annotations
 
 import json
@@ -159,16 +160,19 @@ def test_batch_edges_match_scipy_slicing(n, seed, size, symmetric):
     np.testing.assert_array_equal(got, expected.toarray())
 
 
-@pytest.mark.parametrize("args, match", [
-    ((torch.zeros(3, 2), [0, 1], [0, 1, -1]), r"logits 3, batch_indices 2, labels 3"),
-    ((torch.zeros(2, 2), [0, 1], [0, 1, 1]), r"logits 2, batch_indices 2, labels 3"),
-    ((torch.zeros(2, 2), [0, 1], [0, 2]), r"labels must be < the number of classes \(2"),
-    ((torch.zeros(2, 2), [0, 1], [0, -2]), r"labels must be >= -1, found -2"),
-    ((torch.zeros(2, 2), [0, 5], [0, 1]), r"batch_indices must be in \[0, 4\).*found 5"),
-    ((torch.zeros(2, 2), [-1, 0], [0, 1]), r"batch_indices must be in \[0, 4\).*found -1"),
-    ((torch.zeros(2), [0, 1], [0, 1]), r"logits must be 2-D"),
-    ((torch.zeros(2, 2), [[0, 1]], [0, 1]), r"batch_indices must be 1-D"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((torch.zeros(3, 2), [0, 1], [0, 1, -1]), r"logits 3, batch_indices 2, labels 3"),
+        ((torch.zeros(2, 2), [0, 1], [0, 1, 1]), r"logits 2, batch_indices 2, labels 3"),
+        ((torch.zeros(2, 2), [0, 1], [0, 2]), r"labels must be < the number of classes \(2"),
+        ((torch.zeros(2, 2), [0, 1], [0, -2]), r"labels must be >= -1, found -2"),
+        ((torch.zeros(2, 2), [0, 5], [0, 1]), r"batch_indices must be in \[0, 4\).*found 5"),
+        ((torch.zeros(2, 2), [-1, 0], [0, 1]), r"batch_indices must be in \[0, 4\).*found -1"),
+        ((torch.zeros(2), [0, 1], [0, 1]), r"logits must be 2-D"),
+        ((torch.zeros(2, 2), [[0, 1]], [0, 1]), r"batch_indices must be 1-D"),
+    ],
+)
 def test_bad_input_names_the_problem(args, match):
     loss_fn = GraphRegularizedLoss(random_graph(4, 0.5, seed=0))
     with pytest.raises(ValueError, match=match):
@@ -209,8 +213,18 @@ def test_graph_term_pulls_neighbours_together():
 
 
 def _example(*args: str, mpi: int = 0) -> dict:
-    cmd = [sys.executable, str(ROOT / "examples" / "semi_supervised.py"), "--num-examples", "500", "--steps", "150",
-           "--eval-every", "50", "--json", *args]
+    cmd = [
+        sys.executable,
+        str(ROOT / "examples" / "semi_supervised.py"),
+        "--num-examples",
+        "500",
+        "--steps",
+        "150",
+        "--eval-every",
+        "50",
+        "--json",
+        *args,
+    ]
     if mpi:
         mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
         if mpiexec is None:

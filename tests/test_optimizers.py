@@ -1,5 +1,6 @@
 """Optimizers: lazy == naive exactly, stochastic quality and seeding, GreeDi (simulated
 and over a communicator), costs / initial / exclude / candidates, input checks."""
+
 import math
 import threading
 
@@ -47,8 +48,20 @@ def _functions():
     }
 
 
-NAMES = ["fl_dense", "fl_sparse", "fl_sparse_asymmetric", "feature", "feature_callable", "graph_cut",
-         "sum_redundancy", "saturated", "saturated_sparse", "logdet", "mixture", "mixture_tracked"]
+NAMES = [
+    "fl_dense",
+    "fl_sparse",
+    "fl_sparse_asymmetric",
+    "feature",
+    "feature_callable",
+    "graph_cut",
+    "sum_redundancy",
+    "saturated",
+    "saturated_sparse",
+    "logdet",
+    "mixture",
+    "mixture_tracked",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -415,9 +428,15 @@ def test_bidirectional_stops_at_k_and_is_seeded():
         maximize(f, 5, "bidirectional", costs=np.ones(40))
 
 
-@pytest.mark.parametrize("kwargs,match", [({"beta": 0}, "beta"), ({"beta": 1.5}, "beta"),
-                                          ({"sample_fraction": 0.0}, "sample_fraction"),
-                                          ({"sample_fraction": "a"}, "sample_fraction")])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"beta": 0}, "beta"),
+        ({"beta": 1.5}, "beta"),
+        ({"sample_fraction": 0.0}, "sample_fraction"),
+        ({"sample_fraction": "a"}, "sample_fraction"),
+    ],
+)
 def test_new_optimizer_arguments_are_checked(kwargs, match):
     with pytest.raises(ValueError, match=match):
         maximize(_functions()["feature"], 5, "lazy", **kwargs)

@@ -1,4 +1,5 @@
 """What a user installing batchsel gets: the core without extras, one version, type hints."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -13,8 +14,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Every optional dependency (the extras mpi, graph, plot, lightning, hf, pyg and dev's apricot):
 # the child process below cannot import any of them, as in `pip install batchsel` alone.
-EXTRAS = ["mpi4py", "pymetis", "matplotlib", "lightning", "pytorch_lightning", "transformers", "accelerate",
-          "torch_geometric", "apricot", "cleanlab", "mnist1d"]
+EXTRAS = [
+    "mpi4py",
+    "pymetis",
+    "matplotlib",
+    "lightning",
+    "pytorch_lightning",
+    "transformers",
+    "accelerate",
+    "torch_geometric",
+    "apricot",
+    "cleanlab",
+    "mnist1d",
+]
 
 CORE_LOOP = textwrap.dedent("""
     import importlib.abc, sys

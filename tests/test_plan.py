@@ -1,4 +1,5 @@
 """EpochPlan: equalizing ranks, validation, fingerprints and plan files."""
+
 import os
 import subprocess
 import sys
@@ -13,15 +14,23 @@ from batchsel.plan import EpochPlan, load_plans, save_plans
 
 def random_plan(seed=0, world_size=3, num_batches=4, num_examples=100, weighted=True, epoch=0):
     rng = np.random.default_rng(seed)
-    batches = [[rng.choice(num_examples, size=rng.integers(1, 8), replace=False) for _ in range(num_batches)]
-               for _ in range(world_size)]
+    batches = [
+        [rng.choice(num_examples, size=rng.integers(1, 8), replace=False) for _ in range(num_batches)]
+        for _ in range(world_size)
+    ]
     weights = [[rng.random(b.size).astype(np.float32) + 0.5 for b in rank] for rank in batches] if weighted else None
     return EpochPlan(batches, weights, num_examples=num_examples, epoch=epoch, seed=seed, method="test")
 
 
 def assert_same_plan(a, b):
-    assert (a.world_size, a.num_batches, a.num_examples, a.epoch, a.seed, a.method) == \
-        (b.world_size, b.num_batches, b.num_examples, b.epoch, b.seed, b.method)
+    assert (a.world_size, a.num_batches, a.num_examples, a.epoch, a.seed, a.method) == (
+        b.world_size,
+        b.num_batches,
+        b.num_examples,
+        b.epoch,
+        b.seed,
+        b.method,
+    )
     for r in range(a.world_size):
         for x, y in zip(a.batches(r), b.batches(r)):
             assert y.dtype == np.int64
@@ -117,13 +126,16 @@ def test_from_rank_batches_empty_rank():
 
 
 # -- validate -------------------------------------------------------------------------
-@pytest.mark.parametrize("batches, weights, match", [
-    ([[[0, 10]]], None, r"rank 0 batch 0 has indices outside \[0, 10\)"),
-    ([[[0], [-1]]], None, r"rank 0 batch 1 has indices outside \[0, 10\)"),
-    ([[[0]], [[1, 2]]], [[[1.0]], [[1.0]]], "rank 1 batch 0: 1 weights for 2 indices"),
-    ([[[0, 1]]], [[[1.0, -0.5]]], "rank 0 batch 0 has negative or non-finite weights"),
-    ([[[0, 1]]], [[[1.0, np.nan]]], "rank 0 batch 0 has negative or non-finite weights"),
-])
+@pytest.mark.parametrize(
+    "batches, weights, match",
+    [
+        ([[[0, 10]]], None, r"rank 0 batch 0 has indices outside \[0, 10\)"),
+        ([[[0], [-1]]], None, r"rank 0 batch 1 has indices outside \[0, 10\)"),
+        ([[[0]], [[1, 2]]], [[[1.0]], [[1.0]]], "rank 1 batch 0: 1 weights for 2 indices"),
+        ([[[0, 1]]], [[[1.0, -0.5]]], "rank 0 batch 0 has negative or non-finite weights"),
+        ([[[0, 1]]], [[[1.0, np.nan]]], "rank 0 batch 0 has negative or non-finite weights"),
+    ],
+)
 def test_validate_names_the_problem(batches, weights, match):
     with pytest.raises(ValueError, match=match):
         EpochPlan(batches, weights, num_examples=10).validate()
@@ -156,12 +168,20 @@ def test_fingerprint_depends_on_content_not_on_representation():
 
 def test_fingerprint_is_the_same_in_another_process():
     # ranks compare fingerprints: they must not depend on hash seeds or process state
-    code = ("import numpy as np; from batchsel.plan import EpochPlan; "
-            "print(EpochPlan([[np.arange(5), [7, 9]], [[1, 2], [3]]], [[np.ones(5), [2, 3]], [[1, 1], [0.5]]], "
-            "num_examples=10, epoch=4, method='x').fingerprint())")
+    code = (
+        "import numpy as np; from batchsel.plan import EpochPlan; "
+        "print(EpochPlan([[np.arange(5), [7, 9]], [[1, 2], [3]]], [[np.ones(5), [2, 3]], [[1, 1], [0.5]]], "
+        "num_examples=10, epoch=4, method='x').fingerprint())"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
-                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout.strip()
     plan = EpochPlan([[np.arange(5), [7, 9]], [[1, 2], [3]]], [[np.ones(5), [2, 3]], [[1, 1], [0.5]]], num_examples=10)
     assert out == plan.fingerprint()
 
@@ -288,6 +308,7 @@ def edit_header(**changes):
             else:
                 h[key] = value
         arrays["e0_header"] = np.array(json.dumps(h))
+
     return edit
 
 
@@ -298,16 +319,23 @@ def test_two_dimensional_batches_are_refused():
         EpochPlan([[np.arange(4)]], [[np.ones((2, 2))]], num_examples=10)
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda a: a.__setitem__("e0_indices", np.where(a["e0_indices"] == a["e0_indices"][0], 10**6,
-                                                    a["e0_indices"])), r"outside \[0, 100\)"),
-    (edit_header(world_size=1), r"1 rank\(s\) x 4 batches = 4 batches, the file holds 12"),
-    (edit_header(num_examples=None), r"header lacks \['num_examples'\]"),
-    (edit_header(epoch=-2), "epoch=-2"),
-    (edit_header(num_batches="4"), "num_batches"),
-    (lambda a: a.__setitem__("e0_weights", a["e0_weights"][:-1]), "weights for"),
-    (lambda a: a.__setitem__("e0_offsets", a["e0_offsets"][::-1].copy()), "offsets"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (
+            lambda a: a.__setitem__(
+                "e0_indices", np.where(a["e0_indices"] == a["e0_indices"][0], 10**6, a["e0_indices"])
+            ),
+            r"outside \[0, 100\)",
+        ),
+        (edit_header(world_size=1), r"1 rank\(s\) x 4 batches = 4 batches, the file holds 12"),
+        (edit_header(num_examples=None), r"header lacks \['num_examples'\]"),
+        (edit_header(epoch=-2), "epoch=-2"),
+        (edit_header(num_batches="4"), "num_batches"),
+        (lambda a: a.__setitem__("e0_weights", a["e0_weights"][:-1]), "weights for"),
+        (lambda a: a.__setitem__("e0_offsets", a["e0_offsets"][::-1].copy()), "offsets"),
+    ],
+)
 def test_load_validates_what_the_file_says(tmp_path, edit, match):
     random_plan(seed=4).save(tmp_path / "p.npz")
     bad = rewrite(tmp_path / "p.npz", tmp_path / "bad.npz", edit)

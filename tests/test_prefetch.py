@@ -4,6 +4,7 @@ What matters: the batches depend on the order of calls, never on thread timing (
 sleeps change nothing); the lag is exactly the documented one; a resume mid-epoch yields
 what the uninterrupted run would have; collectives stay in the training thread; the
 thread ends with the iteration and its errors reach the training thread."""
+
 import gc
 import os
 import sys
@@ -147,13 +148,19 @@ def test_prefetch_two_lags_two_batches():
     assert got == want
 
 
-@pytest.mark.parametrize("make", [
-    lambda: RandomSelector(N, B, seed=2),
-    lambda: GraphBlockSelector(knn_graph(np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32), k=4),
-                               B, seed=2, block_size=2),
-    lambda: CoresetSelector(np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32), np.arange(N) % 3, B,
-                            fraction=0.5, seed=2),
-], ids=["random", "graph_blocks", "coreset"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RandomSelector(N, B, seed=2),
+        lambda: GraphBlockSelector(
+            knn_graph(np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32), k=4), B, seed=2, block_size=2
+        ),
+        lambda: CoresetSelector(
+            np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32), np.arange(N) % 3, B, fraction=0.5, seed=2
+        ),
+    ],
+    ids=["random", "graph_blocks", "coreset"],
+)
 def test_selectors_without_feedback_yield_the_same_batches(make):
     plain = SelectionBatchSampler(make(), rank=1, world_size=2)
     ahead = SelectionBatchSampler(make(), rank=1, world_size=2, prefetch=1)
@@ -380,10 +387,17 @@ def test_selection_kernels_release_the_gil():
     from batchsel import _heap
     from batchsel.selectors import _counter_rng, _smdl_kernels, loss_rank
 
-    for kernel in (_smdl_kernels._smdl_greedy, _smdl_kernels._smdl_draws, _smdl_kernels._gain, _smdl_kernels._add,
-                   loss_rank._loss_rank_batch, _counter_rng._choice,
-                   loss_rank._sort_shard,
-                   _heap.lazy_pop, _heap.heapify):
+    for kernel in (
+        _smdl_kernels._smdl_greedy,
+        _smdl_kernels._smdl_draws,
+        _smdl_kernels._gain,
+        _smdl_kernels._add,
+        loss_rank._loss_rank_batch,
+        _counter_rng._choice,
+        loss_rank._sort_shard,
+        _heap.lazy_pop,
+        _heap.heapify,
+    ):
         assert kernel.targetoptions.get("nogil"), kernel.__name__
 
 
@@ -430,11 +444,13 @@ def test_cores_of_this_rank_reads_binding_and_ranks_per_node(monkeypatch):
     for var in prefetch_module._LOCAL_SIZE_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    cases = [({0}, {}, 1),                                   # bound to one core
-             ({0, 1}, {"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 2),  # bound to two: its own
-             ({0, 1, 2, 3}, {}, 4),                          # alone, unbound
-             ({0, 1, 2, 3}, {"LOCAL_WORLD_SIZE": "2"}, 2),    # torchrun, 2 ranks share 4 cores
-             ({0, 1, 2, 3}, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 1)]
+    cases = [
+        ({0}, {}, 1),  # bound to one core
+        ({0, 1}, {"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 2),  # bound to two: its own
+        ({0, 1, 2, 3}, {}, 4),  # alone, unbound
+        ({0, 1, 2, 3}, {"LOCAL_WORLD_SIZE": "2"}, 2),  # torchrun, 2 ranks share 4 cores
+        ({0, 1, 2, 3}, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 1),
+    ]
     for affinity, env, cores in cases:
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, a=affinity: a, raising=False)
         for k, v in env.items():
@@ -469,5 +485,6 @@ def test_cheap_selections_stay_on_the_training_thread(monkeypatch):
             assert on_thread > 0, where
         else:
             assert on_thread == 0, where
-        assert batches == run_epochs(SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1,
-                                                           prefetch=1), epochs=1)
+        assert batches == run_epochs(
+            SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1, prefetch=1), epochs=1
+        )

@@ -6,6 +6,7 @@ known before the run (a OneCycleLR sized from them ends with the run), bad input
 refused, and the sampler resumes mid-epoch exactly, in one process and on 2 MPI ranks.
 Score-based pruning (EL2N / forgetting + coverage-centric selection): the scores are the
 ones defined, the kept set covers the score range, and the same loop guarantees hold."""
+
 import io
 import json
 import sys
@@ -147,8 +148,12 @@ def run(sampler, epochs, stop=None, losses_of=None):
 def test_sampler_lengths_total_and_exact_mid_epoch_resume():
     n, b, epochs = 203, 16, 6
     losses_of = lambda idx: np.sin(idx * 1.3) ** 2  # noqa: E731  (the same feedback in every run)
-    make = lambda: SelectionBatchSampler(InfoBatchSelector(n, b, epochs=epochs, seed=3),  # noqa: E731
-                                         rank=0, world_size=1, weighted=True)
+    make = lambda: SelectionBatchSampler(
+        InfoBatchSelector(n, b, epochs=epochs, seed=3),  # noqa: E731
+        rank=0,
+        world_size=1,
+        weighted=True,
+    )
     full, _ = run(make(), epochs, losses_of=losses_of)
     sampler = make()
     lengths = []
@@ -178,8 +183,17 @@ def test_ddp_loop_with_one_cycle_schedule(ranks, method, tmp_path):
     else:
         if not MPIEXEC.exists():
             pytest.skip("no mpiexec")
-        cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), sys.executable, str(JOB),
-               str(out), method]
+        cmd = [
+            str(MPIEXEC),
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            str(ranks),
+            sys.executable,
+            str(JOB),
+            str(out),
+            method,
+        ]
     run_command(cmd, clean_env(), TIMEOUT)
     result = json.loads(Path(f"{out}.json").read_text())
     assert result["world_size"] == ranks
@@ -251,11 +265,16 @@ def test_score_pruning_lengths_are_known_ahead_and_the_kept_set_is_drawn_once():
 
 def test_score_pruning_bad_input_is_refused_with_the_value():
     y = np.arange(20) % 2
-    for kwargs, match in [({"keep": 0.0}, "keep"), ({"keep": 1.5}, "keep"), ({"score": "loss"}, "score"),
-                          ({"score_epochs": 3}, "score_epochs"), ({"score": "forgetting", "score_epochs": 1},
-                                                                  "score_epochs"),
-                          ({"hard_cut": 0.6}, "hard_cut=0.6 leaves fewer"), ({"strata": 0}, "strata"),
-                          ({"epochs": 1}, "epochs")]:
+    for kwargs, match in [
+        ({"keep": 0.0}, "keep"),
+        ({"keep": 1.5}, "keep"),
+        ({"score": "loss"}, "score"),
+        ({"score_epochs": 3}, "score_epochs"),
+        ({"score": "forgetting", "score_epochs": 1}, "score_epochs"),
+        ({"hard_cut": 0.6}, "hard_cut=0.6 leaves fewer"),
+        ({"strata": 0}, "strata"),
+        ({"epochs": 1}, "epochs"),
+    ]:
         with pytest.raises(ValueError, match=match):
             ScorePruningSelector(y, 2, **{"epochs": 3, **kwargs})
     with pytest.raises(TypeError, match="integer class ids"):

@@ -1,5 +1,6 @@
 """batchsel.integrations.pyg: Cluster-GCN and GraphSAINT loaders for PyTorch Geometric
 without pyg-lib or torch-sparse (checked against brute-force induced subgraphs)."""
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,15 @@ def sbm(n: int = 240, blocks: int = 4, seed: int = 0) -> Data:
     src, dst = pairs[keep].T
     src, dst = np.concatenate([src, [0, src[0]]]), np.concatenate([dst, [0, dst[0]]])
     e = len(src)
-    return Data(x=torch.randn(n, 3), y=torch.from_numpy(y), train_mask=torch.from_numpy(rng.random(n) < 0.5),
-                edge_index=torch.from_numpy(np.stack([src, dst])), edge_attr=torch.randn(e, 2),
-                edge_weight=torch.rand(e), note="graph-level")
+    return Data(
+        x=torch.randn(n, 3),
+        y=torch.from_numpy(y),
+        train_mask=torch.from_numpy(rng.random(n) < 0.5),
+        edge_index=torch.from_numpy(np.stack([src, dst])),
+        edge_attr=torch.randn(e, 2),
+        edge_weight=torch.rand(e),
+        note="graph-level",
+    )
 
 
 def check_batch(batch: Data, data: Data) -> None:
@@ -41,8 +48,9 @@ def check_batch(batch: Data, data: Data) -> None:
     n_id = batch.n_id
     assert torch.equal(batch.x, data.x[n_id]) and torch.equal(batch.y, data.y[n_id])
     assert torch.equal(batch.train_mask, data.train_mask[n_id]) and batch.note == "graph-level"
-    ref_index, _, mask = subgraph(n_id, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes,
-                                  return_edge_mask=True)
+    ref_index, _, mask = subgraph(
+        n_id, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes, return_edge_mask=True
+    )
     got = sorted(zip(batch.edge_index[0].tolist(), batch.edge_index[1].tolist(), batch.edge_weight.tolist()))
     want = sorted(zip(ref_index[0].tolist(), ref_index[1].tolist(), data.edge_weight[mask].tolist()))
     assert got == want
@@ -139,8 +147,9 @@ def test_graphsaint_batches_are_induced_subgraphs_drawn_per_rank(kind):
     def sampler(rank=0, seed=0, **kw):
         if kind == "node":
             return GraphSAINTNodeSampler(data, batch_size=60, num_steps=3, log=False, rank=rank, seed=seed, **kw)
-        return GraphSAINTRandomWalkSampler(data, batch_size=20, walk_length=3, num_steps=3, log=False, rank=rank,
-                                           seed=seed, **kw)
+        return GraphSAINTRandomWalkSampler(
+            data, batch_size=20, walk_length=3, num_steps=3, log=False, rank=rank, seed=seed, **kw
+        )
 
     batches = list(sampler())
     assert len(batches) == 3
@@ -159,15 +168,18 @@ def test_graphsaint_batches_are_induced_subgraphs_drawn_per_rank(kind):
     assert normed.node_norm.shape == (data.num_nodes,) and normed.edge_norm.shape == (data.edge_index.size(1),)
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(num_parts=0), "num_parts"),
-    (dict(num_parts=10_000), "num_parts"),
-    (dict(drop="edge_index"), "no edge_index"),
-    (dict(train_mask=torch.ones(5, dtype=torch.bool)), "train_mask has 5 entries"),
-    (dict(edge_weight=torch.ones(3)), "edge_weight has 3 entries"),
-    (dict(edge_index=torch.tensor([[0, 1], [1, 999]])), "outside"),
-    (dict(edge_index=torch.arange(10).repeat(2, 1)), "no edges between distinct nodes"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(num_parts=0), "num_parts"),
+        (dict(num_parts=10_000), "num_parts"),
+        (dict(drop="edge_index"), "no edge_index"),
+        (dict(train_mask=torch.ones(5, dtype=torch.bool)), "train_mask has 5 entries"),
+        (dict(edge_weight=torch.ones(3)), "edge_weight has 3 entries"),
+        (dict(edge_index=torch.tensor([[0, 1], [1, 999]])), "outside"),
+        (dict(edge_index=torch.arange(10).repeat(2, 1)), "no edges between distinct nodes"),
+    ],
+)
 def test_bad_input_is_a_clear_value_error(change, match):
     data = sbm(n=40)
     num_parts = change.pop("num_parts", 4)
@@ -204,8 +216,19 @@ def test_two_ranks_without_a_rank_given_get_a_disjoint_cover(launcher, tmp_path)
             pytest.skip("no mpiexec")
         cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, script, out]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), script, out]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            script,
+            out,
+        ]
     run_command(cmd, clean_env(), timeout=180)
     ranks = json.loads(out.read_text())
     assert [r["world"] for r in ranks] == [2, 2] and [r["rank"] for r in ranks] == [0, 1]

@@ -6,6 +6,7 @@ first on the PATH. Lines that install or call ``make`` (the set-up) are what CI 
 runs, so they are skipped here; ``py`` blocks are marked excerpts of a runnable script
 under ``examples/`` (run by tests/test_examples.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,9 @@ def test_python_blocks_run(page, tmp_path, monkeypatch):
         exec(compile(block, str(page), "exec"), {"__name__": "docs"})
 
 
-CONSOLE_PAGES = [p for p in PAGES if any(not SETUP.match(line) for b in blocks(p, "console")
-                                         for line in b.strip().splitlines())]
+CONSOLE_PAGES = [
+    p for p in PAGES if any(not SETUP.match(line) for b in blocks(p, "console") for line in b.strip().splitlines())
+]
 
 
 @pytest.mark.slow
@@ -49,8 +51,13 @@ CONSOLE_PAGES = [p for p in PAGES if any(not SETUP.match(line) for b in blocks(p
 def test_console_blocks_run(page, tmp_path):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     bindir = os.path.dirname(sys.executable)
-    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    env = {
+        **os.environ,
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    }
     ran = 0
     for block in blocks(page, "console"):
         for line in block.strip().splitlines():

@@ -2,6 +2,7 @@
 
 Ranks are simulated with explicit ``rank`` / ``world_size``; the real multi-process runs
 are in test_integrations_mp.py."""
+
 import io
 import os
 import subprocess
@@ -26,7 +27,8 @@ from common import TinyOnline, fake_loss  # noqa: E402
 ONLINE = {
     "loss_rank": lambda n, b, seed: LossRankSelector(n, b, seed=seed),
     "submodular": lambda n, b, seed: SubmodularSelector(
-        np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32), b, seed=seed, pool_size=20),
+        np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32), b, seed=seed, pool_size=20
+    ),
     "tiny": lambda n, b, seed: TinyOnline(n, b, seed=seed),
 }
 
@@ -271,11 +273,13 @@ def test_observe_shares_only_the_feedback_the_selector_reads():
     collective; with the uncertainty term they are. Loss-rank reads losses only."""
     x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
     logits = np.zeros((2, 5), np.float32)
-    for sel, given, calls in ((SubmodularSelector(x, 4), {"logits": logits}, 0),
-                              (SubmodularSelector(x, 4), {"embeddings": x[:2]}, 1),
-                              (SubmodularSelector(x, 4, weights=(1, 1, 0, 0)), {"logits": logits}, 1),
-                              (LossRankSelector(40, 4), {"logits": logits}, 0),
-                              (LossRankSelector(40, 4), {"losses": [1.0, 2.0], "logits": logits}, 1)):
+    for sel, given, calls in (
+        (SubmodularSelector(x, 4), {"logits": logits}, 0),
+        (SubmodularSelector(x, 4), {"embeddings": x[:2]}, 1),
+        (SubmodularSelector(x, 4, weights=(1, 1, 0, 0)), {"logits": logits}, 1),
+        (LossRankSelector(40, 4), {"logits": logits}, 0),
+        (LossRankSelector(40, 4), {"losses": [1.0, 2.0], "logits": logits}, 1),
+    ):
         comm = FakeComm(peer=[])
         s = SelectionBatchSampler(sel, comm=comm, sync_every=1)
         s.observe([1, 2], **given)
@@ -344,9 +348,11 @@ def test_single_process_communicator(monkeypatch):
 
 
 def test_import_initializes_neither_mpi_nor_torch_distributed():
-    code = ("import sys, batchsel, batchsel.integrations, torch.distributed as d; "
-            "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py.MPI imported'; "
-            "assert not d.is_initialized(); print('clean')")
+    code = (
+        "import sys, batchsel, batchsel.integrations, torch.distributed as d; "
+        "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py.MPI imported'; "
+        "assert not d.is_initialized(); print('clean')"
+    )
     env = dict(os.environ, OMPI_COMM_WORLD_SIZE="2")  # even as if started by mpiexec
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr
@@ -365,7 +371,8 @@ def test_load_state_dict_rejects_another_dataset_size_or_batch_size(other):
         sampler_for(other(), rank=0, world_size=2).load_state_dict(state)
     with pytest.raises(ValueError, match="lacks"):
         sampler_for(RandomSelector(40, 4, seed=0), rank=0, world_size=2).load_state_dict(
-            {k: v for k, v in state.items() if k != "position"})
+            {k: v for k, v in state.items() if k != "position"}
+        )
 
 
 def test_online_selector_state_of_another_batch_size_is_refused():
@@ -421,8 +428,14 @@ def test_batch_counts_and_sizes_match_torch(shuffle):
                         for rank in range(world_size):
                             ours = sampler_for(sel, rank, world_size, drop_last=drop_batch)
                             ours.set_epoch(1)
-                            dist = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=shuffle,
-                                                      seed=4, drop_last=drop_examples)
+                            dist = DistributedSampler(
+                                range(n),
+                                num_replicas=world_size,
+                                rank=rank,
+                                shuffle=shuffle,
+                                seed=4,
+                                drop_last=drop_examples,
+                            )
                             dist.set_epoch(1)
                             theirs = list(BatchSampler(dist, batch_size, drop_last=drop_batch))
                             got = list(ours)

@@ -1,4 +1,5 @@
 """Selectors: SMDL, loss rank, graph blocks, CRAIG coresets, GreedMax partitions."""
+
 import pickle
 
 import numpy as np
@@ -101,7 +102,7 @@ def test_uncertainty_heavy_weights_pick_high_entropy_examples(digits):
     exact = SubmodularSelector(x, 32, seed=0, weights=(1, 0, 0, 0), pool_size=len(x), optimizer="lazy")
     exact.observe(np.arange(len(x)), logits=logits)
     first = next(exact.iter_batches(0))
-    assert set(first.tolist()) == set(np.argsort(-entropy)[:len(first)].tolist())  # 31: sizes 31 and 32
+    assert set(first.tolist()) == set(np.argsort(-entropy)[: len(first)].tolist())  # 31: sizes 31 and 32
     heavy = SubmodularSelector(x, 32, seed=0, weights=(0.8, 0.1, 0.05, 0.05), pool_size=256)
     heavy.observe(np.arange(len(x)), logits=logits)
     batch = next(heavy.iter_batches(0))
@@ -142,6 +143,7 @@ def test_smdl_refreshed_embeddings_update_the_mean_and_leave_the_input_alone(dig
 
 class CountingRows(np.ndarray):
     """An embeddings array that records how many rows each fancy-index read touches."""
+
     reads: list = []
 
     def __getitem__(self, key):
@@ -238,9 +240,19 @@ def test_balanced_sizes_differ_by_at_most_one_and_keep_the_batch_count(length, b
     assert (np.diff(sizes) >= 0).all()  # smaller first: SMDL's deadlines rely on it
 
 
-@pytest.mark.parametrize("n, batch_size, world_size, drop_last", [
-    (1347, 32, 1, False), (1347, 32, 2, False), (1347, 32, 3, True), (100, 33, 4, False), (101, 10, 4, True),
-    (64, 64, 1, False), (65, 64, 1, False), (50, 7, 6, False)])
+@pytest.mark.parametrize(
+    "n, batch_size, world_size, drop_last",
+    [
+        (1347, 32, 1, False),
+        (1347, 32, 2, False),
+        (1347, 32, 3, True),
+        (100, 33, 4, False),
+        (101, 10, 4, True),
+        (64, 64, 1, False),
+        (65, 64, 1, False),
+        (50, 7, 6, False),
+    ],
+)
 def test_smdl_has_no_small_last_batch(n, batch_size, world_size, drop_last):
     """Sizes differ by at most one on every rank (the old tail: 1347 = 42 x 32 + 3 gave a
     batch of 3); counts, coverage and the per-rank shard length are DistributedSampler's."""
@@ -307,7 +319,7 @@ def test_smdl_uses_every_example_at_most_max_delay_batches_after_its_turn(digits
         for t, b in enumerate(batches):
             assert all(turn_of[i] >= t - max_delay for i in b.tolist())
             if max_delay == 0:
-                assert sorted(b.tolist()) == sorted(shard[bounds[t]:bounds[t + 1]].tolist())
+                assert sorted(b.tolist()) == sorted(shard[bounds[t] : bounds[t + 1]].tolist())
 
 
 @pytest.mark.parametrize("stop", [1, 20, 41, 43])
@@ -363,13 +375,13 @@ def test_smdl_resumes_a_state_from_before_balanced_batches(digits):
     order = rng.permutation(len(x))
     run["order"], run["m"] = order, len(x) - 3 * 32
     shard = sel.rank_shards(0, 1)[0]
-    run["drawn"], run["drawn_sizes"] = shard[order[run["m"]:]], np.array([32, 32, 32])
+    run["drawn"], run["drawn_sizes"] = shard[order[run["m"] :]], np.array([32, 32, 32])
     fresh = SubmodularSelector(x, 32, seed=0)
     fresh.load_state_dict(state)
     rest = list(fresh.iter_batches(0, start=3))
     sizes = [len(b) for b in rest]
     assert len(rest) == fresh.num_batches() - 3 and max(sizes) - min(sizes) <= 1
-    used = np.concatenate([shard[order[run["m"]:]]] + rest)
+    used = np.concatenate([shard[order[run["m"] :]]] + rest)
     assert sorted(used.tolist()) == list(range(len(x)))
 
 
@@ -670,8 +682,10 @@ def test_craig_coreset_represents_the_data_better_than_a_random_subset(digits):
         return total
 
     rng = np.random.default_rng(0)
-    random_subsets = [np.concatenate([rng.choice(np.flatnonzero(y == c), k, replace=False)
-                                      for c, k in enumerate(sel.budgets_)]) for _ in range(3)]
+    random_subsets = [
+        np.concatenate([rng.choice(np.flatnonzero(y == c), k, replace=False) for c, k in enumerate(sel.budgets_)])
+        for _ in range(3)
+    ]
     assert cost(sel.indices_) < min(cost(s) for s in random_subsets)
 
 
@@ -701,16 +715,25 @@ def small():
 
 def all_selectors(small, batch_size=5):
     x, y, g = small
-    return [RandomSelector(30, batch_size), SubmodularSelector(x, batch_size), LossRankSelector(30, batch_size),
-            GraphBlockSelector(g, batch_size, blocks_per_batch=1), CoresetSelector(x, y, batch_size, fraction=0.5)]
+    return [
+        RandomSelector(30, batch_size),
+        SubmodularSelector(x, batch_size),
+        LossRankSelector(30, batch_size),
+        GraphBlockSelector(g, batch_size, blocks_per_batch=1),
+        CoresetSelector(x, y, batch_size, fraction=0.5),
+    ]
 
 
 @pytest.mark.parametrize("batch_size", [0, -3, 31])
 def test_bad_batch_size(small, batch_size):
     x, y, g = small
-    for make in (lambda: RandomSelector(30, batch_size), lambda: SubmodularSelector(x, batch_size),
-                 lambda: LossRankSelector(30, batch_size), lambda: GraphBlockSelector(g, batch_size),
-                 lambda: CoresetSelector(x, y, batch_size, fraction=1.0)):
+    for make in (
+        lambda: RandomSelector(30, batch_size),
+        lambda: SubmodularSelector(x, batch_size),
+        lambda: LossRankSelector(30, batch_size),
+        lambda: GraphBlockSelector(g, batch_size),
+        lambda: CoresetSelector(x, y, batch_size, fraction=1.0),
+    ):
         if batch_size > 30 and "RandomSelector" in make.__code__.co_names:
             continue  # RandomSelector takes a batch larger than the data, as BatchSampler does (issue #15)
         with pytest.raises(ValueError, match=str(batch_size)):
@@ -785,11 +808,20 @@ def test_bad_feedback(small):
         LossRankSelector(30, 5).observe([1], losses=[np.nan])
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"weights": (1, 2, 3)}, "weights"), ({"weights": (0, 0, 0, 0)}, "weights"), ({"weights": (-1, 1, 1, 1)}, "weights"),
-    ({"pool_size": 2}, "pool_size"), ({"optimizer": "naive"}, "naive"), ({"partition": "metis"}, "metis"),
-    ({"epsilon": 1.5}, "1.5"), ({"warmup_epochs": -1}, "-1"), ({"max_delay": -2}, "-2"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"weights": (1, 2, 3)}, "weights"),
+        ({"weights": (0, 0, 0, 0)}, "weights"),
+        ({"weights": (-1, 1, 1, 1)}, "weights"),
+        ({"pool_size": 2}, "pool_size"),
+        ({"optimizer": "naive"}, "naive"),
+        ({"partition": "metis"}, "metis"),
+        ({"epsilon": 1.5}, "1.5"),
+        ({"warmup_epochs": -1}, "-1"),
+        ({"max_delay": -2}, "-2"),
+    ],
+)
 def test_bad_smdl_arguments(small, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         SubmodularSelector(small[0], 5, **kwargs)
@@ -852,4 +884,7 @@ def test_selector_fingerprint_covers_settings_and_data(small):
     other = g.copy()
     other.data[0] *= 2
     assert GraphBlockSelector(g, 5).fingerprint() != GraphBlockSelector(other, 5).fingerprint()
-    assert CoresetSelector(x, y, 5, fraction=0.5).fingerprint() != CoresetSelector(x, (y + 1) % 3, 5, fraction=0.5).fingerprint()
+    assert (
+        CoresetSelector(x, y, 5, fraction=0.5).fingerprint()
+        != CoresetSelector(x, (y + 1) % 3, 5, fraction=0.5).fingerprint()
+    )

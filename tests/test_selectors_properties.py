@@ -1,6 +1,7 @@
 """Property tests of every selector's epoch plans over N, batch size, world size and the
 pad / drop policy: disjoint batches within an epoch (up to padding), full coverage, equal
 counts per rank, determinism for a seed, different plans across epochs."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -15,8 +16,7 @@ from batchsel import (
     SubmodularSelector,
 )
 
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -71,8 +71,15 @@ def test_random_selector_properties(shape):
 def test_submodular_selector_properties(shape, optimizer, partition):
     n, b, w, drop, seed = shape
     x = embeddings(n, seed)
-    make = lambda: SubmodularSelector(x, b, seed=seed, drop_last=drop, optimizer=optimizer,  # noqa: E731
-                                      partition=partition, pool_size=max(b, 16))
+    make = lambda: SubmodularSelector(
+        x,
+        b,
+        seed=seed,
+        drop_last=drop,
+        optimizer=optimizer,  # noqa: E731
+        partition=partition,
+        pool_size=max(b, 16),
+    )
     per_rank = n // w if drop else -(-n // w)
     sel = make()
     plan = check_epoch(sel, n, w, drop, per_rank)
@@ -136,8 +143,14 @@ def test_graph_block_selector_properties(shape):
 
 
 @SETTINGS
-@given(st.integers(6, 60), st.sampled_from([0.3, 0.5, 1.0]), st.integers(1, 3), st.integers(1, 3),
-       st.booleans(), st.integers(0, 3))
+@given(
+    st.integers(6, 60),
+    st.sampled_from([0.3, 0.5, 1.0]),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.booleans(),
+    st.integers(0, 3),
+)
 def test_coreset_selector_properties(n, fraction, classes, w, drop, seed):
     rng = np.random.default_rng(seed)
     x = embeddings(n, seed)
@@ -162,8 +175,11 @@ def test_coreset_selector_properties(n, fraction, classes, w, drop, seed):
 @pytest.mark.parametrize("start", [0, 1, 3])
 def test_iter_batches_start_yields_the_tail(start):
     x = embeddings(50, 0)
-    for make in (lambda: RandomSelector(50, 7, seed=1), lambda: SubmodularSelector(x, 7, seed=1),
-                 lambda: LossRankSelector(50, 7, seed=1)):
+    for make in (
+        lambda: RandomSelector(50, 7, seed=1),
+        lambda: SubmodularSelector(x, 7, seed=1),
+        lambda: LossRankSelector(50, 7, seed=1),
+    ):
         full = list(make().iter_batches(2, 1, 2))
         tail = list(make().iter_batches(2, 1, 2, start=start))
         assert len(tail) == len(full) - start

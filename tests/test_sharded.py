@@ -1,5 +1,6 @@
 """batchsel.sharded: the sharded index and distributed k-NN graph equal the single-process
 EmbeddingIndex (one rank in process; two ranks under mpiexec), and a dead rank ends the job."""
+
 import json
 import sys
 import time
@@ -41,9 +42,16 @@ def data():
     return clustered()
 
 
-@pytest.mark.parametrize("kind, metric, kernel", [
-    ("flat", "euclidean", "rbf"), ("flat", "cosine", "cosine"), ("ivf", "euclidean", "cosine"),
-    ("ivf", "cosine", "rbf"), ("ivf", "ip", "connectivity")])
+@pytest.mark.parametrize(
+    "kind, metric, kernel",
+    [
+        ("flat", "euclidean", "rbf"),
+        ("flat", "cosine", "cosine"),
+        ("ivf", "euclidean", "cosine"),
+        ("ivf", "cosine", "rbf"),
+        ("ivf", "ip", "connectivity"),
+    ],
+)
 def test_one_rank_equals_embedding_index(data, kind, metric, kernel):
     comm = SingleProcessComm()
     ref = EmbeddingIndex(data, metric=metric, kind=kind, progress=False)
@@ -155,6 +163,7 @@ def test_errors_name_the_problem(data):
 
     class Three(SingleProcessComm):
         size = 3
+
     with pytest.raises(ValueError, match="2 rows, fewer than the 3 ranks"):
         ShardedIndex(data[:2], Three())
     index = ShardedIndex(data[:200], comm, progress=False)
@@ -164,8 +173,18 @@ def test_errors_name_the_problem(data):
 
 def launch(tmp_path: Path, *opts: str, succeed: bool = True) -> tuple[str, float]:
     np.save(tmp_path / "data.npy", clustered())
-    cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, JOB, tmp_path / "out",
-           tmp_path / "data.npy", *opts]
+    cmd = [
+        MPIEXEC,
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        "2",
+        sys.executable,
+        JOB,
+        tmp_path / "out",
+        tmp_path / "data.npy",
+        *opts,
+    ]
     start = time.monotonic()
     output = run_command(cmd, clean_env(), 120, succeed=succeed)
     return output, time.monotonic() - start
@@ -193,11 +212,36 @@ def test_cli_under_mpiexec_equals_one_process(tmp_path):
     (sparse facility location, lazy greedy) runs sharded and prints the same selection."""
     np.save(tmp_path / "emb.npy", clustered(n=1500))
     exe = Path(sys.executable).parent / "batchsel"
-    args = ["plan", str(tmp_path / "emb.npy"), "--method", "graph", "--batch-size", "50", "--workers", "2",
-            "--quiet", "--json"]
+    args = [
+        "plan",
+        str(tmp_path / "emb.npy"),
+        "--method",
+        "graph",
+        "--batch-size",
+        "50",
+        "--workers",
+        "2",
+        "--quiet",
+        "--json",
+    ]
     one = run_command([exe, *args, "--out", tmp_path / "p1.npz", "--save-graph", tmp_path / "g1.npz"], clean_env(), 120)
-    two = run_command([MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", exe, *args,
-                       "--out", tmp_path / "p2.npz", "--save-graph", tmp_path / "g2.npz"], clean_env(), 120)
+    two = run_command(
+        [
+            MPIEXEC,
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "2",
+            exe,
+            *args,
+            "--out",
+            tmp_path / "p2.npz",
+            "--save-graph",
+            tmp_path / "g2.npz",
+        ],
+        clean_env(),
+        120,
+    )
     f1 = [json.loads(line)["epochs"][0]["fingerprint"] for line in one.splitlines() if line.startswith("{")]
     f2 = [json.loads(line)["epochs"][0]["fingerprint"] for line in two.splitlines() if line.startswith("{")]
     assert len(f1) == 1 and f2 == f1  # rank 0 alone reports
@@ -210,8 +254,18 @@ def test_cli_under_mpiexec_equals_one_process(tmp_path):
 
 def launch_gather(tmp_path: Path, data: np.ndarray, *opts: str) -> dict:
     np.save(tmp_path / "data.npy", data)
-    cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, GATHER_JOB,
-           tmp_path / "out", tmp_path / "data.npy", *opts]
+    cmd = [
+        MPIEXEC,
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        "2",
+        sys.executable,
+        GATHER_JOB,
+        tmp_path / "out",
+        tmp_path / "data.npy",
+        *opts,
+    ]
     run_command(cmd, clean_env(), 180)
     return json.loads((tmp_path / "out.json").read_text())
 
@@ -245,8 +299,10 @@ def test_gather_to_root_leaves_the_other_rank_s_memory_alone(tmp_path):
     (root, other), (root_all, other_all) = result["root_0"], result["root_None"]
     graph = root["graph_mib"]
     assert graph > 50 and other["graph_mib"] == 0, result
-    grow = {name: r["peak"] - r["start"] for name, r in
-            (("root", root), ("other", other), ("root_all", root_all), ("other_all", other_all))}
+    grow = {
+        name: r["peak"] - r["start"]
+        for name, r in (("root", root), ("other", other), ("root_all", root_all), ("other_all", other_all))
+    }
     assert grow["root"] > 0.5 * graph and grow["other_all"] > 0.5 * graph, (grow, result)
     assert grow["other"] < 0.1 * grow["root"], (grow, result)
 
@@ -260,11 +316,30 @@ def test_cli_greedmax_partition_under_mpiexec_equals_one_process(tmp_path):
     reports."""
     np.save(tmp_path / "emb.npy", clustered(n=1500))
     exe = Path(sys.executable).parent / "batchsel"
-    args = ["plan", str(tmp_path / "emb.npy"), "--method", "submodular", "--partition", "submodular",
-            "--batch-size", "50", "--workers", "3", "--epochs", "2", "--seed", "4", "--quiet", "--json"]
+    args = [
+        "plan",
+        str(tmp_path / "emb.npy"),
+        "--method",
+        "submodular",
+        "--partition",
+        "submodular",
+        "--batch-size",
+        "50",
+        "--workers",
+        "3",
+        "--epochs",
+        "2",
+        "--seed",
+        "4",
+        "--quiet",
+        "--json",
+    ]
     one = run_command([exe, *args, "--out", tmp_path / "p1.npz"], clean_env(), 120)
-    two = run_command([MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", exe, *args,
-                       "--out", tmp_path / "p2.npz"], clean_env(), 120)
+    two = run_command(
+        [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", exe, *args, "--out", tmp_path / "p2.npz"],
+        clean_env(),
+        120,
+    )
     f1 = [[e["fingerprint"] for e in json.loads(line)["epochs"]] for line in one.splitlines() if line.startswith("{")]
     f2 = [[e["fingerprint"] for e in json.loads(line)["epochs"]] for line in two.splitlines() if line.startswith("{")]
     assert len(f1) == 1 and len(f1[0]) == 2 and f2 == f1

@@ -2,6 +2,7 @@
 computation gives, and ``coverage_every > 1`` (the coverage set and sigma^2 kept for a
 stretch of batches, the similarities of the rows still in the pool reused) is
 deterministic and resumes exactly mid-stretch."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,9 +34,14 @@ def same(a, b):
     return len(a) == len(b) and all(np.array_equal(u, v) for u, v in zip(a, b))
 
 
-SETTINGS = [dict(), dict(coverage_every=4), dict(coverage_every=8, coverage_size=None),
-            dict(coverage_every=3, pool_size=200, coverage_size=64), dict(coverage_every=8, optimizer="lazy"),
-            dict(coverage_every=5, weights=(0.2, 0.5, 0.1, 0.2), max_delay=8)]
+SETTINGS = [
+    dict(),
+    dict(coverage_every=4),
+    dict(coverage_every=8, coverage_size=None),
+    dict(coverage_every=3, pool_size=200, coverage_size=64),
+    dict(coverage_every=8, optimizer="lazy"),
+    dict(coverage_every=5, weights=(0.2, 0.5, 0.1, 0.2), max_delay=8),
+]
 
 
 @pytest.mark.parametrize("kwargs", SETTINGS)
@@ -111,7 +117,7 @@ def test_only_the_entering_rows_are_computed():
     sel._next_batch(run, np.random.default_rng(0))
     cache = run["cache"]
     before = cache.stamp.copy()
-    kept = set(cache.pos[:cache.count[0]].tolist()) - set(run["order"][run["m"]:].tolist())
+    kept = set(cache.pos[: cache.count[0]].tolist()) - set(run["order"][run["m"] :].tolist())
     sel._next_batch(run, np.random.default_rng(1))
     # the rows that stayed in the pool kept their slots and similarities
     stayed = [cache.slot[i] for i in range(cache.count[0]) if cache.pos[i] in kept]

@@ -8,6 +8,7 @@ bound (the kernel pops them from a heap instead, in the same order). The compile
 must reproduce it bit for bit, so that plans, resumed runs and fingerprints computed
 before the change stay valid.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,17 @@ def _add(c, sim_t, cover, feats, acc, root):
 
 
 @numba.njit(cache=True, nogil=True)
-def _greedy_before(sim_t: np.ndarray, modular: np.ndarray, feats: np.ndarray, w_r: float, w_f: float, k: int,
-                 sample_size: int, uniforms: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+def _greedy_before(
+    sim_t: np.ndarray,
+    modular: np.ndarray,
+    feats: np.ndarray,
+    w_r: float,
+    w_f: float,
+    k: int,
+    sample_size: int,
+    uniforms: np.ndarray,
+    fixed: np.ndarray,
+) -> np.ndarray:
     """greedy as it was (each sample sorted by bound), for the reference."""
     p = sim_t.shape[0]
     cover = np.zeros(sim_t.shape[1], dtype=np.float32)
@@ -166,8 +176,8 @@ class NumpySMDL(SubmodularSelector):
         pool_pos = unused[:p].copy()
         keep = np.ones(p, dtype=bool)
         keep[chosen] = False
-        order[m - p:m - k] = pool_pos[keep][::-1]
-        order[m - k:m] = pool_pos[chosen]
+        order[m - p : m - k] = pool_pos[keep][::-1]
+        order[m - k : m] = pool_pos[chosen]
         run["m"] = m - k
         return shard[pool_pos[chosen]]
 
@@ -228,17 +238,23 @@ def _numpy_rounds_as_the_kernels() -> bool:
     _kernels.exp_f32(e)
     v = rng.normal(size=1000).astype(np.float32)
     dots = np.einsum("ij,ij->i", a, a)
-    return bool(np.array_equal(out, a @ b.T) and np.array_equal(e, np.exp(x))
-                and _kernels.pairwise_sum(v, 0, 1000) == v.sum()
-                and all(_kernels.einsum_dot(a[i], a[i]) == dots[i] for i in range(len(a))))
+    return bool(
+        np.array_equal(out, a @ b.T)
+        and np.array_equal(e, np.exp(x))
+        and _kernels.pairwise_sum(v, 0, 1000) == v.sum()
+        and all(_kernels.einsum_dot(a[i], a[i]) == dots[i] for i in range(len(a)))
+    )
 
 
 # Bit-identity with the numpy code is a property of the numpy / BLAS build (the numpy code
 # itself rounded differently on other CPUs); elsewhere the tolerance tests below still run.
 SAME_BUILD = _numpy_rounds_as_the_kernels()
-bit_for_bit = pytest.mark.skipif(not SAME_BUILD, reason="this numpy / BLAS build rounds differently from the "
-                                 "one the kernels reproduce (no FMA sgemm or another exp): picks may differ at "
-                                 "near-ties")
+bit_for_bit = pytest.mark.skipif(
+    not SAME_BUILD,
+    reason="this numpy / BLAS build rounds differently from the "
+    "one the kernels reproduce (no FMA sgemm or another exp): picks may differ at "
+    "near-ties",
+)
 
 
 def clustered(n, d, seed=0, clusters=20):
@@ -285,9 +301,26 @@ def test_gemm_fma_edges_are_the_tiles_chains(shape):
 @bit_for_bit
 def test_exp_f32_is_numpys_exp_bit_for_bit():
     rng = np.random.default_rng(1)
-    x = np.concatenate([rng.uniform(-110, 0, 500_000), rng.uniform(-1, 90, 100_000), -rng.exponential(1e-3, 10_000),
-                        [0.0, -0.0, np.nan, np.inf, -np.inf, 88.72283935546875, -103.97208404541015625, 88.7,
-                         -87.4, -126 * math.log(2), -150 * math.log(2)]]).astype(np.float32)
+    x = np.concatenate(
+        [
+            rng.uniform(-110, 0, 500_000),
+            rng.uniform(-1, 90, 100_000),
+            -rng.exponential(1e-3, 10_000),
+            [
+                0.0,
+                -0.0,
+                np.nan,
+                np.inf,
+                -np.inf,
+                88.72283935546875,
+                -103.97208404541015625,
+                88.7,
+                -87.4,
+                -126 * math.log(2),
+                -150 * math.log(2),
+            ],
+        ]
+    ).astype(np.float32)
     out = x.copy()
     _kernels.exp_f32(out)
     with np.errstate(over="ignore"):
@@ -359,8 +392,15 @@ def test_select_from_pool_picks_what_numpy_picked(kwargs, d):
         assert np.array_equal(a, b), (trial, kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [dict(), dict(pool_size=1024, batch_size=128), dict(optimizer="lazy"),
-                                    dict(weights=(0.2, 0.5, 0.1, 0.2), max_delay=8)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(),
+        dict(pool_size=1024, batch_size=128),
+        dict(optimizer="lazy"),
+        dict(weights=(0.2, 0.5, 0.1, 0.2), max_delay=8),
+    ],
+)
 @bit_for_bit
 def test_online_batches_and_fingerprints_are_the_numpy_implementations(kwargs):
     x = clustered(4000, 64, seed=3, clusters=100)
@@ -407,8 +447,18 @@ def test_one_batch_is_one_gil_free_kernel():
         assert kernel.targetoptions.get("nogil"), kernel.__name__
 
 
-@pytest.mark.parametrize("p,d,k,coverage", [(1, 1, 1, None), (2, 1, 1, 1), (5, 3, 2, None), (9, 2, 4, 3),
-                                            (17, 5, 8, 16), (33, 64, 16, None), (100, 7, 40, 99)])
+@pytest.mark.parametrize(
+    "p,d,k,coverage",
+    [
+        (1, 1, 1, None),
+        (2, 1, 1, 1),
+        (5, 3, 2, None),
+        (9, 2, 4, 3),
+        (17, 5, 8, 16),
+        (33, 64, 16, None),
+        (100, 7, 40, 99),
+    ],
+)
 @bit_for_bit
 def test_small_and_odd_pools_pick_what_numpy_picked(p, d, k, coverage):
     # shapes off the kernels' tiles and blocks: rows not a multiple of 8, columns not of 32,
@@ -421,8 +471,10 @@ def test_small_and_odd_pools_pick_what_numpy_picked(p, d, k, coverage):
             ref = NumpySMDL(x, k, seed=0, coverage_size=coverage, optimizer=optimizer, weights=weights)
             pool = np.sort(rng.choice(len(x), size=p, replace=False))
             fixed = rng.choice(p, size=int(rng.integers(0, k)), replace=False)
-            assert np.array_equal(new.select_from_pool(pool, k, np.random.default_rng(1), fixed=fixed),
-                                  ref.select_from_pool(pool, k, np.random.default_rng(1), fixed=fixed))
+            assert np.array_equal(
+                new.select_from_pool(pool, k, np.random.default_rng(1), fixed=fixed),
+                ref.select_from_pool(pool, k, np.random.default_rng(1), fixed=fixed),
+            )
 
 
 def test_memory_mapped_embeddings_give_the_same_batches(tmp_path):

@@ -1,6 +1,7 @@
 """Sieve streaming (batchsel.streaming): the sieve rule checked against a row-by-row
 implementation written from the paper, chunking invariance, exact resume, the values
 against the offline functions and lazy greedy, files read chunk by chunk, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -92,7 +93,7 @@ def test_resume_from_any_chunk_equals_the_uninterrupted_run(objective):
     for stop in (0, 3, 6):  # the reference (first 500 rows) is still held back after chunk 0
         resumed = SieveStreaming(objective, 15, **kwargs)
         resumed.load_state_dict(states[stop])
-        for c in chunks[stop + 1:]:
+        for c in chunks[stop + 1 :]:
             resumed.partial_fit(c)
         np.testing.assert_array_equal(resumed.indices_, full.indices_)
         np.testing.assert_array_equal(resumed.gains_, full.gains_)

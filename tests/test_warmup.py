@@ -1,4 +1,5 @@
 """batchsel.warmup() compiles what a training run then uses: no compilation inside the run."""
+
 from __future__ import annotations
 
 import importlib
@@ -9,8 +10,13 @@ import torch
 import batchsel
 from batchsel import LossRankSelector, SelectionBatchSampler, SubmodularSelector
 
-MODULES = ["batchsel.selectors.loss_rank", "batchsel.selectors._smdl_kernels", "batchsel.selectors._counter_rng",
-           "batchsel._heap", "batchsel.functions._kernels"]
+MODULES = [
+    "batchsel.selectors.loss_rank",
+    "batchsel.selectors._smdl_kernels",
+    "batchsel.selectors._counter_rng",
+    "batchsel._heap",
+    "batchsel.functions._kernels",
+]
 
 
 def signatures() -> dict[str, int]:

@@ -5,6 +5,7 @@ gains w.r.t. the current set), ``add(j)``, ``reset()``, ``evaluate(S)``, ``value
 ``selected``. Graph-based functions take a dense or a sparse (CSR, int64 indices)
 similarity; their definitions and gains follow apricot-select 0.6.1.
 """
+
 from .base import SetFunction
 from .custom import Custom
 from .facility_location import FacilityLocation
@@ -17,6 +18,15 @@ from .saturated_coverage import SaturatedCoverage
 from .sum_redundancy import SumRedundancy
 
 __all__ = [
-    "SetFunction", "FacilityLocation", "FeatureBased", "GraphCut", "SumRedundancy",
-    "SaturatedCoverage", "LogDeterminant", "Modular", "Mixture", "MaxCoverage", "Custom",
+    "SetFunction",
+    "FacilityLocation",
+    "FeatureBased",
+    "GraphCut",
+    "SumRedundancy",
+    "SaturatedCoverage",
+    "LogDeterminant",
+    "Modular",
+    "Mixture",
+    "MaxCoverage",
+    "Custom",
 ]

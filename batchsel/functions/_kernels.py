@@ -6,6 +6,7 @@ order, so a gain is bit-identical whichever batch it is computed in (lazy == nai
 the terms being monotone in the state, a gain computed later is never larger than one
 computed earlier (stale gains are valid upper bounds for lazy greedy).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -250,20 +251,28 @@ def _gemm_tile(typingctx, left, right_t, out, i, j):
         i, j = args[3], args[4]
         vec = llvm_ir.VectorType(llvm_ir.FloatType(), _TILE_LANES)
         i32, i64 = llvm_ir.IntType(32), llvm_ir.IntType(64)
-        vfma = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(vec, [vec, vec, vec]),
-                                              f"llvm.fma.v{_TILE_LANES}f32")
+        vfma = cgutils.get_or_insert_function(
+            builder.module, llvm_ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{_TILE_LANES}f32"
+        )
         depth = builder.extract_value(a.shape, 1)
         b_cols = builder.extract_value(b.shape, 1)
         c_cols = builder.extract_value(c.shape, 1)
-        accs = [cgutils.alloca_once_value(builder, llvm_ir.Constant(vec, [0.0] * _TILE_LANES))
-                for _ in range(_TILE_ROWS * _TILE_VECS)]
+        accs = [
+            cgutils.alloca_once_value(builder, llvm_ir.Constant(vec, [0.0] * _TILE_LANES))
+            for _ in range(_TILE_ROWS * _TILE_VECS)
+        ]
         splat = llvm_ir.Constant(llvm_ir.VectorType(i32, _TILE_LANES), [0] * _TILE_LANES)
         undef = llvm_ir.Constant(vec, llvm_ir.Undefined)
         with cgutils.for_range(builder, depth) as loop:
             k = loop.index
             row = builder.gep(b.data, [builder.add(builder.mul(k, b_cols), j)])
-            bv = [builder.load(builder.bitcast(builder.gep(row, [llvm_ir.Constant(i64, _TILE_LANES * v)]),
-                                               vec.as_pointer()), align=4) for v in range(_TILE_VECS)]
+            bv = [
+                builder.load(
+                    builder.bitcast(builder.gep(row, [llvm_ir.Constant(i64, _TILE_LANES * v)]), vec.as_pointer()),
+                    align=4,
+                )
+                for v in range(_TILE_VECS)
+            ]
             for r in range(_TILE_ROWS):
                 at = builder.add(builder.mul(builder.add(i, llvm_ir.Constant(i64, r)), depth), k)
                 av = builder.insert_element(undef, builder.load(builder.gep(a.data, [at])), llvm_ir.Constant(i32, 0))
@@ -324,14 +333,22 @@ _LOG2E = np.float32(1.442695040888963407359924681001892137)
 _LN2_HI = np.float32(-6.93145752e-1)
 _LN2_LO = np.float32(-1.42860677e-6)
 _RINT_MAGIC = np.float32(12582912.0)  # 1.5 * 2^23: adding and subtracting it rounds to an integer
-_EXP_P = tuple(np.float32(v) for v in (9.999999999980870924916e-01, 7.257664613233124478488e-01,
-                                       2.473615434895520810817e-01, 5.114512081637298353406e-02,
-                                       6.757896990527504603057e-03, 5.082762527590693718096e-04))
+_EXP_P = tuple(
+    np.float32(v)
+    for v in (
+        9.999999999980870924916e-01,
+        7.257664613233124478488e-01,
+        2.473615434895520810817e-01,
+        5.114512081637298353406e-02,
+        6.757896990527504603057e-03,
+        5.082762527590693718096e-04,
+    )
+)
 _EXP_Q = tuple(np.float32(v) for v in (1.0, -2.742335390411667452936e-01, 2.159509375685829852307e-02))
 _P0, _P1, _P2, _P3, _P4, _P5 = _EXP_P
 _Q0, _Q1, _Q2 = _EXP_Q
-_TWO_M64 = np.float32(2.0 ** -64)
-_TWO_P64 = np.float32(2.0 ** 64)
+_TWO_M64 = np.float32(2.0**-64)
+_TWO_P64 = np.float32(2.0**64)
 
 
 @njit(cache=True, nogil=True, inline="always")

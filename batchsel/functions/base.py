@@ -15,6 +15,7 @@ promises) and independent of the batch it is computed in: lazy greedy relies on 
 Optionally implement ``_decrements(j)`` (see there): lazy greedy then lowers the bounds of
 exactly the items an add affects and re-evaluates far fewer gains.
 """
+
 from __future__ import annotations
 
 import copy
@@ -105,8 +106,10 @@ class SetFunction:
         raise NotImplementedError
 
     def _add_rows(self, rows: Any) -> float:
-        raise TypeError(f"{type(self).__name__} takes no rows: give its initial items as indices "
-                        f"(rows apply to feature-based functions, as in apricot)")
+        raise TypeError(
+            f"{type(self).__name__} takes no rows: give its initial items as indices "
+            f"(rows apply to feature-based functions, as in apricot)"
+        )
 
     def _decrements(self, j: int) -> tuple[np.ndarray, np.ndarray] | None:
         """How adding ``j`` to the current set lowers the gains, called before the add:
@@ -171,7 +174,8 @@ def as_similarity(similarity: Any, name: str = "similarity", nonnegative: bool =
     if nonnegative and values.size and values.min() < 0:
         raise ValueError(
             f"{name} must be non-negative, found {float(values.min())}; shift it "
-            f"(similarity - similarity.min()) or use a non-negative kernel")
+            f"(similarity - similarity.min()) or use a non-negative kernel"
+        )
     return s
 
 

@@ -1,6 +1,7 @@
 """A set function the user writes as a plain Python callable over rows:
 f(S) = function(rows[S]), apricot's ``CustomSelection`` (rows = features) and
 ``CustomGraphSelection`` (rows = similarity rows)."""
+
 from __future__ import annotations
 
 import math
@@ -64,7 +65,7 @@ class Custom(SetFunction):
 
     def _reset_state(self) -> None:
         self._chosen = np.empty((0, self.rows.shape[1]))  # rows of S (and of add_rows)
-        self._current = 0.0                                # function(S), 0 for the empty set
+        self._current = 0.0  # function(S), 0 for the empty set
 
     def _gains(self, idx: np.ndarray) -> np.ndarray:
         # one spare last row reused for every candidate, as apricot does
@@ -76,7 +77,7 @@ class Custom(SetFunction):
         return out
 
     def _add(self, j: int) -> None:
-        self._chosen = np.concatenate([self._chosen, self.rows[j:j + 1]])
+        self._chosen = np.concatenate([self._chosen, self.rows[j : j + 1]])
         self._current = self._call(self._chosen)
 
     def _add_rows(self, rows: Any) -> float:

@@ -1,5 +1,6 @@
 """Facility location: f(S) = sum_v max_{s in S} sim(s, v), over a dense or a sparse (CSR)
 similarity matrix, or built from embeddings."""
+
 from __future__ import annotations
 
 import contextlib
@@ -103,8 +104,9 @@ class FacilityLocation(SetFunction):
         super().__init__(similarity.shape[0])
 
     @classmethod
-    def _from_checked(cls, similarity: np.ndarray | sp.csr_matrix, floor: float,
-                      symmetric: bool | None = None) -> "FacilityLocation":
+    def _from_checked(
+        cls, similarity: np.ndarray | sp.csr_matrix, floor: float, symmetric: bool | None = None
+    ) -> "FacilityLocation":
         self = cls.__new__(cls)
         self._setup(similarity, floor, symmetric)
         return self
@@ -176,8 +178,9 @@ class FacilityLocation(SetFunction):
         if metric == "corr":
             x = _center_rows(x)  # the correlation is the cosine of the row-centered vectors
         if neighbors is not None:
-            return cls._from_knn(np.ascontiguousarray(x, dtype=np.float32), metric, neighbors, kernel, progress,
-                                 index_kwargs)
+            return cls._from_knn(
+                np.ascontiguousarray(x, dtype=np.float32), metric, neighbors, kernel, progress, index_kwargs
+            )
         if kernel is not None or index_kwargs:
             raise ValueError("kernel and index arguments apply to the sparse similarity (neighbors=k) only")
         if metric == "euclidean":
@@ -189,16 +192,20 @@ class FacilityLocation(SetFunction):
         return cls._from_checked(sim, floor)
 
     @classmethod
-    def _from_knn(cls, x: np.ndarray, metric: str, neighbors: int, kernel: str | None, progress: bool,
-                  index_kwargs: dict) -> "FacilityLocation":
+    def _from_knn(
+        cls, x: np.ndarray, metric: str, neighbors: int, kernel: str | None, progress: bool, index_kwargs: dict
+    ) -> "FacilityLocation":
         from ..index import EmbeddingIndex  # the dense path does not need faiss
 
         n = x.shape[0]
         neighbors = check_int(neighbors, "neighbors", minimum=1, maximum=n - 1)
-        index = EmbeddingIndex(x, metric="euclidean" if metric == "euclidean" else "cosine", progress=progress, **index_kwargs)
+        index = EmbeddingIndex(
+            x, metric="euclidean" if metric == "euclidean" else "cosine", progress=progress, **index_kwargs
+        )
         # 1 on the diagonal: every item covers itself
-        sim = index.knn_graph(k=neighbors, kernel=kernel or ("rbf" if metric == "euclidean" else "cosine"),
-                              self_weight=1.0)
+        sim = index.knn_graph(
+            k=neighbors, kernel=kernel or ("rbf" if metric == "euclidean" else "cosine"), self_weight=1.0
+        )
         del index
         return cls._from_checked(sim, 0.0, symmetric=True)  # knn_graph symmetrizes
 
@@ -231,7 +238,7 @@ class FacilityLocation(SetFunction):
             _kernels.fl_sparse_cover(s.indptr, s.indices, s.data, idx, cur)
         else:
             for start in range(0, idx.size, _TRANSFORM_ROWS):
-                np.maximum(cur, self.similarity[idx[start:start + _TRANSFORM_ROWS]].max(axis=0), out=cur)
+                np.maximum(cur, self.similarity[idx[start : start + _TRANSFORM_ROWS]].max(axis=0), out=cur)
         return float((cur - self.floor).sum())
 
 
@@ -253,12 +260,13 @@ class _CoverRows(FacilityLocation):
     def _evaluate(self, idx: np.ndarray) -> float:
         cur = np.full(self.similarity.shape[1], self.floor, dtype=np.float64)
         for start in range(0, idx.size, _TRANSFORM_ROWS):
-            np.maximum(cur, self.similarity[idx[start:start + _TRANSFORM_ROWS]].max(axis=0), out=cur)
+            np.maximum(cur, self.similarity[idx[start : start + _TRANSFORM_ROWS]].max(axis=0), out=cur)
         return float((cur - self.floor).sum())
 
 
-def similarity_from_embeddings(embeddings: Any, metric: str = "euclidean", neighbors: int | None = None,
-                               **kwargs: Any) -> np.ndarray | sp.csr_matrix:
+def similarity_from_embeddings(
+    embeddings: Any, metric: str = "euclidean", neighbors: int | None = None, **kwargs: Any
+) -> np.ndarray | sp.csr_matrix:
     """apricot's similarity of ``N x d`` embeddings, for the functions whose values and not
     only their differences matter (graph cut, sum redundancy, saturated coverage): the
     similarity of :meth:`FacilityLocation.from_embeddings` (same arguments) shifted by its
@@ -331,10 +339,10 @@ def _neg_sq_euclidean(x: np.ndarray, precision: str) -> np.ndarray:
         del xc
         sq = np.diagonal(sim).copy()  # |a|^2 from the Gram itself: the diagonal ends at 0
         for start in range(0, n, _TRANSFORM_ROWS):
-            block = sim[start:start + _TRANSFORM_ROWS]
+            block = sim[start : start + _TRANSFORM_ROWS]
             block *= 2
             block -= sq
-            block -= sq[start:start + _TRANSFORM_ROWS, None]
+            block -= sq[start : start + _TRANSFORM_ROWS, None]
             np.minimum(block, 0, out=block)
     else:
         xc = x.astype(np.float64) - mean
@@ -350,7 +358,7 @@ def _neg_sq_euclidean(x: np.ndarray, precision: str) -> np.ndarray:
             gram -= sq[start:stop, None]
             np.minimum(gram, 0, out=gram)
             sim[start:stop, start:] = gram
-            sim[stop:, start:stop] = gram[:, stop - start:].T
+            sim[stop:, start:stop] = gram[:, stop - start :].T
             del gram
         del xc
     np.fill_diagonal(sim, 0)
@@ -372,7 +380,7 @@ def _sq_cosine(x: np.ndarray, precision: str) -> np.ndarray:
         sim = xn @ xn.T
     del xn
     for start in range(0, n, _TRANSFORM_ROWS):
-        block = sim[start:start + _TRANSFORM_ROWS]
+        block = sim[start : start + _TRANSFORM_ROWS]
         np.clip(block, -1, 1, out=block)
         np.square(block, out=block)
     np.fill_diagonal(sim, 1)

@@ -1,4 +1,5 @@
 """Feature-based functions: f(S) = sum_f phi(sum_{x in S} m_f(x)), phi concave."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -19,17 +20,22 @@ def _increment(concave: str | Callable, saturation: float | None) -> Callable[[n
         def inc(c, x):  # sqrt(c + x) - sqrt(c) = x / (sqrt(c + x) + sqrt(c))
             return x / np.maximum(np.sqrt(c + x) + np.sqrt(c), tiny)
     elif concave == "log":
+
         def inc(c, x):  # log1p(c + x) - log1p(c) = log1p(x / (1 + c))
             return np.log1p(x / (1.0 + c))
     elif concave in ("inverse", "sigmoid"):
+
         def inc(c, x):  # (c + x) / (1 + c + x) - c / (1 + c)
             return x / ((1.0 + c) * (1.0 + c + x))
     elif concave == "min":
+
         def inc(c, x):  # min(c + x, a) - min(c, a)
             return np.maximum(np.minimum(x, saturation - c), 0.0)
     else:
+
         def inc(c, x):
             return concave(c + x) - concave(c)
+
     return inc
 
 
@@ -140,8 +146,12 @@ class MaxCoverage(FeatureBased):
     """
 
     def __init__(self, features: Any, threshold: float = 1.0) -> None:
-        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
-                or not np.isfinite(threshold) or not threshold > 0:
+        if (
+            isinstance(threshold, (bool, np.bool_))
+            or not isinstance(threshold, (int, float, np.integer, np.floating))
+            or not np.isfinite(threshold)
+            or not threshold > 0
+        ):
             raise ValueError(f"threshold must be a finite number > 0, got {threshold!r}")
         super().__init__(features, "min", saturation=float(threshold))
         self.threshold = float(threshold)

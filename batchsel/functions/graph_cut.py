@@ -1,4 +1,5 @@
 """Graph cut: f(S) = lam * sum_{s in S} sum_v sim(s, v) - sum_{s, t in S} sim(s, t)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -49,8 +50,15 @@ class GraphCut(SetFunction):
         super().__init__(self.similarity.shape[0])
 
     @classmethod
-    def from_embeddings(cls, embeddings: Any, metric: str = "euclidean", neighbors: int | None = None, *,
-                        lam: float = 1.0, **kwargs: Any) -> "GraphCut":
+    def from_embeddings(
+        cls,
+        embeddings: Any,
+        metric: str = "euclidean",
+        neighbors: int | None = None,
+        *,
+        lam: float = 1.0,
+        **kwargs: Any,
+    ) -> "GraphCut":
         """Graph cut over the similarity of ``N x d`` embeddings: apricot's
         ``GraphCutSelection(metric=...)`` similarity when dense (``"euclidean"``:
         ``max d^2 - d^2``; ``"cosine"``, ``"corr"``: squared cosine / correlation), the k-NN

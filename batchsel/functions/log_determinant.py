@@ -1,4 +1,5 @@
 """Log-determinant: f(S) = log det(K_SS + reg I) - |S| log(reg)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -72,7 +73,7 @@ class LogDeterminant(SetFunction):
 
     def _add(self, j: int) -> None:
         d = np.sqrt(max(self._d2[j], self.reg))
-        c = self._factor[:, :self._rank]
+        c = self._factor[:, : self._rank]
         e = (self.kernel[j] - c @ c[j]) / d
         if self._rank == self._factor.shape[1]:
             self._factor = np.concatenate([self._factor, np.zeros_like(self._factor)], axis=1)

@@ -1,4 +1,5 @@
 """Mixtures: f(S) = sum_i w_i f_i(S)."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -60,8 +61,7 @@ class Mixture(SetFunction):
             return None
         if not parts:
             return np.empty(0, dtype=np.int64), np.empty(0)
-        return (np.concatenate([d[0] for _, d in parts]),
-                np.concatenate([w * d[1] for w, d in parts]))
+        return (np.concatenate([d[0] for _, d in parts]), np.concatenate([w * d[1] for w, d in parts]))
 
     def _add(self, j: int) -> None:
         for g in self.functions:

@@ -1,4 +1,5 @@
 """Modular functions: f(S) = sum_{s in S} w_s."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Saturated coverage: f(S) = sum_v min(sum_{s in S} sim(s, v), alpha * sum_u sim(v, u))."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,8 +44,15 @@ class SaturatedCoverage(SetFunction):
         super().__init__(self.similarity.shape[0])
 
     @classmethod
-    def from_embeddings(cls, embeddings: Any, metric: str = "euclidean", neighbors: int | None = None, *,
-                        alpha: float = 0.1, **kwargs: Any) -> "SaturatedCoverage":
+    def from_embeddings(
+        cls,
+        embeddings: Any,
+        metric: str = "euclidean",
+        neighbors: int | None = None,
+        *,
+        alpha: float = 0.1,
+        **kwargs: Any,
+    ) -> "SaturatedCoverage":
         """Saturated coverage over the similarity of ``N x d`` embeddings (apricot's
         ``SaturatedCoverageSelection(metric=...)`` similarity; arguments as in
         :meth:`GraphCut.from_embeddings`).

@@ -1,4 +1,5 @@
 """Sum redundancy: f(S) = -sum_{s, t in S} sim(s, t)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,8 +35,9 @@ class SumRedundancy(GraphCut):
         super().__init__(similarity, lam=0.0)
 
     @classmethod
-    def from_embeddings(cls, embeddings: Any, metric: str = "euclidean", neighbors: int | None = None,
-                        **kwargs: Any) -> "SumRedundancy":
+    def from_embeddings(
+        cls, embeddings: Any, metric: str = "euclidean", neighbors: int | None = None, **kwargs: Any
+    ) -> "SumRedundancy":
         """Sum redundancy over the similarity of ``N x d`` embeddings (apricot's
         ``SumRedundancySelection(metric=...)`` similarity; arguments as in
         :meth:`GraphCut.from_embeddings`).

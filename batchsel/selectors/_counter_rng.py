@@ -6,6 +6,7 @@ training step). A run's key hashes (seed, epoch,
 rank); batch ``t`` uses ``_batch_key(key, t)``; ``_substream(key, which)`` gives the
 batch's independent streams and ``_uniform(stream, i)`` their numbers.
 """
+
 from __future__ import annotations
 
 from typing import Any

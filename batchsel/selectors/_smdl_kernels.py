@@ -5,6 +5,7 @@ batch's random numbers) and :func:`_smdl_step` (everything else) once per batch.
 float32 arithmetic follows numpy's and OpenBLAS's operation for operation
 (:mod:`batchsel.functions._kernels`), so the picks equal those of a numpy implementation.
 """
+
 from __future__ import annotations
 
 import numba
@@ -17,9 +18,21 @@ from ._counter_rng import _choice, _substream, _uniform
 # streams of a batch's key
 _TYPICAL, _COVERAGE, _GREEDY = 1, 2, 3
 
+
 @numba.njit(cache=True, fastmath=True, nogil=True)
-def _gain(c: int, sim_t: np.ndarray, rs: int, cover: np.ndarray, modular: np.ndarray, feats: np.ndarray, rf: int,
-          acc: np.ndarray, root: np.ndarray, w_r: float, w_f: float) -> float:
+def _gain(
+    c: int,
+    sim_t: np.ndarray,
+    rs: int,
+    cover: np.ndarray,
+    modular: np.ndarray,
+    feats: np.ndarray,
+    rf: int,
+    acc: np.ndarray,
+    root: np.ndarray,
+    w_r: float,
+    w_f: float,
+) -> float:
     """Candidate ``c``'s gain; its similarities are row ``rs`` of ``sim_t``, its features
     row ``rf`` of ``feats``."""
     g = modular[c]
@@ -37,8 +50,9 @@ def _gain(c: int, sim_t: np.ndarray, rs: int, cover: np.ndarray, modular: np.nda
 
 
 @numba.njit(cache=True, fastmath=True, nogil=True)
-def _add(rs: int, sim_t: np.ndarray, cover: np.ndarray, rf: int, feats: np.ndarray, acc: np.ndarray,
-         root: np.ndarray) -> None:
+def _add(
+    rs: int, sim_t: np.ndarray, cover: np.ndarray, rf: int, feats: np.ndarray, acc: np.ndarray, root: np.ndarray
+) -> None:
     for i in range(sim_t.shape[1]):
         cover[i] = max(cover[i], sim_t[rs, i])
     for j in range(feats.shape[1]):
@@ -48,9 +62,19 @@ def _add(rs: int, sim_t: np.ndarray, cover: np.ndarray, rf: int, feats: np.ndarr
 
 # nogil: a sampler with prefetch runs this in a background thread next to the training step
 @numba.njit(cache=True, nogil=True)
-def _smdl_greedy(sim_t: np.ndarray, srows: np.ndarray, modular: np.ndarray, feats: np.ndarray, frows: np.ndarray,
-                 w_r: float, w_f: float, k: int, sample_size: int, uniforms: np.ndarray,
-                 fixed: np.ndarray) -> np.ndarray:
+def _smdl_greedy(
+    sim_t: np.ndarray,
+    srows: np.ndarray,
+    modular: np.ndarray,
+    feats: np.ndarray,
+    frows: np.ndarray,
+    w_r: float,
+    w_f: float,
+    k: int,
+    sample_size: int,
+    uniforms: np.ndarray,
+    fixed: np.ndarray,
+) -> np.ndarray:
     """Greedy maximization of the normalized SMDL objective over a pool of p items.
 
     ``sim_t`` holds the similarity of each candidate to the coverage set (candidate c's in
@@ -174,8 +198,9 @@ def _row_max(row: np.ndarray) -> float:
 
 
 @numba.njit(cache=True, nogil=True)
-def _add_uncertainty(modular: np.ndarray, entropy: np.ndarray, pool: np.ndarray, log_classes: float,
-                     scale: float) -> None:
+def _add_uncertainty(
+    modular: np.ndarray, entropy: np.ndarray, pool: np.ndarray, log_classes: float, scale: float
+) -> None:
     """U's gains: the entropy of each pool example's latest logits (ln C when it has none
     yet, 1 for all when no logits were ever seen)."""
     p = pool.shape[0]
@@ -318,9 +343,21 @@ def _coverage_similarity(x: np.ndarray, rows: np.ndarray, sq: np.ndarray, cov: n
 
 
 @numba.njit(cache=True, nogil=True)
-def _smdl_select(x: np.ndarray, source: np.ndarray, entropy: np.ndarray, pool: np.ndarray, mean: np.ndarray,
-                 weights: tuple, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
-                 sample_size: int, uniforms: np.ndarray, fixed: np.ndarray) -> tuple[np.ndarray, bool]:
+def _smdl_select(
+    x: np.ndarray,
+    source: np.ndarray,
+    entropy: np.ndarray,
+    pool: np.ndarray,
+    mean: np.ndarray,
+    weights: tuple,
+    log_classes: float,
+    k: int,
+    typical: np.ndarray,
+    cov: np.ndarray,
+    sample_size: int,
+    uniforms: np.ndarray,
+    fixed: np.ndarray,
+) -> tuple[np.ndarray, bool]:
     """Greedy's picks for a pool (see :meth:`SubmodularSelector.select_from_pool`): the
     weighted, normalized terms, then :func:`_smdl_greedy`. ``x`` holds the pool's
     embeddings (rows in ``pool`` order), or has no rows and they are read here from
@@ -433,8 +470,9 @@ def _stable_argsort(keys: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _smdl_pool(order: np.ndarray, m: int, p: int, shard: np.ndarray,
-               due: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _smdl_pool(
+    order: np.ndarray, m: int, p: int, shard: np.ndarray, due: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A batch's pool: the first ``p`` unused positions ``order[m-1], order[m-2], ...``
     (ascending), as example indices in increasing order (``pool``; ties -> smallest index),
     ``srt`` mapping the pool back to those positions, and the pool positions of the first
@@ -471,13 +509,39 @@ def _stretch_setup(source: np.ndarray, rows: np.ndarray, cov: np.ndarray) -> tup
 
 
 @numba.njit(cache=True, nogil=True)
-def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, mean: np.ndarray,
-                      weights: tuple, log_classes: float, k: int, typical: np.ndarray, cov: np.ndarray,
-                      sample_size: int, uniforms: np.ndarray, order: np.ndarray, m: int, p: int,
-                      shard: np.ndarray, due: int, c_pos: np.ndarray, c_slot: np.ndarray, c_count: np.ndarray,
-                      cx: np.ndarray, csq: np.ndarray, cdist: np.ndarray, cfeats: np.ndarray, cfnan: np.ndarray,
-                      csim: np.ndarray, cstamp: np.ndarray, stamp: int, right_t: np.ndarray, scale: float,
-                      cov_pos: np.ndarray, zero_self: bool) -> tuple[np.ndarray, bool]:
+def _smdl_step(
+    source: np.ndarray,
+    src_pool: np.ndarray,
+    entropy: np.ndarray,
+    mean: np.ndarray,
+    weights: tuple,
+    log_classes: float,
+    k: int,
+    typical: np.ndarray,
+    cov: np.ndarray,
+    sample_size: int,
+    uniforms: np.ndarray,
+    order: np.ndarray,
+    m: int,
+    p: int,
+    shard: np.ndarray,
+    due: int,
+    c_pos: np.ndarray,
+    c_slot: np.ndarray,
+    c_count: np.ndarray,
+    cx: np.ndarray,
+    csq: np.ndarray,
+    cdist: np.ndarray,
+    cfeats: np.ndarray,
+    cfnan: np.ndarray,
+    csim: np.ndarray,
+    cstamp: np.ndarray,
+    stamp: int,
+    right_t: np.ndarray,
+    scale: float,
+    cov_pos: np.ndarray,
+    zero_self: bool,
+) -> tuple[np.ndarray, bool]:
     """One online batch: :func:`_smdl_select`'s terms and greedy on the pool of
     :func:`_smdl_pool`, then the run's bookkeeping: ``order[m-p:m-k]`` gets the pool's
     unused positions (descending), ``order[m-k:m]`` the batch's. Returns the batch (example
@@ -636,7 +700,6 @@ def _smdl_step(source: np.ndarray, src_pool: np.ndarray, entropy: np.ndarray, me
         order[m - k + t] = ppos[chosen[t]]
         batch[t] = shard[ppos[chosen[t]]]
     return batch, True
-
 
 
 @numba.njit(cache=True, nogil=True)

@@ -18,6 +18,7 @@ shard into batches whose sizes differ by at most one (:func:`balanced_sizes`) in
 DistributedSampler's full batches and a small last one: a last batch of a few examples
 (1347 = 42 x 32 + 3) gets a whole optimizer step with the learning rate of a full batch.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -88,7 +89,7 @@ def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
 
 def split_batches(indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Consecutive batches of ``batch_size`` (the last one may be smaller)."""
-    return [indices[i:i + batch_size] for i in range(0, len(indices), batch_size)]
+    return [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
 
 
 def balanced_sizes(length: int, batch_size: int) -> np.ndarray:
@@ -116,7 +117,7 @@ def balanced_sizes(length: int, batch_size: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     small, extra = divmod(length, count)
     sizes = np.full(count, small, dtype=np.int64)
-    sizes[count - extra:] += 1
+    sizes[count - extra :] += 1
     return sizes
 
 
@@ -189,8 +190,9 @@ class Selector:
             except (TypeError, ValueError):  # a builtin or a callable object without a signature
                 cls.supports_start = False
 
-    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False,
-                 partition: str = "random") -> None:
+    def __init__(
+        self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False, partition: str = "random"
+    ) -> None:
         self.num_examples = check_int(num_examples, "num_examples", minimum=1)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         if self.batch_size > self.num_examples:
@@ -263,7 +265,7 @@ class Selector:
         bounds = np.searchsorted(owner[order], np.arange(world_size + 1))
         shards = []
         for r in range(world_size):
-            part = order[bounds[r]:bounds[r + 1]]
+            part = order[bounds[r] : bounds[r + 1]]
             shards.append(np.resize(part[rng.permutation(len(part))], length).astype(np.int64))
         return shards
 
@@ -273,8 +275,14 @@ class Selector:
         known now)."""
         self.check_world(world_size)
         per_rank = [list(self.iter_batches(epoch, r, world_size)) for r in range(world_size)]
-        return EpochPlan.from_rank_batches(per_rank, drop_last=self.drop_last, num_examples=self.num_examples,
-                                           epoch=epoch, seed=self.seed, method=type(self).__name__)
+        return EpochPlan.from_rank_batches(
+            per_rank,
+            drop_last=self.drop_last,
+            num_examples=self.num_examples,
+            epoch=epoch,
+            seed=self.seed,
+            method=type(self).__name__,
+        )
 
     def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
         """This rank's batches for ``epoch``, one at a time, from batch number ``start`` on."""
@@ -311,8 +319,7 @@ class Selector:
             if init is None:
                 continue
             params = list(inspect.signature(init).parameters.values())[1:]
-            names += [p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-                      and p.name not in names]
+            names += [p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in names]
             if klass is Selector or not any(p.kind == p.VAR_KEYWORD for p in params):
                 break
         return names
@@ -334,8 +341,10 @@ class Selector:
         params = {}
         for name in self._param_names():
             if not hasattr(self, name):
-                raise AttributeError(f"{type(self).__name__} does not store its constructor parameter {name!r} as "
-                                     f"self.{name}: store it, or override get_params()")
+                raise AttributeError(
+                    f"{type(self).__name__} does not store its constructor parameter {name!r} as "
+                    f"self.{name}: store it, or override get_params()"
+                )
             params[name] = getattr(self, name)
         return params
 
@@ -371,7 +380,9 @@ class Selector:
         """Restore what :meth:`state_dict` returned."""
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(num_examples={self.num_examples}, batch_size={self.batch_size}, seed={self.seed})"
+        return (
+            f"{type(self).__name__}(num_examples={self.num_examples}, batch_size={self.batch_size}, seed={self.seed})"
+        )
 
 
 class OnlineSelector(Selector):
@@ -414,8 +425,14 @@ class OnlineSelector(Selector):
     def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
         shard = self.rank_shards(epoch, world_size)[rank]
         # ``order[:m]`` are the positions (into ``shard``) still unused this epoch.
-        return {"epoch": int(epoch), "shard": shard, "order": np.arange(len(shard), dtype=np.int64),
-                "m": len(shard), "drawn": [], "sizes": balanced_sizes(len(shard), self.batch_size)}
+        return {
+            "epoch": int(epoch),
+            "shard": shard,
+            "order": np.arange(len(shard), dtype=np.int64),
+            "m": len(shard),
+            "drawn": [],
+            "sizes": balanced_sizes(len(shard), self.batch_size),
+        }
 
     def _restore_run(self, run: dict[str, Any]) -> None:
         """Called on each run rebuilt by :meth:`load_state_dict` (``order``, ``m`` and
@@ -432,7 +449,7 @@ class OnlineSelector(Selector):
             sizes[:t] = [len(b) for b in drawn]
             rest = len(sizes) - t
             sizes[t:] = m // rest
-            sizes[len(sizes) - m % rest:] += 1
+            sizes[len(sizes) - m % rest :] += 1
 
     def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> Any:
         """The randomness handed to :meth:`_next_batch` for batch ``t`` of ``run``:
@@ -476,8 +493,9 @@ class OnlineSelector(Selector):
         for r in range(world_size):
             run = self._new_run(epoch, r, world_size)
             per_rank.append([self._draw(run, r) for _ in range(total)])
-        return EpochPlan(per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed,
-                         method=type(self).__name__)
+        return EpochPlan(
+            per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method=type(self).__name__
+        )
 
     # -- resume -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -486,19 +504,36 @@ class OnlineSelector(Selector):
         runs = []
         for (rank, world_size), run in self._runs.items():
             drawn = run["drawn"]
-            runs.append({"rank": rank, "world_size": world_size, "epoch": run["epoch"],
-                         "order": run["order"].copy(), "m": int(run["m"]),
-                         "drawn": np.concatenate(drawn) if drawn else np.empty(0, np.int64),
-                         "drawn_sizes": np.array([len(b) for b in drawn], dtype=np.int64)})
-        return to_portable({"version": STATE_VERSION, "class": type(self).__name__,
-                            "num_examples": self.num_examples, "batch_size": self.batch_size,
-                            "drop_last": self.drop_last, "seed": self.seed, "runs": runs,
-                            "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
-                            "scores": self._scores_state()})
+            runs.append(
+                {
+                    "rank": rank,
+                    "world_size": world_size,
+                    "epoch": run["epoch"],
+                    "order": run["order"].copy(),
+                    "m": int(run["m"]),
+                    "drawn": np.concatenate(drawn) if drawn else np.empty(0, np.int64),
+                    "drawn_sizes": np.array([len(b) for b in drawn], dtype=np.int64),
+                }
+            )
+        return to_portable(
+            {
+                "version": STATE_VERSION,
+                "class": type(self).__name__,
+                "num_examples": self.num_examples,
+                "batch_size": self.batch_size,
+                "drop_last": self.drop_last,
+                "seed": self.seed,
+                "runs": runs,
+                "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
+                "scores": self._scores_state(),
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(f"not a {type(self).__name__} state (version {state.get('version') if isinstance(state, dict) else None!r})")
+            raise ValueError(
+                f"not a {type(self).__name__} state (version {state.get('version') if isinstance(state, dict) else None!r})"
+            )
         if state.get("class") != type(self).__name__:
             raise ValueError(f"state is from a {state.get('class')!r}, not a {type(self).__name__}")
         state = from_portable(state)
@@ -509,8 +544,10 @@ class OnlineSelector(Selector):
         # batch; states written before batch_size / drop_last were recorded skip those
         for key in ("num_examples", "seed", "batch_size", "drop_last"):
             if key in state and state[key] != getattr(self, key):
-                raise ValueError(f"state is for {key}={state[key]!r}, this selector has {key}={getattr(self, key)!r}; "
-                                 f"build the selector as the one whose state this is")
+                raise ValueError(
+                    f"state is for {key}={state[key]!r}, this selector has {key}={getattr(self, key)!r}; "
+                    f"build the selector as the one whose state this is"
+                )
         self._shard_of = {int(w): np.asarray(o, dtype=np.int64).copy() for w, o in state["partitions"].items()}
         self._load_scores(state["scores"])
         self._runs = {}
@@ -548,12 +585,25 @@ class RandomSelector(Selector):
     supports_start = True
     full_batches = True
 
-    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False,
-                 partition: str = "random", shuffle: bool = True) -> None:
+    def __init__(
+        self,
+        num_examples: int,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        drop_last: bool = False,
+        partition: str = "random",
+        shuffle: bool = True,
+    ) -> None:
         # BatchSampler takes a batch larger than the data (one short batch per rank)
         batch_size = check_int(batch_size, "batch_size", minimum=1)
-        super().__init__(num_examples, min(batch_size, check_int(num_examples, "num_examples", minimum=1)),
-                         seed=seed, drop_last=drop_last, partition=partition)
+        super().__init__(
+            num_examples,
+            min(batch_size, check_int(num_examples, "num_examples", minimum=1)),
+            seed=seed,
+            drop_last=drop_last,
+            partition=partition,
+        )
         self.batch_size = batch_size
         self.shuffle = bool(shuffle)
 
@@ -571,8 +621,13 @@ class RandomSelector(Selector):
 
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         shards = self.rank_shards(epoch, world_size)
-        return EpochPlan([split_batches(s, self.batch_size) for s in shards], num_examples=self.num_examples,
-                         epoch=epoch, seed=self.seed, method="random")
+        return EpochPlan(
+            [split_batches(s, self.batch_size) for s in shards],
+            num_examples=self.num_examples,
+            epoch=epoch,
+            seed=self.seed,
+            method="random",
+        )
 
     def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
         # Only this rank's shard: building every rank's plan per epoch made the sampler
@@ -581,12 +636,22 @@ class RandomSelector(Selector):
         start = self._check_start(start, world_size)
         shard = self.rank_shards(epoch, world_size)[rank]
         for begin in range(start * self.batch_size, len(shard), self.batch_size):
-            yield shard[begin:begin + self.batch_size]
+            yield shard[begin : begin + self.batch_size]
 
     def num_batches(self, world_size: int = 1) -> int:
         self.check_world(world_size)
         return -(-shard_length(self.num_examples, world_size, self.drop_last) // self.batch_size)
 
 
-__all__ = ["Selector", "OnlineSelector", "RandomSelector", "digest", "epoch_rng", "split_batches", "balanced_sizes",
-           "even_split", "shard_length", "PARTITIONS"]
+__all__ = [
+    "Selector",
+    "OnlineSelector",
+    "RandomSelector",
+    "digest",
+    "epoch_rng",
+    "split_batches",
+    "balanced_sizes",
+    "even_split",
+    "shard_length",
+    "PARTITIONS",
+]

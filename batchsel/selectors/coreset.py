@@ -9,6 +9,7 @@ full-data loss. Per-class budgets are proportional to class sizes (largest remai
 least one pick per class). Each epoch trains on the coreset, shuffled; the batches carry
 the weights (``plan.weights(rank)``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -128,8 +129,11 @@ class CoresetSelector(Selector):
         self.embeddings = load_embeddings(embeddings)
         n = self.embeddings.shape[0]
         self.labels = np.zeros(n, dtype=np.int64) if labels is None else check_labels(labels, n)
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.integer, np.floating)) \
-                or not 0 < fraction <= 1:
+        if (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, (int, float, np.integer, np.floating))
+            or not 0 < fraction <= 1
+        ):
             raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
         self.fraction = float(fraction)
         self.metric = check_metric(metric, METRICS)
@@ -139,8 +143,10 @@ class CoresetSelector(Selector):
         self.coreset_size = int(self.budgets_.sum())
         super().__init__(n, batch_size, seed=seed, drop_last=drop_last)
         if self.batch_size > self.coreset_size:
-            raise ValueError(f"batch_size must be <= the coreset size ({self.coreset_size} = "
-                             f"{self.fraction:g} of {n}), got {batch_size}")
+            raise ValueError(
+                f"batch_size must be <= the coreset size ({self.coreset_size} = "
+                f"{self.fraction:g} of {n}), got {batch_size}"
+            )
         self._coreset: tuple[np.ndarray, np.ndarray] | None = None
         self._refreshed = False  # whether self.embeddings is our copy (observe(embeddings=...))
 
@@ -173,8 +179,13 @@ class CoresetSelector(Selector):
         idx = np.concatenate(picks).astype(np.int64)
         w = np.concatenate(weights).astype(np.float32)
         order = np.argsort(idx)
-        logger.info("CRAIG coreset: %d of %d examples, weights %g..%g", len(idx), self.num_examples,
-                    float(w.min()), float(w.max()))
+        logger.info(
+            "CRAIG coreset: %d of %d examples, weights %g..%g",
+            len(idx),
+            self.num_examples,
+            float(w.min()),
+            float(w.max()),
+        )
         return idx[order], w[order]
 
     @property
@@ -223,16 +234,17 @@ class CoresetSelector(Selector):
         shards = even_split(perm, world_size, self.drop_last)
         batches = [[idx[b] for b in split_batches(s, self.batch_size)] for s in shards]
         weights = [[w[b] for b in split_batches(s, self.batch_size)] for s in shards]
-        return EpochPlan(batches, weights, num_examples=self.num_examples, epoch=epoch, seed=self.seed,
-                         method="craig")
+        return EpochPlan(batches, weights, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="craig")
 
     def num_batches(self, world_size: int = 1) -> int:
         self.check_world(world_size)
         return -(-shard_length(self.coreset_size, world_size, self.drop_last) // self.batch_size)
 
     def __repr__(self) -> str:
-        return (f"CoresetSelector(num_examples={self.num_examples}, coreset_size={self.coreset_size}, "
-                f"batch_size={self.batch_size}, fraction={self.fraction:g}, seed={self.seed})")
+        return (
+            f"CoresetSelector(num_examples={self.num_examples}, coreset_size={self.coreset_size}, "
+            f"batch_size={self.batch_size}, fraction={self.fraction:g}, seed={self.seed})"
+        )
 
 
 __all__ = ["CoresetSelector", "gradient_proxies", "class_budgets"]

@@ -8,6 +8,7 @@ only uses in-batch edges (:mod:`batchsel.losses`) loses little, and they stay st
 from epoch to epoch. The METIS partition depends only on the graph and the seed; it is
 computed once and cached (in memory, and in ``cache_dir`` if given).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,7 +26,6 @@ from ..plan import EpochPlan
 from .base import Selector, epoch_rng, even_split
 
 logger = logging.getLogger(__name__)
-
 
 
 class GraphBlockSelector(Selector):
@@ -103,16 +103,20 @@ class GraphBlockSelector(Selector):
         if self.graph.nnz == self.graph.diagonal().astype(bool).sum():
             # METIS would cut an edgeless graph arbitrarily (and weights scaled by a largest
             # weight of 0 were NaN: a segfault in METIS)
-            raise ValueError(f"graph has no edges of weight > 0 between distinct nodes ({self.graph.shape[0]} nodes; "
-                             f"stored zeros and self loops are no edges); pass an affinity graph with positive "
-                             f"weights (e.g. EmbeddingIndex(x).knn_graph()) or use RandomSelector")
+            raise ValueError(
+                f"graph has no edges of weight > 0 between distinct nodes ({self.graph.shape[0]} nodes; "
+                f"stored zeros and self loops are no edges); pass an affinity graph with positive "
+                f"weights (e.g. EmbeddingIndex(x).knn_graph()) or use RandomSelector"
+            )
         super().__init__(self.graph.shape[0], batch_size, seed=seed, drop_last=drop_last)
         b = self.batch_size
         if blocks_per_batch is not None:
             q = check_int(blocks_per_batch, "blocks_per_batch", minimum=1, maximum=b)
             if block_size is not None and max(1, round(b / check_int(block_size, "block_size", minimum=1))) != q:
-                raise ValueError(f"blocks_per_batch={blocks_per_batch} and block_size={block_size} disagree "
-                                 f"for batch_size={b}: give one of them")
+                raise ValueError(
+                    f"blocks_per_batch={blocks_per_batch} and block_size={block_size} disagree "
+                    f"for batch_size={b}: give one of them"
+                )
         elif block_size is not None:
             q = max(1, round(b / check_int(block_size, "block_size", minimum=1, maximum=b)))
         else:
@@ -121,8 +125,13 @@ class GraphBlockSelector(Selector):
         # blocks hold at least one example each
         self.blocks_per_batch = min(q, self.num_examples // self.num_batches_total)
         if self.blocks_per_batch != q:
-            logger.warning("blocks_per_batch lowered from %d to %d: too few examples for %d batches of %d blocks",
-                           q, self.blocks_per_batch, self.num_batches_total, q)
+            logger.warning(
+                "blocks_per_batch lowered from %d to %d: too few examples for %d batches of %d blocks",
+                q,
+                self.blocks_per_batch,
+                self.num_batches_total,
+                q,
+            )
         self.num_blocks = self.blocks_per_batch * self.num_batches_total
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self.neighbors = check_int(neighbors, "neighbors", minimum=1)
@@ -139,9 +148,16 @@ class GraphBlockSelector(Selector):
         >>> p["blocks_per_batch"], p["block_size"], p["graph"].shape
         (2, None, (60, 60))
         """
-        return {"graph": self.graph, "batch_size": self.batch_size, "seed": self.seed,
-                "blocks_per_batch": self.blocks_per_batch, "block_size": None, "drop_last": self.drop_last,
-                "cache_dir": self.cache_dir, "neighbors": self.neighbors}
+        return {
+            "graph": self.graph,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "blocks_per_batch": self.blocks_per_batch,
+            "block_size": None,
+            "drop_last": self.drop_last,
+            "cache_dir": self.cache_dir,
+            "neighbors": self.neighbors,
+        }
 
     # -- the partition ----------------------------------------------------------------
     def _graph_key(self) -> str:
@@ -185,8 +201,10 @@ class GraphBlockSelector(Selector):
     def check_world(self, world_size: int, rank: int | None = None) -> None:
         super().check_world(world_size, rank)
         if world_size > self.num_batches_total:
-            raise ValueError(f"world_size must be <= the number of batches per epoch ({self.num_batches_total} "
-                             f"= round(N / batch_size)), got {world_size}")
+            raise ValueError(
+                f"world_size must be <= the number of batches per epoch ({self.num_batches_total} "
+                f"= round(N / batch_size)), got {world_size}"
+            )
 
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
         epoch = check_int(epoch, "epoch", minimum=0)
@@ -198,10 +216,15 @@ class GraphBlockSelector(Selector):
         order = np.lexsort((rng.random(self.num_examples), block_rank))
         batch_of = block_rank[order] // self.blocks_per_batch
         bounds = np.searchsorted(batch_of, np.arange(self.num_batches_total + 1))
-        batches = [order[bounds[i]:bounds[i + 1]].astype(np.int64) for i in range(self.num_batches_total)]
+        batches = [order[bounds[i] : bounds[i + 1]].astype(np.int64) for i in range(self.num_batches_total)]
         ids = even_split(np.arange(self.num_batches_total), world_size, self.drop_last)
-        return EpochPlan([[batches[i] for i in rank_ids] for rank_ids in ids], num_examples=self.num_examples,
-                         epoch=epoch, seed=self.seed, method="graph_blocks")
+        return EpochPlan(
+            [[batches[i] for i in rank_ids] for rank_ids in ids],
+            num_examples=self.num_examples,
+            epoch=epoch,
+            seed=self.seed,
+            method="graph_blocks",
+        )
 
     def num_batches(self, world_size: int = 1) -> int:
         self.check_world(world_size)
@@ -209,8 +232,10 @@ class GraphBlockSelector(Selector):
         return m // world_size if self.drop_last else -(-m // world_size)
 
     def __repr__(self) -> str:
-        return (f"GraphBlockSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
-                f"blocks_per_batch={self.blocks_per_batch}, num_blocks={self.num_blocks}, seed={self.seed})")
+        return (
+            f"GraphBlockSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
+            f"blocks_per_batch={self.blocks_per_batch}, num_blocks={self.num_blocks}, seed={self.seed})"
+        )
 
 
 __all__ = ["GraphBlockSelector"]

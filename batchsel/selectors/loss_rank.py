@@ -9,6 +9,7 @@ a batch is one compiled GIL-free call from a counter-based generator keyed by
 
 Details and measurements: docs/design/loss-rank.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,8 +64,16 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
     feedback_fields = ("losses",)
     supports_start = True
 
-    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, pressure: float = 100.0,
-                 initial_loss: float | None = None, drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        num_examples: int,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        pressure: float = 100.0,
+        initial_loss: float | None = None,
+        drop_last: bool = False,
+    ) -> None:
         super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)
         self.pressure = pressure
         if initial_loss is not None and not math.isfinite(initial_loss):
@@ -79,8 +88,12 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
 
     @pressure.setter
     def pressure(self, value: float) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(value) or value < 1:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float, np.integer, np.floating))
+            or not math.isfinite(value)
+            or value < 1
+        ):
             raise ValueError(f"pressure (s_e) must be a finite number >= 1, got {value!r}")
         self._pressure = float(value)
 
@@ -106,8 +119,14 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         order = run.get("rank_order")
         if order is None:  # the run's first batch: one sort; later ones update it in O(n)
             order = run["rank_order"] = _sort_shard(self.losses_, shard)
-        return _loss_rank_batch(self.losses_, shard, *order, min(self.batch_size, n), _log_q(self._pressure, n),  # type: ignore[call-arg]
-                                _stream_key(rng))
+        return _loss_rank_batch(
+            self.losses_,
+            shard,
+            *order,
+            min(self.batch_size, n),
+            _log_q(self._pressure, n),  # type: ignore[call-arg]
+            _stream_key(rng),
+        )
 
     def _scores_state(self) -> dict[str, Any]:
         return {"losses": self.losses_.copy(), "pressure": self._pressure}
@@ -122,8 +141,10 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         self.pressure = state["pressure"]
 
     def __repr__(self) -> str:
-        return (f"LossRankSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
-                f"pressure={self._pressure:g}, seed={self.seed})")
+        return (
+            f"LossRankSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
+            f"pressure={self._pressure:g}, seed={self.seed})"
+        )
 
 
 # substreams of a batch's key: rank draws, the race over the ranks left, tie breaks

@@ -18,6 +18,7 @@ shards' coverage.
 Every rank computes the same partition from the same data and seed (the seed only breaks
 ties between examples of equal gain, which duplicates and unweighted graphs produce).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,14 @@ logger = logging.getLogger(__name__)
 
 
 @numba.njit(cache=True)
-def _greedmax(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, order: np.ndarray,
-              singleton: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray]:
+def _greedmax(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    weights: np.ndarray,
+    order: np.ndarray,
+    singleton: np.ndarray,
+    num_parts: int,
+) -> tuple[np.ndarray, np.ndarray]:
     n = indptr.shape[0] - 1
     base = n // num_parts
     n_big = n % num_parts  # this many shards get base + 1 examples
@@ -89,8 +96,8 @@ def _greedmax(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, orde
                 new_cap = 2 * hkeys.shape[1]
                 k2 = np.empty((num_parts, new_cap), dtype=np.float64)
                 i2 = np.empty((num_parts, new_cap), dtype=np.int64)
-                k2[:, :hkeys.shape[1]] = hkeys
-                i2[:, :hkeys.shape[1]] = hitems
+                k2[:, : hkeys.shape[1]] = hkeys
+                i2[:, : hkeys.shape[1]] = hitems
                 hkeys, hitems = k2, i2
             hsize[s] = heap_push(hkeys[s], hitems[s], hsize[s], gain, c)
         owner[c] = s
@@ -149,8 +156,9 @@ def shard_of_each(parts: list[np.ndarray], num_examples: int) -> np.ndarray:
 DEFAULT_NEIGHBORS = 10
 
 
-def submodular_partition(data: Any, num_parts: int, *, neighbors: int = DEFAULT_NEIGHBORS,
-                         seed: int = 0) -> list[np.ndarray]:
+def submodular_partition(
+    data: Any, num_parts: int, *, neighbors: int = DEFAULT_NEIGHBORS, seed: int = 0
+) -> list[np.ndarray]:
     """Split the examples into ``num_parts`` representative shards with GreedMax.
 
     Parameters
@@ -187,13 +195,18 @@ def submodular_partition(data: Any, num_parts: int, *, neighbors: int = DEFAULT_
     singleton = 1.0 + np.asarray(graph.sum(axis=1), dtype=np.float64).ravel()
     priority = np.random.default_rng(seed).permutation(n)
     order = np.lexsort((priority, -singleton)).astype(np.int64)
-    owner, values = _greedmax(graph.indptr, graph.indices, graph.data.astype(np.float32), order, singleton,
-                              num_parts)
-    logger.info("GreedMax: %d examples into %d shards, shard values %.4g..%.4g (of %d)",
-                n, num_parts, values.min(), values.max(), n)
+    owner, values = _greedmax(graph.indptr, graph.indices, graph.data.astype(np.float32), order, singleton, num_parts)
+    logger.info(
+        "GreedMax: %d examples into %d shards, shard values %.4g..%.4g (of %d)",
+        n,
+        num_parts,
+        values.min(),
+        values.max(),
+        n,
+    )
     order = np.argsort(owner, kind="stable")
     bounds = np.searchsorted(owner[order], np.arange(num_parts + 1))
-    return [order[bounds[r]:bounds[r + 1]].astype(np.int64) for r in range(num_parts)]
+    return [order[bounds[r] : bounds[r + 1]].astype(np.int64) for r in range(num_parts)]
 
 
 def partition_values(graph: Any, parts: list[np.ndarray]) -> np.ndarray:

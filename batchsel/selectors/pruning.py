@@ -2,6 +2,7 @@
 ICLR 2024: each epoch skips part of the examples the model has already learnt) and
 score-based (EL2N or forgetting scores from the first epochs, then coverage-centric
 selection of the examples kept; Paul et al. 2021, Toneva et al. 2019, Zheng et al. 2023)."""
+
 from __future__ import annotations
 
 import math
@@ -16,16 +17,19 @@ from ..plan import EpochPlan
 from .base import Selector, epoch_rng, even_split, shard_length, split_batches
 
 
-def _epoch_plan(keep: np.ndarray, weights: np.ndarray | None, selector: Selector, epoch: int, world_size: int,
-                method: str) -> EpochPlan:
+def _epoch_plan(
+    keep: np.ndarray, weights: np.ndarray | None, selector: Selector, epoch: int, world_size: int, method: str
+) -> EpochPlan:
     """The plan of an epoch that trains on ``keep`` (all ranks, in order; with per-example
     ``weights`` or None), split as DistributedSampler splits and cut into batches."""
     positions = even_split(np.arange(len(keep), dtype=np.int64), world_size, selector.drop_last)
     batches = [[keep[b] for b in split_batches(p, selector.batch_size)] for p in positions]
-    rank_weights = None if weights is None else [[weights[b] for b in split_batches(p, selector.batch_size)]
-                                                 for p in positions]
-    return EpochPlan(batches, rank_weights, num_examples=selector.num_examples, epoch=epoch, seed=selector.seed,
-                     method=method)
+    rank_weights = (
+        None if weights is None else [[weights[b] for b in split_batches(p, selector.batch_size)] for p in positions]
+    )
+    return EpochPlan(
+        batches, rank_weights, num_examples=selector.num_examples, epoch=epoch, seed=selector.seed, method=method
+    )
 
 
 class _PrunedRun(Selector):
@@ -41,8 +45,10 @@ class _PrunedRun(Selector):
     def _check_epoch(self, epoch: int) -> int:
         epoch = check_int(epoch, "epoch", minimum=0)
         if epoch >= self.epochs:
-            raise ValueError(f"epoch {epoch} is past this run's epochs={self.epochs} (epochs 0 to {self.epochs - 1}): "
-                             f"build the selector with the run's number of epochs")
+            raise ValueError(
+                f"epoch {epoch} is past this run's epochs={self.epochs} (epochs 0 to {self.epochs - 1}): "
+                f"build the selector with the run's number of epochs"
+            )
         return epoch
 
     def num_batches(self, world_size: int = 1, epoch: int = 0) -> int:
@@ -57,8 +63,10 @@ class _PrunedRun(Selector):
         """Batches per rank over the whole run: the ``total_steps`` of its learning-rate
         schedule. ``epochs``, when given, must be the selector's."""
         if epochs is not None and check_int(epochs, "epochs", minimum=1) != self.epochs:
-            raise ValueError(f"epochs={epochs} disagrees with this selector's run of epochs={self.epochs}: "
-                             f"its pruning schedule is for {self.epochs} epochs")
+            raise ValueError(
+                f"epochs={epochs} disagrees with this selector's run of epochs={self.epochs}: "
+                f"its pruning schedule is for {self.epochs} epochs"
+            )
         return sum(self.num_batches(world_size, e) for e in range(self.epochs))
 
     def _check_state(self, state: Any, expected: set[str]) -> None:
@@ -66,11 +74,15 @@ class _PrunedRun(Selector):
         (tensors or arrays: see :func:`batchsel._state.to_portable`)."""
         if not isinstance(state, dict) or set(state) != expected:
             got = set(state) if isinstance(state, dict) else set()
-            raise ValueError(f"not a {type(self).__name__} state: missing keys {sorted(expected - got)}, "
-                             f"unexpected keys {sorted(got - expected)}")
+            raise ValueError(
+                f"not a {type(self).__name__} state: missing keys {sorted(expected - got)}, "
+                f"unexpected keys {sorted(got - expected)}"
+            )
         if state["class"] != type(self).__name__ or int(state["num_examples"]) != self.num_examples:
-            raise ValueError(f"state is from a {state['class']} of {state['num_examples']} examples, not a "
-                             f"{type(self).__name__} of {self.num_examples}")
+            raise ValueError(
+                f"state is from a {state['class']} of {state['num_examples']} examples, not a "
+                f"{type(self).__name__} of {self.num_examples}"
+            )
 
 
 class InfoBatchSelector(_PrunedRun):
@@ -139,15 +151,28 @@ class InfoBatchSelector(_PrunedRun):
     weighted_plans = True
     feedback_fields = ("losses",)
 
-    def __init__(self, num_examples: int, batch_size: int, *, epochs: int, prune_ratio: float = 0.5,
-                 anneal: float = 0.875, rescale: bool = True, labels: Any = None, seed: int = 0,
-                 drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        num_examples: int,
+        batch_size: int,
+        *,
+        epochs: int,
+        prune_ratio: float = 0.5,
+        anneal: float = 0.875,
+        rescale: bool = True,
+        labels: Any = None,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
         super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)
         #: class ids: the well-learnt half is taken within every class (None: over all examples)
         self.labels = None if labels is None else check_labels(labels, self.num_examples)
         # members of every class (one group of all examples without labels), fixed for the run
-        groups = [np.arange(self.num_examples)] if self.labels is None else \
-            np.split(np.argsort(self.labels, kind="stable"), np.flatnonzero(np.diff(np.sort(self.labels))) + 1)
+        groups = (
+            [np.arange(self.num_examples)]
+            if self.labels is None
+            else np.split(np.argsort(self.labels, kind="stable"), np.flatnonzero(np.diff(np.sort(self.labels))) + 1)
+        )
         self.epochs = check_int(epochs, "epochs", minimum=1)
         self.prune_ratio = check_number(prune_ratio, "prune_ratio", 0.0)
         if self.prune_ratio >= 1.0:  # nothing left of the well-learnt half
@@ -218,15 +243,24 @@ class InfoBatchSelector(_PrunedRun):
     def state_dict(self) -> dict[str, Any]:
         """The losses observed and the ones the latest planned epoch was drawn from."""
         epoch, frozen = self._frozen if self._frozen is not None else (-1, np.empty(0))
-        return to_portable({"class": type(self).__name__, "num_examples": self.num_examples,
-                            "losses": self.losses_, "frozen_epoch": int(epoch), "frozen_losses": frozen,
-                            "pruned_epochs": list(self.pruned_share_),
-                            "pruned_shares": list(self.pruned_share_.values())})
+        return to_portable(
+            {
+                "class": type(self).__name__,
+                "num_examples": self.num_examples,
+                "losses": self.losses_,
+                "frozen_epoch": int(epoch),
+                "frozen_losses": frozen,
+                "pruned_epochs": list(self.pruned_share_),
+                "pruned_shares": list(self.pruned_share_.values()),
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = from_portable(state)
-        self._check_state(state, {"class", "num_examples", "losses", "frozen_epoch", "frozen_losses",
-                                  "pruned_epochs", "pruned_shares"})
+        self._check_state(
+            state,
+            {"class", "num_examples", "losses", "frozen_epoch", "frozen_losses", "pruned_epochs", "pruned_shares"},
+        )
         losses = np.asarray(state["losses"], dtype=np.float64)
         if losses.shape != (self.num_examples,):
             raise ValueError(f"state holds {losses.shape} losses, expected ({self.num_examples},)")
@@ -239,8 +273,9 @@ class InfoBatchSelector(_PrunedRun):
 SCORES = ("el2n", "forgetting")
 
 
-def coverage_centric_selection(scores: Any, count: int, *, strata: int = 50, hard_cut: float = 0.0,
-                               seed: int = 0) -> np.ndarray:
+def coverage_centric_selection(
+    scores: Any, count: int, *, strata: int = 50, hard_cut: float = 0.0, seed: int = 0
+) -> np.ndarray:
     """Coverage-centric selection (CCS; Zheng et al., ICLR 2023): ``count`` examples chosen
     over the whole range of difficulty ``scores`` (higher: harder) rather than only the
     hardest, which collapse at high pruning rates.
@@ -257,8 +292,10 @@ def coverage_centric_selection(scores: Any, count: int, *, strata: int = 50, har
     """
     s = np.asarray(tensor_to_numpy(scores), dtype=np.float64)
     if s.ndim != 1 or not np.isfinite(s).all():
-        raise ValueError(f"scores must be a 1-D array of finite numbers, got shape {s.shape}"
-                         + ("" if s.ndim != 1 else " with NaN or inf"))
+        raise ValueError(
+            f"scores must be a 1-D array of finite numbers, got shape {s.shape}"
+            + ("" if s.ndim != 1 else " with NaN or inf")
+        )
     strata = check_int(strata, "strata", minimum=1)
     hard_cut = check_number(hard_cut, "hard_cut", 0.0, 1.0)
     if hard_cut >= 1.0:
@@ -269,8 +306,11 @@ def coverage_centric_selection(scores: Any, count: int, *, strata: int = 50, har
     rng = np.random.default_rng([check_seed(seed), 7])
     low, high = s[pool].min(initial=0.0), s[pool].max(initial=0.0)
     width = (high - low) / strata
-    stratum = np.minimum(((s[pool] - low) / width).astype(np.int64), strata - 1) if width > 0 else \
-        np.zeros(len(pool), dtype=np.int64)
+    stratum = (
+        np.minimum(((s[pool] - low) / width).astype(np.int64), strata - 1)
+        if width > 0
+        else np.zeros(len(pool), dtype=np.int64)
+    )
     bins = [pool[stratum == k] for k in range(strata)]
     bins = [b for b in bins if len(b)]
     picked, left = [], count
@@ -334,9 +374,20 @@ class ScorePruningSelector(_PrunedRun):
 
     feedback_fields = ("logits",)
 
-    def __init__(self, labels: Any, batch_size: int, *, epochs: int, keep: float = 0.5, score: str = "el2n",
-                 score_epochs: int = 1, strata: int = 50, hard_cut: float = 0.0, seed: int = 0,
-                 drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        labels: Any,
+        batch_size: int,
+        *,
+        epochs: int,
+        keep: float = 0.5,
+        score: str = "el2n",
+        score_epochs: int = 1,
+        strata: int = 50,
+        hard_cut: float = 0.0,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
         y = np.asarray(tensor_to_numpy(labels))
         if y.ndim != 1:
             raise ValueError(f"labels must be 1-D, got shape {y.shape}")
@@ -345,16 +396,20 @@ class ScorePruningSelector(_PrunedRun):
         self.epochs = check_int(epochs, "epochs", minimum=2)
         self.keep = check_number(keep, "keep", 0.0, 1.0)
         if self.keep <= 0.0 or round(self.keep * self.num_examples) < 1:
-            raise ValueError(f"keep must be in (0, 1] and keep at least one of the {self.num_examples} examples, "
-                             f"got {keep!r}")
+            raise ValueError(
+                f"keep must be in (0, 1] and keep at least one of the {self.num_examples} examples, got {keep!r}"
+            )
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
         self.score = score
-        self.score_epochs = check_int(score_epochs, "score_epochs", minimum=1 if score == "el2n" else 2,
-                                      maximum=self.epochs - 1)
+        self.score_epochs = check_int(
+            score_epochs, "score_epochs", minimum=1 if score == "el2n" else 2, maximum=self.epochs - 1
+        )
         self.strata = check_int(strata, "strata", minimum=1)
         self.hard_cut = check_number(hard_cut, "hard_cut", 0.0, 1.0)
-        if self.hard_cut >= 1.0 or self.kept_count() > self.num_examples - math.floor(self.hard_cut * self.num_examples):
+        if self.hard_cut >= 1.0 or self.kept_count() > self.num_examples - math.floor(
+            self.hard_cut * self.num_examples
+        ):
             raise ValueError(f"hard_cut={hard_cut!r} leaves fewer examples than keep={keep!r} asks for")
         #: per example: the sum of its scores and how many were observed (el2n), or
         #: its forgetting events and whether its latest forward was correct (forgetting)
@@ -415,8 +470,9 @@ class ScorePruningSelector(_PrunedRun):
             keep = np.arange(self.num_examples, dtype=np.int64)
         else:
             if self.kept_ is None:
-                self.kept_ = coverage_centric_selection(self.scores_(), self.kept_count(), strata=self.strata,
-                                                        hard_cut=self.hard_cut, seed=self.seed)
+                self.kept_ = coverage_centric_selection(
+                    self.scores_(), self.kept_count(), strata=self.strata, hard_cut=self.hard_cut, seed=self.seed
+                )
             keep = self.kept_
         self.pruned_share_[epoch] = 1.0 - len(keep) / self.num_examples
         return _epoch_plan(keep[rng.permutation(len(keep))], None, self, epoch, world_size, "score-pruning")
@@ -425,20 +481,44 @@ class ScorePruningSelector(_PrunedRun):
     def state_dict(self) -> dict[str, Any]:
         """The scores observed and the kept set, once drawn."""
         kept = np.full(0, -1, dtype=np.int64) if self.kept_ is None else self.kept_.copy()
-        return to_portable({"class": type(self).__name__, "num_examples": self.num_examples,
-                            "score_sum": self.score_sum_, "observed": self.observed_, "correct": self.correct_,
-                            "learnt": self.learnt_, "drawn": self.kept_ is not None, "kept": kept,
-                            "pruned_epochs": list(self.pruned_share_),
-                            "pruned_shares": list(self.pruned_share_.values())})
+        return to_portable(
+            {
+                "class": type(self).__name__,
+                "num_examples": self.num_examples,
+                "score_sum": self.score_sum_,
+                "observed": self.observed_,
+                "correct": self.correct_,
+                "learnt": self.learnt_,
+                "drawn": self.kept_ is not None,
+                "kept": kept,
+                "pruned_epochs": list(self.pruned_share_),
+                "pruned_shares": list(self.pruned_share_.values()),
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = from_portable(state)
-        self._check_state(state, {"class", "num_examples", "score_sum", "observed", "correct", "learnt", "drawn",
-                                  "kept", "pruned_epochs", "pruned_shares"})
+        self._check_state(
+            state,
+            {
+                "class",
+                "num_examples",
+                "score_sum",
+                "observed",
+                "correct",
+                "learnt",
+                "drawn",
+                "kept",
+                "pruned_epochs",
+                "pruned_shares",
+            },
+        )
         arrays = {k: np.asarray(state[k]) for k in ("score_sum", "observed", "correct", "learnt")}
         if any(a.shape != (self.num_examples,) for a in arrays.values()):
-            raise ValueError(f"state holds per-example arrays of shapes {[a.shape for a in arrays.values()]}, "
-                             f"expected ({self.num_examples},)")
+            raise ValueError(
+                f"state holds per-example arrays of shapes {[a.shape for a in arrays.values()]}, "
+                f"expected ({self.num_examples},)"
+            )
         self.score_sum_ = arrays["score_sum"].astype(np.float64)
         self.observed_ = arrays["observed"].astype(np.int64)
         self.correct_, self.learnt_ = arrays["correct"].astype(bool), arrays["learnt"].astype(bool)

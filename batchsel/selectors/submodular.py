@@ -11,6 +11,7 @@ are in :mod:`batchsel.selectors._smdl_kernels`).
 The terms, the order within the epoch, the measured costs and how the default weights
 (coverage alone) were chosen: docs/design/smdl.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,12 +56,12 @@ class _RowCache:
         self.zero_self = False
 
 
-
-
 _NO_POSITIONS = np.zeros(0, dtype=np.int64)
 _NO_UNIFORMS = np.zeros((0, 0), dtype=np.float64)
-_NOT_FINITE = ("the SMDL terms of this pool are not finite (the embeddings' distances overflow float32); "
-               "rescale the embeddings (e.g. divide them by their standard deviation)")
+_NOT_FINITE = (
+    "the SMDL terms of this pool are not finite (the embeddings' distances overflow float32); "
+    "rescale the embeddings (e.g. divide them by their standard deviation)"
+)
 
 
 def entropy_of_logits(logits: np.ndarray) -> np.ndarray:
@@ -214,7 +215,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
     def _mean(self) -> np.ndarray:
         total = np.zeros(self.embeddings.shape[1], dtype=np.float64)
         for start in range(0, self.num_examples, _MEAN_BLOCK):
-            total += self.embeddings[start:start + _MEAN_BLOCK].sum(axis=0, dtype=np.float64)
+            total += self.embeddings[start : start + _MEAN_BLOCK].sum(axis=0, dtype=np.float64)
         return total / self.num_examples
 
     def _partition_data(self) -> np.ndarray:
@@ -290,8 +291,8 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
             due = max(due, k * (handover - left + 1) // handover)
         if run["epoch"] < self.warmup_epochs or due >= k:
             # random batch (the shard is shuffled), or more due than fit: earliest first
-            pool_pos = order[m - k:m][::-1].copy()  # the first k unused positions, ascending
-            order[m - k:m] = pool_pos
+            pool_pos = order[m - k : m][::-1].copy()  # the first k unused positions, ascending
+            order[m - k : m] = pool_pos
             run["m"] = m - k
             return shard[pool_pos]
         # the pool: the first pool_size unused positions; the due ones are among them
@@ -302,7 +303,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         if type(emb) in (np.ndarray, np.memmap):  # float32 C-contiguous (load_embeddings): read in the kernel
             source, src_pool = emb, _NO_POSITIONS
         else:  # the pool's rows, in ascending position order
-            source, src_pool = self._read_rows(shard[order[m - p:m][::-1]]), np.arange(p)
+            source, src_pool = self._read_rows(shard[order[m - p : m][::-1]]), np.arange(p)
         cache = run.get("cache")
         if cache is None or cache.version != self._version or cache.x.shape[0] < p:
             cache = run["cache"] = _RowCache(self.pool_size, emb.shape[1], self._version)
@@ -312,10 +313,38 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
             if cache.stretch != stamp:
                 self._new_stretch(run, cache, t, stamp)
         batch, finite = _smdl_step(
-            source, src_pool, self.entropy_, self.mean_, self.weights, self._log_classes(), k, typical, cov,
-            sample, uniforms, order, m, p, shard, due, cache.pos, cache.slot, cache.count, cache.x, cache.sq,
-            cache.dist, cache.feats, cache.fnan, cache.sim, cache.stamp, stamp, cache.right_t, cache.scale,
-            cache.cov_pos, cache.zero_self)
+            source,
+            src_pool,
+            self.entropy_,
+            self.mean_,
+            self.weights,
+            self._log_classes(),
+            k,
+            typical,
+            cov,
+            sample,
+            uniforms,
+            order,
+            m,
+            p,
+            shard,
+            due,
+            cache.pos,
+            cache.slot,
+            cache.count,
+            cache.x,
+            cache.sq,
+            cache.dist,
+            cache.feats,
+            cache.fnan,
+            cache.sim,
+            cache.stamp,
+            stamp,
+            cache.right_t,
+            cache.scale,
+            cache.cov_pos,
+            cache.zero_self,
+        )
         if not finite:
             raise ValueError(_NOT_FINITE)
         run["m"] = m - k
@@ -330,7 +359,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         order, m, shard = run["order"], run["m"], run["shard"]
         m0 = m + sum(len(b) for b in run["drawn"][t0:t])  # order[m:m0]: the batches t0..t-1
         p0 = min(self.pool_size, m0)
-        pool0 = np.sort(np.concatenate([order[max(m - p0, 0):m], order[m:m0]]))[:p0]  # the first p0 unused then
+        pool0 = np.sort(np.concatenate([order[max(m - p0, 0) : m], order[m:m0]]))[:p0]  # the first p0 unused then
         q0 = p0 if self.coverage_size is None else min(self.coverage_size, p0)
         cov0 = np.arange(p0)
         if q0 < p0:
@@ -360,8 +389,9 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         run["order"][:m] = np.sort(run["order"][:m])[::-1]  # a no-op for states written here
         run["ends"] = np.cumsum(run["sizes"]).tolist()
 
-    def select_from_pool(self, pool: np.ndarray, k: int, rng: np.random.Generator | None = None,
-                         fixed: np.ndarray | None = None) -> np.ndarray:
+    def select_from_pool(
+        self, pool: np.ndarray, k: int, rng: np.random.Generator | None = None, fixed: np.ndarray | None = None
+    ) -> np.ndarray:
         """Positions (into ``pool``, a sorted array of example indices) of the ``k``
         examples of the batch greedy builds from the pool: the positions ``fixed`` (in the
         batch from the start), then greedy's picks in selection order."""
@@ -418,13 +448,28 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
             x, source = np.empty((0, emb.shape[1]), dtype=np.float32), emb
         else:
             x = source = self._read_rows(pool)
-        return (x, source, self.entropy_, pool, self.mean_, self.weights, self._log_classes(), int(k),
-                typical, cov, int(sample), uniforms, fixed)
+        return (
+            x,
+            source,
+            self.entropy_,
+            pool,
+            self.mean_,
+            self.weights,
+            self._log_classes(),
+            int(k),
+            typical,
+            cov,
+            int(sample),
+            uniforms,
+            fixed,
+        )
 
     def __repr__(self) -> str:
-        return (f"SubmodularSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
-                f"weights={self.weights}, pool_size={self.pool_size}, optimizer={self.optimizer!r}, "
-                f"partition={self.partition!r}, seed={self.seed})")
+        return (
+            f"SubmodularSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
+            f"weights={self.weights}, pool_size={self.pool_size}, optimizer={self.optimizer!r}, "
+            f"partition={self.partition!r}, seed={self.seed})"
+        )
 
 
 __all__ = ["SubmodularSelector", "entropy_of_logits"]

@@ -4,6 +4,7 @@
 
 accelerate wraps the batch sampler in BatchSamplerShard, which would keep every second of
 the rank's own batches. Each rank prints what it got: the error, or the examples seen."""
+
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset

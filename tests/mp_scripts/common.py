@@ -1,5 +1,6 @@
 """Helpers shared by the multi-process test scripts (and tests/test_sampler.py): a tiny
 online selector and a launcher for torch.multiprocessing + gloo."""
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,11 @@ class TinyOnline(Selector):
         np.add.at(self.observed, idx, 1)
 
     def state_dict(self):
-        return {"scores": self.scores.copy(), "observed": self.observed.copy(),
-                "used": None if self._used is None else self._used.copy()}
+        return {
+            "scores": self.scores.copy(),
+            "observed": self.observed.copy(),
+            "used": None if self._used is None else self._used.copy(),
+        }
 
     def load_state_dict(self, state):
         self.scores = np.array(state["scores"], dtype=np.float64)
@@ -72,8 +76,9 @@ def free_port() -> int:
 
 def _torch_worker(rank: int, world_size: int, port: int, fn, args) -> None:
     # what torchrun would set; init_torch_distributed_from_mpi takes it from there
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
     fn(*args)
 
 
@@ -83,8 +88,9 @@ def spawn_torch(fn, world_size: int, *args) -> None:
     the parent's imports (torch, batchsel) instead of paying for them again."""
     import torch.multiprocessing as mp
 
-    mp.start_processes(_torch_worker, args=(world_size, free_port(), fn, args), nprocs=world_size,
-                       join=True, start_method="fork")
+    mp.start_processes(
+        _torch_worker, args=(world_size, free_port(), fn, args), nprocs=world_size, join=True, start_method="fork"
+    )
 
 
 def run_command(cmd: list, env: dict, timeout: float, succeed: bool = True) -> str:
@@ -94,8 +100,14 @@ def run_command(cmd: list, env: dict, timeout: float, succeed: bool = True) -> s
     import signal
     import subprocess
 
-    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(c) for c in cmd],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

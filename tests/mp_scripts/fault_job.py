@@ -7,6 +7,7 @@ Each case gives the ranks data or calls that disagree. A rank prints
 that every rank got the same error; a case that must end the job through the abort hook
 (a timeout) lets the exception go.
 """
+
 import sys
 
 import numpy as np
@@ -38,6 +39,7 @@ def main() -> None:
         elif case == "sharded-rows-tiling":  # graph rows that do not tile the graph
             w = np.eye(10, dtype=np.float32)
             import scipy.sparse as sp
+
             facility_location(sp.csr_matrix(w[:5] if r == 0 else w[3:]), 2, comm, row_start=0 if r == 0 else 3)
         elif case == "greedi-rows":
             f = FacilityLocation.from_embeddings(data(300 - 50 * r, 4), metric="euclidean")
@@ -48,8 +50,9 @@ def main() -> None:
         elif case == "greedi-embeddings-dim":
             greedi_facility_location(data(300, 4 + r, seed=r), 10, comm=comm)
         elif case in ("observe-skip", "observe-stop"):
-            sampler = SelectionBatchSampler(LossRankSelector(64, 4), comm=MPIComm(), rank=r, world_size=2,
-                                            sync_every=1, timeout=3.0)
+            sampler = SelectionBatchSampler(
+                LossRankSelector(64, 4), comm=MPIComm(), rank=r, world_size=2, sync_every=1, timeout=3.0
+            )
             for epoch in range(2):
                 sampler.set_epoch(epoch)
                 for step, batch in enumerate(sampler):

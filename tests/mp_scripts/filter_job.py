@@ -12,6 +12,7 @@ examples at every step and end with the same model; a run stopped mid-epoch and 
 from rank 0's checkpoint (model, optimizer, sampler, filter) trains on exactly the batches
 of the uninterrupted run and ends with the same model. Rank 0 writes OUT.json.
 """
+
 import io
 import json
 import os
@@ -35,13 +36,16 @@ def build(x, y, il):
     """Model, optimizer, sampler over candidate batches, filter: everything a run needs."""
     torch.manual_seed(SEED)
     model = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)))
+        torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    filt = CandidateFilter(BATCH, RATIO, "rho", irreducible_losses=il, diversity=1.0, uniform_fraction=0.25,
-                           warmup_steps=3, seed=SEED)
+    filt = CandidateFilter(
+        BATCH, RATIO, "rho", irreducible_losses=il, diversity=1.0, uniform_fraction=0.25, warmup_steps=3, seed=SEED
+    )
     sampler = SelectionBatchSampler(RandomSelector(len(x), filt.candidate_size, seed=SEED))
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y, torch.arange(len(x))),
-                                         batch_sampler=sampler)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y, torch.arange(len(x))), batch_sampler=sampler
+    )
     return model, opt, sampler, filt, loader
 
 
@@ -75,9 +79,17 @@ def train(x, y, il, start=None, stop=None):
             step += 1
             if step == stop:
                 buf = io.BytesIO()
-                torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
-                            "sampler": sampler.state_dict(all_ranks=True), "filter": filt.state_dict(),
-                            "epoch": epoch, "step": step}, buf)
+                torch.save(
+                    {
+                        "model": model.module.state_dict(),
+                        "opt": opt.state_dict(),
+                        "sampler": sampler.state_dict(all_ranks=True),
+                        "filter": filt.state_dict(),
+                        "epoch": epoch,
+                        "step": step,
+                    },
+                    buf,
+                )
                 return kept, buf.getvalue(), model, filt
     return kept, None, model, filt
 
@@ -110,10 +122,17 @@ def job(out):
 
     cost = filt.cost()
     union = np.concatenate([b for rank_batches in comm.allgather(full) for b in rank_batches])
-    result = {"world_size": comm.size, "steps": len(full), "per_epoch": per_epoch, "kept": int(sizes.sum()),
-              "examples_trained": int(len(np.unique(union))), "il_accuracy": il.accuracy_,
-              "forward_fraction": cost["forward_fraction"], "select_fraction": cost["select_fraction"],
-              "accuracy": float((model.module(x).argmax(1) == y).float().mean())}
+    result = {
+        "world_size": comm.size,
+        "steps": len(full),
+        "per_epoch": per_epoch,
+        "kept": int(sizes.sum()),
+        "examples_trained": int(len(np.unique(union))),
+        "il_accuracy": il.accuracy_,
+        "forward_fraction": cost["forward_fraction"],
+        "select_fraction": cost["select_fraction"],
+        "accuracy": float((model.module(x).argmax(1) == y).float().mean()),
+    }
     everyone = comm.allgather({k: result[k] for k in ("steps", "kept", "examples_trained")})
     assert all(e == everyone[0] for e in everyone), everyone
     if comm.rank == 0:

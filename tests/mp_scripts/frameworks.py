@@ -1,5 +1,6 @@
 """Helpers shared by tests/test_lightning.py and tests/test_hf.py: run a multi-process job
 whose ranks write ``OUT.rank{r}.json``, and run an example script in this process."""
+
 from __future__ import annotations
 
 import contextlib

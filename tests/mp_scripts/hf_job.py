@@ -3,6 +3,7 @@ tests/test_hf.py and, as ``torchrun --nproc_per_node 2 hf_job.py OUT``, on 2 CPU
 processes (gloo): 2 epochs with a checkpoint after step 6, then a fresh trainer resumed
 from that checkpoint in the middle of epoch 1; with a random and a loss-rank selector.
 Each rank writes ``OUT.rank{r}.json``."""
+
 from __future__ import annotations
 
 import json
@@ -67,10 +68,20 @@ def args(out: str, epochs: int = 2, save_steps: int | None = None, **kw):
     from transformers import TrainingArguments
 
     settings = {"learning_rate": 0.5, "lr_scheduler_type": "constant", **kw}
-    return TrainingArguments(output_dir=out, num_train_epochs=epochs, per_device_train_batch_size=BATCH,
-                             optim="sgd", report_to=[], logging_strategy="no",
-                             save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-                             use_cpu=True, disable_tqdm=True, seed=0, **settings)
+    return TrainingArguments(
+        output_dir=out,
+        num_train_epochs=epochs,
+        per_device_train_batch_size=BATCH,
+        optim="sgd",
+        report_to=[],
+        logging_strategy="no",
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+        **settings,
+    )
 
 
 def quiet() -> None:
@@ -84,8 +95,9 @@ def quiet() -> None:
 def run_and_resume(root: str, make_selector, step: int) -> tuple[Recording, Recording]:
     """Train 2 epochs with a checkpoint every ``step`` steps, then resume a fresh trainer
     (fresh model, selector and sampler) from checkpoint-``step``."""
-    first = Recording(model=TinyModel(), args=args(root, save_steps=step), train_dataset=data(),
-                      selector=make_selector())
+    first = Recording(
+        model=TinyModel(), args=args(root, save_steps=step), train_dataset=data(), selector=make_selector()
+    )
     first.train()
     resumed = Recording(model=TinyModel(), args=args(root), train_dataset=data(), selector=make_selector())
     resumed.train(resume_from_checkpoint=os.path.join(root, f"checkpoint-{step}"))
@@ -102,11 +114,11 @@ def run_pruned(root: str, step: int) -> tuple[Recording, Recording]:
     """InfoBatch (epochs of 10, 8, 8, 8 batches on one process) under a linear schedule
     sized by the Trainer, then resumed from checkpoint-``step`` (an epoch that prunes)."""
     kw = {"lr_scheduler_type": "linear", "learning_rate": 0.1}
-    first = Recording(model=TinyModel(), args=args(root, epochs=4, save_steps=step, **kw), train_dataset=data(),
-                      selector=infobatch())
+    first = Recording(
+        model=TinyModel(), args=args(root, epochs=4, save_steps=step, **kw), train_dataset=data(), selector=infobatch()
+    )
     first.train()
-    resumed = Recording(model=TinyModel(), args=args(root, epochs=4, **kw), train_dataset=data(),
-                        selector=infobatch())
+    resumed = Recording(model=TinyModel(), args=args(root, epochs=4, **kw), train_dataset=data(), selector=infobatch())
     resumed.train(resume_from_checkpoint=os.path.join(root, f"checkpoint-{step}"))
     return first, resumed
 
@@ -118,20 +130,31 @@ def main(out: str) -> None:
     root = os.path.dirname(out)
     step = 6  # epoch 1 (5 steps per epoch on 2 ranks), one batch done
     first, resumed = run_and_resume(os.path.join(root, "random"), lambda: RandomSelector(N, BATCH, seed=3), step)
-    online, online_resumed = run_and_resume(os.path.join(root, "loss_rank"),
-                                            lambda: LossRankSelector(N, BATCH, seed=3, pressure=20.0), step)
+    online, online_resumed = run_and_resume(
+        os.path.join(root, "loss_rank"), lambda: LossRankSelector(N, BATCH, seed=3, pressure=20.0), step
+    )
     pruned, pruned_resumed = run_pruned(os.path.join(root, "infobatch"), step=7)  # epoch 1: 5 + 2 steps
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    result = {"rank": rank, "world": world, "seen": first.seen, "lengths": first.lengths,
-              "resume_step": step, "resumed": resumed.seen, "online": online.seen,
-              "online_resumed": online_resumed.seen,
-              "observed": int(__import__("numpy").isfinite(online.batchsel_selector.losses_).sum()),
-              "params": [p.detach().flatten().tolist() for p in first.model.parameters()],
-              "pruned": pruned.seen, "pruned_resumed": pruned_resumed.seen, "pruned_weights": pruned.weights,
-              "pruned_lrs": pruned.lrs, "pruned_resumed_lrs": pruned_resumed.lrs,
-              "pruned_final_lr": pruned.lr_scheduler.get_last_lr()[0],
-              "pruned_steps": pruned.state.global_step, "pruned_params":
-              [p.detach().flatten().tolist() for p in pruned.model.parameters()]}
+    result = {
+        "rank": rank,
+        "world": world,
+        "seen": first.seen,
+        "lengths": first.lengths,
+        "resume_step": step,
+        "resumed": resumed.seen,
+        "online": online.seen,
+        "online_resumed": online_resumed.seen,
+        "observed": int(__import__("numpy").isfinite(online.batchsel_selector.losses_).sum()),
+        "params": [p.detach().flatten().tolist() for p in first.model.parameters()],
+        "pruned": pruned.seen,
+        "pruned_resumed": pruned_resumed.seen,
+        "pruned_weights": pruned.weights,
+        "pruned_lrs": pruned.lrs,
+        "pruned_resumed_lrs": pruned_resumed.lrs,
+        "pruned_final_lr": pruned.lr_scheduler.get_last_lr()[0],
+        "pruned_steps": pruned.state.global_step,
+        "pruned_params": [p.detach().flatten().tolist() for p in pruned.model.parameters()],
+    }
     with open(f"{out}.rank{rank}.json", "w") as f:
         json.dump(result, f)
     # as the other jobs do: a process group left to interpreter exit can abort in gloo's

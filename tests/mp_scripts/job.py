@@ -14,6 +14,7 @@
 Every rank asserts; rank 0 writes OUT.npz (DDP parameters of every rank, the batches each
 rank trained on) and OUT.json (everything else).
 """
+
 import json
 import os
 import sys
@@ -55,8 +56,9 @@ def check_sizes(comm):
     big = comm.allgather(np.arange(50_000 * (r + 1), dtype=np.int64))
     assert all(np.array_equal(b, np.arange(50_000 * (i + 1))) for i, b in enumerate(big))
     huge = comm.allgather({"rank": r, "blob": bytes([r]) * (3 << 20)})
-    assert [h["rank"] for h in huge] == list(range(w)) and all(h["blob"] == bytes([i]) * (3 << 20)
-                                                                 for i, h in enumerate(huge))
+    assert [h["rank"] for h in huge] == list(range(w)) and all(
+        h["blob"] == bytes([i]) * (3 << 20) for i, h in enumerate(huge)
+    )
     empty = comm.allgather(np.empty((0, 3), dtype=np.float32))
     assert all(e.shape == (0, 3) and e.dtype == np.float32 for e in empty)
     grids = comm.allgather(np.full((2, 3), r + 1j, dtype=np.complex128))
@@ -96,9 +98,11 @@ def check_sampler(comm, n=120, batch=7):
     # online selector (loss rank), feedback all-gathered every 2 calls; with prefetch=1 selected
     # in a background thread, collectives on the training thread
     for prefetch in (0, 1):
+
         def fresh():
-            return SelectionBatchSampler(LossRankSelector(n, batch, seed=5, pressure=50.0), sync_every=2,
-                                         prefetch=prefetch)
+            return SelectionBatchSampler(
+                LossRankSelector(n, batch, seed=5, pressure=50.0), sync_every=2, prefetch=prefetch
+            )
 
         def train(s, epoch, stop=None):
             s.set_epoch(epoch)
@@ -205,8 +209,12 @@ def check_greedi(comm, n=3000, k=50):
     central = maximize(f, k, optimizer="lazy")
     values = comm.allgather(float(dist_sel.value))
     assert len(set(values)) == 1, f"ranks got different GreeDi results {values}"
-    return {"greedi_value": values[0], "central_value": float(central.value),
-            "greedi_ratio": values[0] / float(central.value), "greedi_parts": dist_sel.extra["parts"]}
+    return {
+        "greedi_value": values[0],
+        "central_value": float(central.value),
+        "greedi_ratio": values[0] / float(central.value),
+        "greedi_parts": dist_sel.extra["parts"],
+    }
 
 
 # -- driver -------------------------------------------------------------------------------
@@ -223,8 +231,9 @@ def job(out, opts):
     if "--ddp" in opts:
         fail = {}
         if "--fail-rank" in opts:
-            fail = dict(fail_rank=int(opts[opts.index("--fail-rank") + 1]),
-                        fail_step=int(opts[opts.index("--fail-step") + 1]))
+            fail = dict(
+                fail_rank=int(opts[opts.index("--fail-rank") + 1]), fail_step=int(opts[opts.index("--fail-step") + 1])
+            )
         rank, world = init_torch_distributed_from_mpi(timeout=60)
         params, batches = train_ddp(**fail)
         arrays["params"] = np.stack(params)

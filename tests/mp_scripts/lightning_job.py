@@ -6,6 +6,7 @@ The DDP run builds the sampler in the module's ``__init__`` (before any process 
 exists), trains 2 epochs with a checkpoint every step, then resumes a fresh module from
 the checkpoint in the middle of epoch 1 with DataLoader workers, and finally checks that
 ``use_distributed_sampler=True`` is refused. Each rank writes ``OUT.rank{r}.json``."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ N, BATCH, DIM, CLASSES = 40, 4, 4, 3
 
 def data(n: int = N) -> TensorDataset:
     g = torch.Generator().manual_seed(0)
-    return TensorDataset(torch.randn(n, DIM, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
-                         torch.arange(n))
+    return TensorDataset(
+        torch.randn(n, DIM, generator=g), torch.randint(0, CLASSES, (n,), generator=g), torch.arange(n)
+    )
 
 
 def make_selector(kind: str, n: int = N):
@@ -66,11 +68,23 @@ class Tiny(pl.LightningModule):
 def trainer(root: str, epochs: int = 2, every: int | None = None, devices: int = 1, **kw) -> pl.Trainer:
     callbacks = [BatchselCallback()]
     if every:
-        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=os.path.join(root, "ckpt"), every_n_train_steps=every,
-                                                      save_top_k=-1, filename="{step}"))
-    return pl.Trainer(accelerator="cpu", devices=devices, max_epochs=epochs, logger=False, enable_progress_bar=False,
-                      enable_model_summary=False, enable_checkpointing=bool(every), default_root_dir=root,
-                      callbacks=callbacks, **kw)
+        callbacks.append(
+            pl.callbacks.ModelCheckpoint(
+                dirpath=os.path.join(root, "ckpt"), every_n_train_steps=every, save_top_k=-1, filename="{step}"
+            )
+        )
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=bool(every),
+        default_root_dir=root,
+        callbacks=callbacks,
+        **kw,
+    )
 
 
 def quiet() -> None:
@@ -87,8 +101,13 @@ def main(out: str) -> None:
     model = Tiny("random")
     trainer(root, every=1, **ddp).fit(model)
     rank = int(torch.distributed.get_rank())
-    result = {"rank": rank, "world": torch.distributed.get_world_size(), "seen": model.seen,
-              "sampler_world": model.sampler.world_size, "len": len(model.sampler)}
+    result = {
+        "rank": rank,
+        "world": torch.distributed.get_world_size(),
+        "seen": model.seen,
+        "sampler_world": model.sampler.world_size,
+        "len": len(model.sampler),
+    }
     per_rank = len(model.sampler)
     # resume a fresh module (and sampler) in the middle of epoch 1, with DataLoader workers
     step = per_rank + 2

@@ -16,6 +16,7 @@ the ranks end with the same model, and a run stopped mid-epoch and resumed from 
 checkpoint trains on exactly the batches and weights of the uninterrupted run. Rank 0 writes
 OUT.json.
 """
+
 import io
 import json
 import os
@@ -82,8 +83,17 @@ def train(x, y, distributed, start=None, stop=None):
             step += 1
             if step == stop:
                 buf = io.BytesIO()
-                torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "schedule": schedule.state_dict(),
-                            "sampler": sampler.state_dict(all_ranks=distributed), "epoch": epoch, "step": step}, buf)
+                torch.save(
+                    {
+                        "model": net.state_dict(),
+                        "opt": opt.state_dict(),
+                        "schedule": schedule.state_dict(),
+                        "sampler": sampler.state_dict(all_ranks=distributed),
+                        "epoch": epoch,
+                        "step": step,
+                    },
+                    buf,
+                )
                 return seen, buf.getvalue(), net, schedule, sampler, lengths
     return seen, None, net, schedule, sampler, lengths
 
@@ -113,8 +123,8 @@ def job(out, distributed):
     start = 0
     shares = {}
     for epoch, length in enumerate(lengths):
-        union = np.concatenate([i for rank in every for i, _ in rank[start:start + length]])
-        weights = np.concatenate([w for rank in every for _, w in rank[start:start + length]])
+        union = np.concatenate([i for rank in every for i, _ in rank[start : start + length]])
+        weights = np.concatenate([w for rank in every for _, w in rank[start : start + length]])
         if METHOD == "infobatch":  # up-weighted exactly where it prunes
             assert (weights == 1).all() == (selector.pruned_share_[epoch] == 0), epoch
         else:
@@ -132,12 +142,17 @@ def job(out, distributed):
         checkpoint = comm.broadcast(checkpoint, root=0)  # only rank 0 saved it
     rest, _, resumed, _, _, _ = train(x, y, distributed, start=checkpoint)
     assert len(first) + len(rest) == len(full)
-    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
-               for a, b in zip(first + rest, full)), \
-        "the resumed run trained on other batches or weights"
+    assert all(
+        np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2] for a, b in zip(first + rest, full)
+    ), "the resumed run trained on other batches or weights"
     assert np.array_equal(flat_params(resumed), params[0]), "the resumed run ended with another model"
-    result = {"world_size": comm.size, "steps": len(full), "lengths": lengths, "pruned_share": shares,
-              "accuracy": float((net(x).argmax(1) == y).float().mean())}
+    result = {
+        "world_size": comm.size,
+        "steps": len(full),
+        "lengths": lengths,
+        "pruned_share": shares,
+        "accuracy": float((net(x).argmax(1) == y).float().mean()),
+    }
     if comm.rank == 0:
         with open(out + ".json", "w") as f:
             json.dump(result, f)

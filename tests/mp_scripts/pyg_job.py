@@ -4,6 +4,7 @@
     torchrun --nproc_per_node 2 pyg_job.py OUT  (torch.distributed, gloo)
 
 Every rank iterates two epochs and rank 0 writes every rank's node ids per batch to OUT."""
+
 import json
 import sys
 

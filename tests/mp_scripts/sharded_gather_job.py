@@ -11,6 +11,7 @@ then to every rank (``root=None``); every rank reports its peak RSS (``ru_maxrss
 the build and of each hand-over (the high-water mark reset before it). Rank 0
 writes OUT.json.
 """
+
 import gc
 import json
 import resource
@@ -38,12 +39,14 @@ def reset_peak() -> None:
 def payloads(rank: int) -> list:
     """What rank ``rank`` contributes: its own sizes and dtypes, an empty array, a 0-d
     array, a non-contiguous view, a mixed object (pickled)."""
-    return [np.arange(1000 * (rank + 1), dtype=np.int64) * (rank + 1),
-            np.full((rank + 2, 3), rank, dtype=np.float32),
-            np.empty(0, dtype=np.float64) if rank else np.ones(4, dtype=bool),
-            np.array(rank + 0.5),
-            np.arange(40, dtype=np.int32).reshape(8, 5)[::2, 1:],
-            {"rank": rank, "name": "r" * rank, "a": np.arange(rank + 1)}]
+    return [
+        np.arange(1000 * (rank + 1), dtype=np.int64) * (rank + 1),
+        np.full((rank + 2, 3), rank, dtype=np.float32),
+        np.empty(0, dtype=np.float64) if rank else np.ones(4, dtype=bool),
+        np.array(rank + 0.5),
+        np.arange(40, dtype=np.int32).reshape(8, 5)[::2, 1:],
+        {"rank": rank, "name": "r" * rank, "a": np.arange(rank + 1)},
+    ]
 
 
 def same(a, b) -> bool:
@@ -96,7 +99,8 @@ def main() -> None:
         graphs = {root: gather_graph(rows, comm, root=root) for root in range(comm.size)}
         ref = EmbeddingIndex(data, metric="euclidean", kind="ivf", progress=False).knn_graph(k=10)
         result["gather_graph"] = {
-            str(root): comm.allgather(None if g is None else int((g != ref).nnz)) for root, g in graphs.items()}
+            str(root): comm.allgather(None if g is None else int((g != ref).nnz)) for root, g in graphs.items()
+        }
         # the graph GreedMax builds from embeddings: euclidean, kind "auto", RBF, k = 10
         rows = ShardedIndex(data, comm, metric="euclidean", progress=False).knn_graph(k=10)
         for seed, parts in ((0, 4), (3, 3)):
@@ -125,8 +129,9 @@ def main() -> None:
             if root == 0 and graph is not None:
                 result["nnz"] = int(graph.nnz)
             del graph
-            result[f"root_{root}"] = comm.allgather({"build": build, "start": start, "peak": peak_mib(),
-                                                     "graph_mib": sizes})
+            result[f"root_{root}"] = comm.allgather(
+                {"build": build, "start": start, "peak": peak_mib(), "graph_mib": sizes}
+            )
     if comm.rank == 0:
         with open(f"{out}.json", "w") as f:
             json.dump(result, f)

@@ -8,6 +8,7 @@ single-process EmbeddingIndex (and the sharded facility location with one proces
 greedy) and writes OUT.json. ``--die-rank R``: rank R calls
 ``os._exit(3)`` in the middle of the IVF build's collectives (the job must end, not hang).
 """
+
 import json
 import os
 import sys
@@ -56,7 +57,7 @@ def main() -> None:
         graph = gather_graph(rows, comm)
         save_graph_shard(f"{out}.{kind}.{metric}.{comm.rank}.npz", rows, lo)
         # each rank searches its own, different number of queries
-        queries = np.asarray(x[comm.rank * 7: comm.rank * 7 + 5 + 40 * comm.rank])
+        queries = np.asarray(x[comm.rank * 7 : comm.rank * 7 + 5 + 40 * comm.rank])
         if comm.rank == 1 and kind == "ivf" and metric == "cosine":
             queries = queries[:0]  # a rank without queries still takes part
         D, I = index.search(queries, k=5)
@@ -77,8 +78,11 @@ def main() -> None:
                 "search_same": bool(same_neighbours(np.concatenate(allD), np.concatenate(allI), D0, I0)),
                 "nprobe": [getattr(index, "nprobe_", None), getattr(ref, "nprobe_", None)],
                 "seconds": time.perf_counter() - t,
-                "fl_same": bool(np.array_equal(picks.indices, maximize(
-                    FacilityLocation(ref.knn_graph(k=10, self_weight=1.0)), 40).indices)),
+                "fl_same": bool(
+                    np.array_equal(
+                        picks.indices, maximize(FacilityLocation(ref.knn_graph(k=10, self_weight=1.0)), 40).indices
+                    )
+                ),
             }
         comm.barrier()
     if comm.rank == 0:
