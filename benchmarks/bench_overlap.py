@@ -27,7 +27,7 @@ Run: ``python benchmarks/bench_overlap.py`` (``--quick``: fewer rounds and examp
 ``sync_every=1``; ``--workloads`` / ``--selectors``: a subset, e.g. ``--workloads
 mlp3072,digits+wait --selectors smdl,smdl_numpy`` for SMDL before (``smdl_numpy``: the numpy
 implementation the compiled kernel replaced) and after, interleaved in one run). Writes
-``benchmarks/results/bench_overlap.md``.
+``benchmarks/results/speed/bench_overlap.md``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ peak RSS per rank (``ru_maxrss``: the memory map's resident pages included), the
 average before-after, and SHA-256 digests of the graph's row blocks, which must agree
 between all runs (the same graph, whichever the number of ranks). Ratios are against the
 1-rank run of the same invocation. Results are appended to
-``benchmarks/results/bench_sharded.md`` with ``--write``.
+``benchmarks/results/speed/bench_sharded.md`` with ``--write``.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,2", help="comma-separated world sizes")
     parser.add_argument("--no-reference", action="store_true", help="skip the single-process EmbeddingIndex run")
     parser.add_argument("--dir", default=None, help="where the data file goes (default: a temporary directory)")
-    parser.add_argument("--write", action="store_true", help="append the table to benchmarks/results/bench_sharded.md")
+    parser.add_argument("--write", action="store_true", help="append the table to benchmarks/results/speed/bench_sharded.md")
     parser.add_argument("--worker", choices=["sharded", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -17,7 +17,7 @@ file size, and the wall time. The first 1M rows of that file are (a)'s 1M rows.
 
 Figures come from one run on a shared machine: the load average (1 min) is printed beside
 each row. Run: ``python benchmarks/bench_streaming.py [--quick] [--big]``; writes
-``benchmarks/results/bench_streaming.md``.
+``benchmarks/results/speed/bench_streaming.md``.
 """
 
 from __future__ import annotations

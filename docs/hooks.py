@@ -1,8 +1,8 @@
 """mkdocs hook: tables generated from the benchmarks' JSON results, with when they were measured.
 
-In a page, ``<!-- results: budget/step_dominated.json -->`` becomes the budgeted benchmark's
+In a page, ``<!-- results: quality/budget/step_dominated.json -->`` becomes the budgeted benchmark's
 overview table of that file (``benchmarks/bench_quality.py``'s own renderer) and
-``<!-- measured: labels/bench_labels.json -->`` the line saying when and with which
+``<!-- measured: data/labels/bench_labels.json -->`` the line saying when and with which
 batchsel version a results file was measured (the file's ``measured`` entry, else
 ``benchmarks/results/measured.json``). A marker naming a missing file fails the build.
 """
@@ -29,13 +29,12 @@ def bench_quality():
     return module
 
 
-def measured_line(rel: str, payload: dict) -> str:
+def measured_line(rel: str, payload: dict, verb: str) -> str:
     manifest = json.loads((RESULTS / "measured.json").read_text())
     when = payload.get("measured") or manifest.get(rel)
     if when is None:
         raise PluginError(f"{rel}: no 'measured' entry in the file nor in benchmarks/results/measured.json")
-    return (f"*Generated from `benchmarks/results/{rel}`, measured {when['date']} with batchsel "
-            f"{when['version']}.*\n")
+    return f"*{verb} `benchmarks/results/{rel}`, measured {when['date']} with batchsel {when['version']}.*\n"
 
 
 def render(kind: str, rel: str) -> str:
@@ -43,9 +42,9 @@ def render(kind: str, rel: str) -> str:
     if not path.is_file():
         raise PluginError(f"no results file benchmarks/results/{rel}")
     payload = json.loads(path.read_text())
-    line = measured_line(rel, payload)
-    if kind == "measured":
-        return line
+    if kind == "measured":  # a table written from the file by hand: its source and date
+        return measured_line(rel, payload, "Figures from")
+    line = measured_line(rel, payload, "Generated from")
     methods = [m.strip() for m in payload["args"]["methods"].split(",") if m.strip()]
     return line + "\n" + bench_quality().overview(payload["results"], methods)
 

@@ -305,7 +305,7 @@ def test_sync_every_gathers_feedback_from_all_ranks_in_order():
 
 def test_feedback_is_shared_every_fourth_call_by_default():
     """One small all-gather costs more than a small model's step over gloo: by default the
-    sampler gathers four calls' feedback at once (benchmarks/results/sync_every/)."""
+    sampler gathers four calls' feedback at once (benchmarks/results/quality/sync_every/)."""
     sel = online_selector(20, 4, kind="tiny")
     comm = FakeComm(peer=[])
     s = SelectionBatchSampler(sel, comm=comm)

@@ -101,7 +101,7 @@ class InfoBatchSelector(_PrunedRun):
       losses), class c skipping ``prune_ratio * n_c / n_largest`` of it: on balanced data
       InfoBatch's share in every class, on a long tail the rare classes hardly pruned.
       Without labels InfoBatch's rule prunes the rare classes' examples once they are
-      learnt, and their recall falls (``benchmarks/results/budget/pruning_val_longtail.md``):
+      learnt, and their recall falls (``benchmarks/results/quality/budget/pruning_val_longtail.md``):
       pass labels.
 
     InfoBatch draws its candidates below the *mean* loss, a number that changes from epoch
