@@ -26,3 +26,13 @@ def modules() -> list[str]:
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples failed in {name}"
+
+
+def test_module_docstrings_say_what_the_module_holds_in_a_few_lines():
+    # histories and measurements belong in docs/ (design notes), not at the top of a module
+    long = {}
+    for name in modules():
+        doc = importlib.import_module(name).__doc__ or ""
+        if len(doc.strip().splitlines()) > 25:
+            long[name] = len(doc.strip().splitlines())
+    assert not long, f"module docstrings over 25 lines: {long}"
