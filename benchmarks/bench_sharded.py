@@ -156,7 +156,9 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,2", help="comma-separated world sizes")
     parser.add_argument("--no-reference", action="store_true", help="skip the single-process EmbeddingIndex run")
     parser.add_argument("--dir", default=None, help="where the data file goes (default: a temporary directory)")
-    parser.add_argument("--write", action="store_true", help="append the table to benchmarks/results/speed/bench_sharded.md")
+    parser.add_argument(
+        "--write", action="store_true", help="append the table to benchmarks/results/speed/bench_sharded.md"
+    )
     parser.add_argument("--worker", choices=["sharded", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -3,6 +3,7 @@ cli_example.sh are run by test_losses.py and test_cli.py)."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,12 @@ def test_demo_quick_trains_every_run_on_two_ranks_and_plots(tmp_path):
     for label in ("random", "submodular (SMDL)", "loss-rank", "RHO-LOSS filter", "graph-reg. SSL"):
         assert label in table
     assert "2 rank(s)" in proc.stdout
+    # the irreducible-loss summary once, not once per rank
+    assert (proc.stdout + proc.stderr).count("irreducible-loss model knn:") == 1
+    # the semi-supervised run prints the test accuracy its table row shows
+    printed = re.search(r"blocks: test accuracy (\d\.\d{4}) after", proc.stdout).group(1)
+    row = next(line for line in table.splitlines() if line.startswith("graph-reg. SSL"))
+    assert row.split()[5] == printed, (row, printed)
     png = out / "accuracy.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the recommended method against random at equal wall budgets
