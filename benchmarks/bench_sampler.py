@@ -99,7 +99,7 @@ def worker_greedi(path: str, k: int, reps: int) -> None:
     import scipy.sparse as sp
 
     from batchsel.functions import FacilityLocation
-    from batchsel.integrations import get_communicator, greedi
+    from batchsel.integrations import get_communicator
     from batchsel.optimizers import maximize
 
     comm = get_communicator()
@@ -109,7 +109,7 @@ def worker_greedi(path: str, k: int, reps: int) -> None:
     for _ in range(reps):
         comm.barrier()
         t = time.perf_counter()
-        sel = greedi(f, k, comm=comm)
+        sel = maximize(f, k, optimizer="greedi", comm=comm)
         times.append(float(comm.allreduce(np.array([time.perf_counter() - t]), op="max")[0]))
         # the same lazy greedy on every rank at once: how much parallelism the machine gives
         comm.barrier()

@@ -118,20 +118,24 @@ def init_torch_distributed_from_mpi(
 
 
 def greedi(f: Any, k: int, *, comm: Communicator | None = None, **kwargs: Any) -> Any:
-    """GreeDi with one part per rank: each rank maximizes ``f`` over its part, the
-    candidates are all-gathered and the final greedy runs on their union. Every rank
-    builds the same ``f`` and gets the same :class:`Selection`.
+    """Deprecated: ``maximize(f, k, optimizer="greedi", comm=comm)`` is the one GreeDi entry
+    point for a function every rank builds (``comm`` here defaults to
+    :func:`get_communicator`). For facility location over embeddings too large for any
+    rank's ``N x N`` similarity, :func:`batchsel.greedi_facility_location` builds each
+    part's function on its rank only.
 
-    ``comm`` defaults to :func:`get_communicator` (MPI under mpiexec); further keyword
-    arguments go to :func:`batchsel.maximize`.
-
-    Example, under ``mpiexec -n 2``::
-
-        >>> f = FacilityLocation.from_embeddings(X, neighbors=20)   # doctest: +SKIP
-        >>> sel = greedi(f, 100)                                     # doctest: +SKIP
+    .. deprecated:: 0.1.0
+       Call :func:`batchsel.maximize` with ``optimizer="greedi"``.
     """
+    import warnings
+
     from batchsel.optimizers import maximize
 
+    warnings.warn(
+        'batchsel.integrations.greedi(f, k) is maximize(f, k, optimizer="greedi", comm=comm): call that',
+        DeprecationWarning,
+        stacklevel=2,
+    )
     return maximize(f, k, optimizer="greedi", comm=get_communicator() if comm is None else comm, **kwargs)
 
 

@@ -471,3 +471,14 @@ def test_new_optimizers_respect_costs_initial_and_exclude(optimizer):
     if optimizer != "modular":  # beta = 1 and the whole ground set: naive greedy's picks
         naive = maximize(f, 10.0, "naive", costs=costs, initial=[1, 2], exclude=[3, 4])
         np.testing.assert_array_equal(sel.indices, naive.indices)
+
+
+def test_integrations_greedi_is_a_deprecated_alias_of_maximize_greedi():
+    from batchsel.integrations import SingleProcessComm, greedi
+
+    x = np.random.default_rng(0).random((200, 4)).astype(np.float32)
+    f = FacilityLocation.from_embeddings(x, metric="euclidean")
+    with pytest.warns(DeprecationWarning, match='optimizer="greedi"'):
+        old = greedi(f, 10, comm=SingleProcessComm())
+    new = maximize(f, 10, optimizer="greedi", comm=SingleProcessComm())
+    assert old.indices.tolist() == new.indices.tolist() and old.value == new.value

@@ -198,14 +198,13 @@ def train_ddp(fail_rank=-1, fail_step=-1):
 # -- GreeDi -------------------------------------------------------------------------------
 def check_greedi(comm, n=3000, k=50):
     from batchsel.functions import FacilityLocation
-    from batchsel.integrations import greedi
     from batchsel.optimizers import maximize
 
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(40, 8)) * 3
     x = (centers[rng.integers(0, 40, n)] + rng.normal(size=(n, 8))).astype(np.float32)
     f = FacilityLocation.from_embeddings(x, neighbors=30)
-    dist_sel = greedi(f, k, comm=comm)
+    dist_sel = maximize(f, k, optimizer="greedi", comm=comm)
     central = maximize(f, k, optimizer="lazy")
     values = comm.allgather(float(dist_sel.value))
     assert len(set(values)) == 1, f"ranks got different GreeDi results {values}"
