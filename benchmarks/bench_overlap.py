@@ -54,7 +54,7 @@ KINDS = ("random", "smdl", "loss_rank")
 # that before and after are measured interleaved in one run
 EXTRA_KINDS = ("smdl_numpy",)
 SELECTED = {"kinds": KINDS}
-RESULTS = Path(__file__).parent / "results" / "bench_overlap.md"
+RESULTS = Path(__file__).parent / "results" / "speed" / "bench_overlap.md"
 
 
 def workloads(n_big: int) -> dict[str, dict]:
@@ -79,6 +79,15 @@ def workloads(n_big: int) -> dict[str, dict]:
     return {
         "digits": small,
         "digits+wait": dict(small, wait=0.005),
+        # the CPU case: N examples of 64-d embeddings, a step of a few ms at 1 thread
+        "emb64": dict(
+            x=torch.from_numpy(emb),
+            y=torch.from_numpy(y_big.astype(np.int64)),
+            emb=emb,
+            dims=(64, 1024),
+            batch=256,
+            wait=0.0,
+        ),
         "mlp3072": dict(
             x=torch.from_numpy(emb @ proj),
             y=torch.from_numpy(y_big.astype(np.int64)),
@@ -341,7 +350,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-big", type=int, default=3072)
     ap.add_argument("--threads", default="default,1", help="torch thread counts, e.g. 'default,1' or '1'")
-    ap.add_argument("--workloads", default="", help="comma-separated subset of digits,digits+wait,mlp3072")
+    ap.add_argument("--workloads", default="", help="comma-separated subset of digits,digits+wait,emb64,mlp3072")
+    ap.add_argument("--out", default=str(RESULTS), help=f"results file (default {RESULTS})")
     ap.add_argument("--mpi", action="store_true", help="also run under mpiexec -n 2")
     ap.add_argument("--mpi-only", action="store_true", help="only the mpiexec -n 2 run")
     ap.add_argument("--bind-to", default="core", help="mpiexec --bind-to (core: its default for 2 ranks; none)")
@@ -394,11 +404,12 @@ def main() -> None:
             table(mres),
         ]
         print(table(mres))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    text = (RESULTS.read_text() if args.append and RESULTS.exists() else "") + "\n".join(sections) + "\n"
-    tmp = RESULTS.with_suffix(".md.tmp")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = (out.read_text() if args.append and out.exists() else "") + "\n".join(sections) + "\n"
+    tmp = out.with_suffix(".md.tmp")
     tmp.write_text(text)
-    os.replace(tmp, RESULTS)  # never a half-written results file
+    os.replace(tmp, out)  # never a half-written results file
 
 
 if __name__ == "__main__":

@@ -230,7 +230,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        out = os.path.join(HERE, "results", "bench_sharded.md")
+        out = os.path.join(HERE, "results", "speed", "bench_sharded.md")
         with open(out, "a") as f:
             f.write(text + "\n")
 

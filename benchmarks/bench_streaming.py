@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 D = 64
 ROWS_PER_PART = 1_000_000  # the generator's unit: part p is seeded (seed, p)
-RESULTS = Path(__file__).resolve().parent / "results" / "bench_streaming.md"
+RESULTS = Path(__file__).resolve().parent / "results" / "speed" / "bench_streaming.md"
 
 
 def part(p: int, rows: int = ROWS_PER_PART, seed: int = 0) -> np.ndarray:
