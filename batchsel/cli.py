@@ -72,7 +72,7 @@ class Terminated(BaseException):
 class _Parser(argparse.ArgumentParser):
     # argparse prints the usage and exits; a one-line error that names the problem (and
     # where the help is) is easier to read in logs and to test.
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
@@ -509,7 +509,7 @@ def _objective(name: str, x: np.ndarray, metric: str, neighbors: int | None, pro
 
     if name == "feature-based":
         return functions.FeatureBased(x)
-    cls = {
+    cls: Any = {
         "facility-location": functions.FacilityLocation,
         "graph-cut": functions.GraphCut,
         "sum-redundancy": functions.SumRedundancy,

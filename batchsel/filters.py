@@ -256,6 +256,15 @@ class CandidateFilter:
     'uniform'
     """
 
+    # counters and clocks (reset in __init__, restored by load_state_dict): see Attributes
+    steps_: int
+    candidates_: int
+    kept_: int
+    kept_uniform_: int
+    forward_seconds_: float
+    select_seconds_: float
+    elapsed_seconds_: float
+
     def __init__(
         self,
         batch_size: int,

@@ -138,7 +138,7 @@ class EmbeddingIndex:
         self.ef_search = check_int(ef_search, "ef_search", minimum=1)
         self.progress = progress
         self.seed = check_seed(seed)
-        self.index = self._build()
+        self.index: Any = self._build()
 
     # -- construction -----------------------------------------------------------------
     def _prepared(self, x: np.ndarray) -> np.ndarray:
@@ -152,15 +152,15 @@ class EmbeddingIndex:
         out *= (1.0 / np.where(norms > 0, norms, 1.0))[:, None]  # computed in float64, stored in float32
         return out
 
-    def _build(self) -> faiss.Index:
+    def _build(self) -> Any:  # a flat, IVF or HNSW faiss index: their attributes differ
         n, d = self.num_examples, self.dim
         faiss_metric = faiss.METRIC_L2 if self.metric == "euclidean" else faiss.METRIC_INNER_PRODUCT
         if self.kind == "flat":
-            index = faiss.IndexFlat(d, faiss_metric)
+            index: Any = faiss.IndexFlat(d, faiss_metric)
         elif self.kind == "ivf":
-            index = self._trained_ivf(self.embeddings, faiss_metric)  # type: ignore[assignment]
+            index = self._trained_ivf(self.embeddings, faiss_metric)
         else:
-            index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss_metric)  # type: ignore[assignment]
+            index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss_metric)
             index.hnsw.efSearch = self.ef_search
         logger.info("adding %d x %d vectors to a %s index (%s)", n, d, self.kind, self.metric)
         bar = tqdm(total=n, desc="index add", unit="pt", disable=not self.progress or n <= BLOCK_ROWS, leave=False)
@@ -169,7 +169,7 @@ class EmbeddingIndex:
             bar.update(stop - start)
         bar.close()
         if self.kind == "ivf":
-            self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)  # type: ignore[arg-type]
+            self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)
             index.nprobe = self.nprobe_
         return index
 

@@ -191,18 +191,18 @@ class ShardedIndex(EmbeddingIndex):
             raise ValueError(reports[0][0])
         return shard
 
-    def _build(self) -> faiss.Index:
+    def _build(self) -> Any:  # a flat, IVF or HNSW faiss index: their attributes differ
         lo, hi = self.row_range
         faiss_metric = faiss.METRIC_L2 if self.metric == "euclidean" else faiss.METRIC_INNER_PRODUCT
         if self.kind == "flat":
-            index = faiss.IndexFlat(self.dim, faiss_metric)
+            index: Any = faiss.IndexFlat(self.dim, faiss_metric)
         else:
             blob = None
             if self.comm.rank == 0:
                 # rank 0 reads the training sample (of all rows) and trains the quantizer
                 # exactly as EmbeddingIndex does; every rank then adds its rows to a copy
                 blob = faiss.serialize_index(self._trained_ivf(self._scattered_source(), faiss_metric))
-            index = faiss.deserialize_index(self.comm.broadcast(blob, root=0))  # type: ignore[assignment]
+            index = faiss.deserialize_index(self.comm.broadcast(blob, root=0))
             self.train_size_ = min(self.num_examples, index.nlist * IVF_TRAIN_PER_LIST)
         logger.info(
             "rank %d: adding rows %d..%d of %d x %d to a %s index (%s)",
@@ -233,7 +233,7 @@ class ShardedIndex(EmbeddingIndex):
         self._drop_pages()  # the index holds its own copy
         if self.kind == "ivf":
             self.index = index  # _tune_nprobe searches through self.index on every rank
-            self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)  # type: ignore[arg-type]
+            self.nprobe_ = self._tune_nprobe(index) if self.nprobe is None else min(self.nprobe, index.nlist)
             index.nprobe = self.nprobe_
         return index
 
@@ -409,19 +409,19 @@ class ShardedIndex(EmbeddingIndex):
         lo, hi = self.row_range
         size, rank, b = self.comm.size, self.comm.rank, self._bounds
         transposed = to_int64(rows.T.tocsr())  # row j: the rows of this shard listing j
-        pieces = [None] * size
+        pieces: list[Any] = [None] * size  # (indptr, indices, data) of each rank's columns
         for step in range(size):
             dest, src = (rank + step) % size, (rank - step) % size
             cut = transposed[b[dest] : b[dest + 1]]
             if step == 0:
-                pieces[rank] = (cut.indptr, cut.indices, cut.data)  # type: ignore[call-overload]
+                pieces[rank] = (cut.indptr, cut.indices, cut.data)
                 continue
             got = [self.comm.allgather(a)[src] for a in (cut.indptr, cut.indices, np.ascontiguousarray(cut.data))]
-            pieces[src] = tuple(got)  # type: ignore[call-overload]
+            pieces[src] = tuple(got)
         del transposed
         # hstack of the pieces (columns of piece s are the rows of rank s): row by row,
         # piece after piece, which keeps every row's columns sorted
-        counts = np.stack([np.diff(p[0]) for p in pieces])  # type: ignore[index]  # size x (hi - lo)
+        counts = np.stack([np.diff(p[0]) for p in pieces])  # size x (hi - lo)
         indptr = np.zeros(hi - lo + 1, dtype=np.int64)
         np.cumsum(counts.sum(axis=0), out=indptr[1:])
         indices = np.empty(indptr[-1], dtype=np.int64)

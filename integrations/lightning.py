@@ -17,7 +17,7 @@ from typing import Any
 try:
     from lightning.pytorch import Callback
 except ImportError:  # the older package name
-    from pytorch_lightning import Callback  # type: ignore[assignment, no-redef]
+    from pytorch_lightning import Callback  # type: ignore[assignment]
 
 from torch.utils.data import DataLoader
 

@@ -16,7 +16,7 @@ import hashlib
 import itertools
 import logging
 import sys
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import numpy as np
 
@@ -336,7 +336,7 @@ class SelectionBatchSampler:
         epochs = check_int(epochs, "epochs", minimum=1)
         if not self.selector.epoch_lengths_vary:
             return epochs * len(self)
-        run = self.selector.epochs
+        run = cast(Any, self.selector).epochs  # selectors whose epochs vary know their run
         if epochs != run:
             raise ValueError(
                 f"epochs={epochs} disagrees with the run of epochs={run} that "
@@ -375,9 +375,9 @@ class SelectionBatchSampler:
             self._yielded += 1
             yield []
         # the replayed batches were drawn before the checkpoint; the selector resumes after them
-        source = itertools.chain(((np.asarray(b), None) for b in pending), self._batches(epoch, start))
-        source = itertools.islice(source, max(len(self) - self._iter_base, 0))  # type: ignore[assignment]
-        source = self._background.run(source, self.prefetch)  # type: ignore[assignment]
+        source: Any = itertools.chain(((np.asarray(b), None) for b in pending), self._batches(epoch, start))
+        source = itertools.islice(source, max(len(self) - self._iter_base, 0))
+        source = self._background.run(source, self.prefetch)
         try:
             for batch, weights in source:
                 self._yielded += 1

@@ -69,6 +69,8 @@ class CounterKeyedBatches:
     (``OnlineSelector._batch_rng``'s default). The run's key is computed once, on first use
     (so also for a run restored from a state)."""
 
+    seed: int  # the selector's
+
     def _batch_rng(self, run: dict[str, Any], rank: int, t: int) -> int:
         key = run.get("key")
         if key is None:
