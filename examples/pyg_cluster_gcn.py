@@ -55,6 +55,7 @@ def main() -> None:
     comm = get_communicator()
     data = block_model(args.nodes)
     loader = ClusterLoader(ClusterData(data, num_parts=100, log=False), batch_size=10, shuffle=True)
+    torch.manual_seed(0)  # the same initial weights on every rank and in every run
     model = GCN(data.num_features, int(data.y.max()) + 1)
     if comm.size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)

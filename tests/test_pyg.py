@@ -246,7 +246,7 @@ def test_example_trains_a_gcn_on_one_process_and_under_mpiexec(ranks):
     from test_integrations_mp import MPIEXEC, clean_env
 
     example = HERE.parent / "examples" / "pyg_cluster_gcn.py"
-    cmd = [sys.executable, example, "--nodes", "2000", "--epochs", "3"]
+    cmd = [sys.executable, example, "--nodes", "2000", "--epochs", "5"]
     if ranks > 1:
         if not MPIEXEC.exists():
             pytest.skip("no mpiexec")
@@ -254,7 +254,7 @@ def test_example_trains_a_gcn_on_one_process_and_under_mpiexec(ranks):
     output = run_command(cmd, clean_env(), timeout=300)
     line = next(ln for ln in output.splitlines() if ln.startswith("rank 0 of"))
     assert line.startswith(f"rank 0 of {ranks}: {-(-10 // ranks)} batches per epoch")
-    assert float(line.rsplit(" ", 1)[1]) > 0.3  # well above chance (0.1): the graph is used
+    assert float(line.rsplit(" ", 1)[1]) > 0.3  # well above chance (0.1): the graph is used (0.53-0.57 at 5 epochs)
 
 
 def test_graphsaint_normalization_estimates_the_inclusion_probabilities():
