@@ -968,6 +968,7 @@ def _jsonable(obj: Any) -> Any:
 def write_outputs(stem: str, payload: dict, methods: list[str], budgets: list[float]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
     # when and with what the figures were measured: the docs print it beside the tables they generate
+    # (a new run: now; --render keeps its inputs' entry)
     payload.setdefault("measured", {"date": time.strftime("%Y-%m-%d"), "version": batchsel.__version__})
     with atomic_write(stem + ".json", "w") as f:
         json.dump(_jsonable(payload), f)
@@ -995,7 +996,7 @@ def parse_budgets(text: str) -> list[float]:
 
 def render(paths: list[str], stem: str) -> dict:
     """Merge the results of several runs with the same methods, seeds and budgets."""
-    results, args, total = {}, None, 0.0
+    results, args, total, measured = {}, None, 0.0, []
     for path in paths:
         with open(path) as f:
             payload = json.load(f)
@@ -1009,6 +1010,7 @@ def render(paths: list[str], stem: str) -> dict:
         for task, by_regime in payload["results"].items():
             results.setdefault(task, {}).update(by_regime)
         total += payload["total_seconds"]
+        measured.append(payload.get("measured"))
     for text in args.get("variant", []):
         name, method, options = parse_variant(text)
         VARIANTS[name], LABELS[name] = (method, options), name
@@ -1019,7 +1021,14 @@ def render(paths: list[str], stem: str) -> dict:
                 entry["summary"] = summarize(entry["runs"], methods, parse_budgets(args["budgets"]))
     write_outputs(
         stem,
-        {"args": args, "results": results, "total_seconds": total, "merged_from": paths},
+        # merged runs were measured when their own runs were, not now (None: not recorded)
+        {
+            "args": args,
+            "results": results,
+            "total_seconds": total,
+            "merged_from": paths,
+            "measured": None if None in measured else max(measured, key=lambda m: m["date"]),
+        },
         methods,
         parse_budgets(args["budgets"]),
     )

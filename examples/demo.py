@@ -127,16 +127,19 @@ def run_all(ranks: int, out: str, quick: bool) -> list[dict]:
     return results
 
 
+LABEL_WIDTH = 28  # the table's first column; docs_sample reads the rows back by it
+
+
 def format_table(results: list[dict]) -> str:
     head = (
-        f"{'run':28s} {'labels':>7s} {'test acc':>9s} {'steps':>6s} {'wall s':>7s} {'selecting':>10s} "
+        f"{'run':{LABEL_WIDTH}s} {'labels':>7s} {'test acc':>9s} {'steps':>6s} {'wall s':>7s} {'selecting':>10s} "
         f"{'compile s':>10s}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
         share = r["select_seconds"] / max(r["wall_seconds"], 1e-9)
         lines.append(
-            f"{r['label']:28s} {r['label_fraction']:>7.0%} {r['final_accuracy']:>9.4f} {r['steps']:>6d} "
+            f"{r['label']:{LABEL_WIDTH}s} {r['label_fraction']:>7.0%} {r['final_accuracy']:>9.4f} {r['steps']:>6d} "
             f"{r['wall_seconds']:>7.1f} {share:>10.1%} {r.get('compile_seconds', 0.0):>10.1f}"
         )
     return "\n".join(lines)
@@ -149,27 +152,30 @@ BEGIN, END = "<!-- demo-sample -->\n```text\n", "```\n<!-- /demo-sample -->"
 ACC_NOISE = 0.03
 
 
-def docs_sample() -> dict[str, tuple[float, int]]:
-    """(test accuracy, steps) per run in docs/demo.md's sample."""
+def _docs_and_sample_span() -> tuple[str, int, int]:
     with open(DOCS) as f:
         text = f.read()
-    table = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
+    return text, text.index(BEGIN) + len(BEGIN), text.index(END)
+
+
+def docs_sample() -> dict[str, tuple[float, int]]:
+    """(test accuracy, steps) per run in docs/demo.md's sample."""
+    text, a, b = _docs_and_sample_span()
     rows = {}
-    for line in table.splitlines()[2:]:
-        label, rest = line[:28].strip(), line[28:].split()
-        rows[label] = (float(rest[1]), int(rest[2]))
+    for line in text[a:b].splitlines()[2:]:
+        rest = line[LABEL_WIDTH:].split()
+        rows[line[:LABEL_WIDTH].strip()] = (float(rest[1]), int(rest[2]))
     return rows
 
 
 def compare_with_docs(results: list[dict]) -> None:
-    sample = docs_sample()
-    off = [
-        f"{r['label']}: {r['final_accuracy']:.4f} vs {sample[r['label']][0]:.4f}, steps {r['steps']} vs "
-        f"{sample[r['label']][1]}"
-        for r in results
-        if r["label"] in sample
-        and (abs(r["final_accuracy"] - sample[r["label"]][0]) > ACC_NOISE or r["steps"] != sample[r["label"]][1])
-    ]
+    sample, off = docs_sample(), []
+    for r in results:
+        if r["label"] not in sample:
+            continue
+        acc, steps = sample[r["label"]]
+        if abs(r["final_accuracy"] - acc) > ACC_NOISE or r["steps"] != steps:
+            off.append(f"{r['label']}: {r['final_accuracy']:.4f} vs {acc:.4f}, steps {r['steps']} vs {steps}")
     if off:
         print(f"differs from the sample in docs/demo.md beyond +-{ACC_NOISE} accuracy: " + "; ".join(off))
     else:
@@ -177,9 +183,7 @@ def compare_with_docs(results: list[dict]) -> None:
 
 
 def write_docs(table: str) -> None:
-    with open(DOCS) as f:
-        text = f.read()
-    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
+    text, a, b = _docs_and_sample_span()
     with atomic_write(DOCS, "w") as f:
         f.write(text[:a] + table + "\n" + text[b:])
 

@@ -78,12 +78,15 @@ def train(args: argparse.Namespace) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     xt, yt = torch.from_numpy(x_test), torch.from_numpy(y_test)
 
-    # numba kernels compile here (or load from numba's disk cache), not in the timed run;
-    # rank 0 first, so the other ranks load what it wrote instead of compiling alongside
-    compile_seconds = batchsel.warmup() if rank == 0 else 0.0
-    torch.distributed.barrier()
-    if rank != 0:
-        batchsel.warmup()
+    # the online selectors' numba kernels compile here (or load from numba's disk cache), not
+    # in the timed run; rank 0 first, so the other ranks load what it wrote instead of
+    # compiling alongside. Random batches and offline plans compile nothing: no warmup.
+    compile_seconds = 0.0
+    if selector.online:
+        compile_seconds = batchsel.warmup() if rank == 0 else 0.0
+        torch.distributed.barrier()
+        if rank != 0:
+            batchsel.warmup()
     history, step, select_seconds = [], 0, 0.0
     start = time.perf_counter()
     for epoch in range(args.epochs):

@@ -23,7 +23,6 @@ import numpy as np
 from batchsel._checks import check_int, check_number, check_seed
 from batchsel._state import from_portable, to_portable
 from batchsel.selectors.base import Selector, digest, shard_length
-from batchsel.selectors.coreset import CoresetSelector
 
 from .comm import Communicator, get_communicator
 from .feedback import FEEDBACK, exchange, observation, to_numpy
@@ -345,11 +344,10 @@ class SelectionBatchSampler:
         return sum(self._num_batches_of(e) for e in range(epochs))
 
     def _last_batch_short(self) -> bool:
-        # RandomSelector / CoresetSelector: every rank's shard has the same length and is
-        # cut into full batches and a last one, as DistributedSampler + BatchSampler do
+        # full_batches: every rank's shard has the same length and is cut into full
+        # batches and a last one, as DistributedSampler + BatchSampler do
         sel = self.selector
-        size = sel.coreset_size if isinstance(sel, CoresetSelector) else sel.num_examples
-        return shard_length(size, self.world_size, sel.drop_last) % sel.batch_size != 0
+        return shard_length(sel.epoch_examples, self.world_size, sel.drop_last) % sel.batch_size != 0
 
     def __iter__(self) -> Iterator[list]:
         # A process group may exist now (one process so far), and it must agree with

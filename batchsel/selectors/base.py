@@ -176,6 +176,13 @@ class Selector:
     #: True when every batch holds ``batch_size`` examples but an epoch's last, as
     #: ``BatchSampler``'s: then ``SelectionBatchSampler(drop_last=True)`` may drop that one
     full_batches: bool = False
+
+    @property
+    def epoch_examples(self) -> int:
+        """How many examples an epoch's plan shards over the ranks: ``num_examples`` (a
+        coreset: its size). With :attr:`full_batches` it fixes the short last batch."""
+        return self.num_examples
+
     #: :meth:`get_params` entries that do not change the batches (where a cache lives),
     #: left out of :meth:`fingerprint` so that ranks may differ in them
     _unplanned_params: tuple[str, ...] = ()

@@ -113,6 +113,10 @@ class CoresetSelector(Selector):
     weighted_plans = True
     full_batches = True  # DistributedSampler's policy over the coreset
 
+    @property
+    def epoch_examples(self) -> int:
+        return self.coreset_size
+
     def __init__(
         self,
         embeddings: Any,
