@@ -159,7 +159,8 @@ class GraphRegularizedLoss(torch.nn.Module):
         self.mu = _check_weight(mu, "mu")
         self.nu = _check_weight(nu, "nu")
         self.reduction = reduction
-        self.last_parts: dict[str, float] = {}
+        self._last: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
 
     def extra_repr(self) -> str:
         return (
@@ -168,7 +169,7 @@ class GraphRegularizedLoss(torch.nn.Module):
         )
 
     # -- input checks -----------------------------------------------------------------
-    def _check_inputs(self, logits: torch.Tensor, batch_indices: Any, labels: Any) -> tuple[np.ndarray, torch.Tensor]:
+    def _check_inputs(self, logits: torch.Tensor, batch_indices: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
         if not isinstance(logits, torch.Tensor):
             raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
         if logits.ndim != 2 or logits.shape[1] == 0:
@@ -201,21 +202,23 @@ class GraphRegularizedLoss(torch.nn.Module):
             raise ValueError(
                 f"labels must be < the number of classes ({num_classes}, logits.shape[1]), found {int(y.max())}"
             )
-        return idx, torch.as_tensor(y, device=logits.device)
+        return idx, y
 
     # -- the loss ---------------------------------------------------------------------
     def forward(self, logits: torch.Tensor, batch_indices: Any, labels: Any) -> torch.Tensor:
         """The loss of one batch: ``logits`` (B x C) of the examples ``batch_indices``
         (B indices into the graph), ``labels`` (B class ids, -1 = unlabeled). An index
         listed twice (a padded batch) counts as two examples, each with its own edges."""
-        idx, y = self._check_inputs(logits, batch_indices, labels)
+        idx, y_host = self._check_inputs(logits, batch_indices, labels)
         batch_size = logits.shape[0]
         log_p = F.log_softmax(logits, dim=1)
         p = log_p.exp()
 
-        labeled = y >= 0
-        num_labeled = int(labeled.sum())
-        ce = -log_p[labeled].gather(1, y[labeled, None]).sum() if num_labeled else log_p.sum() * 0.0
+        # counted on the host and masked by multiplication: nothing here waits for the device
+        num_labeled = int((y_host >= 0).sum())
+        y = torch.as_tensor(y_host, device=logits.device)
+        labeled = (y >= 0).to(log_p.dtype)
+        ce = -(log_p.gather(1, y.clamp(min=0)[:, None])[:, 0] * labeled).sum()
 
         src, dst, w = batch_edges(self.graph, idx)
         if len(src):
@@ -234,15 +237,16 @@ class GraphRegularizedLoss(torch.nn.Module):
             graph_term = graph_term / max(batch_size, 1)
             entropy = entropy / max(batch_size, 1)
         total = ce + self.mu * graph_term - self.nu * entropy
-        self.last_parts = {
-            "total": float(total.detach()),
-            "ce": float(ce.detach()),
-            "graph": float(graph_term.detach()),
-            "entropy": float(entropy.detach()),
-            "num_labeled": num_labeled,
-            "num_edges": len(src),
-        }
+        self._last = {"total": total, "ce": ce, "graph": graph_term, "entropy": entropy}
+        self._counts = {"num_labeled": num_labeled, "num_edges": len(src)}
         return total
+
+    @property
+    def last_parts(self) -> dict[str, float]:
+        """The latest batch's loss and its parts (``total``, ``ce``, ``graph``,
+        ``entropy``) and counts (``num_labeled``, ``num_edges``). Read on demand: on an
+        accelerator, reading waits for the device, which the loss itself never does."""
+        return {**{k: float(v.detach()) for k, v in self._last.items()}, **self._counts}
 
 
 __all__ = ["GraphRegularizedLoss", "batch_edges", "DEFAULT_MU", "DEFAULT_NU"]

@@ -10,9 +10,11 @@
    OMP_NUM_THREADS=1 and again with faiss's default threads (every core: what a user on
    one node runs, the anchor the sharded runs have to beat).
 3. ``W ranks``: ``mpiexec -n W``, every rank ``ShardedIndex(path, comm,
-   metric="euclidean").knn_graph(k)`` (its rows of the same graph), W = 1 and 2.
-Every process but the default-threads anchor runs with OMP_NUM_THREADS=1 (a rank per core:
-what W nodes would do).
+   metric="euclidean", node_work="shard").knn_graph(k)`` (its rows of the same graph),
+   W = 1 and 2, with OMP_NUM_THREADS=1 (a rank per core: what W nodes would do);
+4. ``node_work="auto"``, the default, for W > 1 as a user runs it (default threads, mpiexec's
+   default binding): all ranks on this machine, so rank 0 does the faiss work with every
+   core. Its anchor is the default-threads single process of 2.
 Reported per run: wall time (slowest rank, from a barrier after start-up to the graph),
 peak RSS per rank (``ru_maxrss``: the memory map's resident pages included), the load
 average before-after, and SHA-256 digests of the graph's row blocks, which must agree
@@ -58,7 +60,7 @@ def _digests(rows, lo: int, n: int) -> dict:
     return out
 
 
-def worker(mode: str, path: str, k: int) -> None:
+def worker(mode: str, path: str, k: int, node_work: str = "shard") -> None:
     """One rank (or the reference process): build, graph, report JSON on stdout (rank 0)."""
     import batchsel  # noqa: F401  (the import cost is start-up, not timed)
 
@@ -96,7 +98,7 @@ def worker(mode: str, path: str, k: int) -> None:
     comm = MPIComm()
     comm.barrier()
     t = time.perf_counter()
-    index = ShardedIndex(path, comm, metric="euclidean", progress=False)
+    index = ShardedIndex(path, comm, metric="euclidean", progress=False, node_work=node_work)
     build = time.perf_counter() - t
     rows = index.knn_graph(k=k)
     comm.barrier()
@@ -118,6 +120,7 @@ def worker(mode: str, path: str, k: int) -> None:
             json.dumps(
                 {
                     "mode": mode,
+                    "node_work": index.node_work,
                     "ranks": comm.size,
                     "wall": wall,
                     "build": max(r["build"] for r in reports),
@@ -161,9 +164,10 @@ def main() -> None:
     )
     parser.add_argument("--worker", choices=["sharded", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--node-work", default="shard", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.path, args.k)
+        worker(args.worker, args.path, args.k, args.node_work)
         return
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     root = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else []
@@ -185,11 +189,16 @@ def main() -> None:
         for w in [int(v) for v in args.ranks.split(",")]:
             results.append(run([mpiexec, *root, "-n", str(w), *me, "--worker", "sharded"]))
             print(results[-1], file=sys.stderr)
+            if w > 1:  # the default, as a user runs it: default threads and binding
+                cmd = [mpiexec, *root, "-n", str(w), *me, "--worker", "sharded", "--node-work", "auto"]
+                results.append(run(cmd, one_thread=False))
+                print(results[-1], file=sys.stderr)
     base = next((r for r in results if r["mode"] == "sharded" and r["ranks"] == 1), results[0])
+    leaders = [r for r in results if r.get("node_work") == "leader"]
     # the default-threads anchor is left out: BLAS blocks its distance products by thread
     # count, so near-tied neighbours may come out the other way (reported on its own)
     anchor = next((r for r in results if r["mode"] == "reference" and r["threads"] > 1), None)
-    digests = {json.dumps(r["digests"], sort_keys=True) for r in results if r is not anchor}
+    digests = {json.dumps(r["digests"], sort_keys=True) for r in results if r is not anchor and r not in leaders}
     lines = [
         f"### N = {args.n:,} x d = {args.d}, k = {args.k}, {args.clusters} clusters "
         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
@@ -202,7 +211,8 @@ def main() -> None:
         name = (
             f"EmbeddingIndex (1 process, {r['threads']} thread{'s' * (r['threads'] > 1)})"
             if r["mode"] == "reference"
-            else f"ShardedIndex, mpiexec -n {r['ranks']}"
+            else f"ShardedIndex, mpiexec -n {r['ranks']}, node_work={r.get('node_work', 'shard')!r}"
+            + (" (rank 0 works, default threads)" if r in leaders else "")
         )
         lines.append(
             f"| {name} | {r['ranks']} | {r['wall']:.1f} ({r['build']:.1f}) | {r['job_seconds']:.1f} | "
@@ -226,6 +236,13 @@ def main() -> None:
                 if r["mode"] == "sharded"
             )
         )
+        for r in leaders:  # the default on one machine computes one process's graph
+            same = json.dumps(r["digests"], sort_keys=True) == json.dumps(anchor["digests"], sort_keys=True)
+            lines.append(
+                f"node_work='leader' (the default on one machine), {r['ranks']} ranks: {r['wall']:.1f} s against "
+                f"{anchor['wall']:.1f} s for one process = {anchor['wall'] / r['wall']:.2f}x its speed; "
+                f"graph {'the same as' if same else 'not the same as'} the default-threads process's"
+            )
     lines.append("")
     text = "\n".join(lines)
     print(text)

@@ -26,11 +26,50 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(tensor_to_numpy(x))
 
 
+class DeviceCopy:
+    """A tensor on an accelerator on its way to the host: copied without blocking into
+    pinned memory (CUDA), read only when the feedback is applied (:func:`settle`). The
+    training loop then never waits for the device in ``observe``: by the time a selection
+    ahead (``prefetch``) or an all-gather needs the values, the step that made them is long
+    done."""
+
+    __slots__ = ("host", "event", "shape")
+
+    def __init__(self, tensor: Any) -> None:
+        import torch
+
+        tensor = tensor.detach()
+        self.shape = tuple(tensor.shape)
+        self.event = None
+        if tensor.device.type == "cuda":
+            self.host = torch.empty(self.shape, dtype=tensor.dtype, pin_memory=True)
+            self.host.copy_(tensor, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(tensor.device))
+        else:  # other devices (MPS, XPU): a plain copy, which may wait for the device
+            self.host = tensor.to("cpu")
+
+    def numpy(self) -> np.ndarray:
+        if self.event is not None:
+            self.event.synchronize()
+        return np.array(tensor_to_numpy(self.host))  # a copy: the pinned buffer goes back to torch's cache
+
+
+def settle(obs: Observation) -> Observation:
+    """``obs`` with every :class:`DeviceCopy` read into a numpy array (in place)."""
+    for name in FEEDBACK:
+        value = obs.get(name)
+        if isinstance(value, DeviceCopy):
+            obs[name] = value.numpy()
+    return obs
+
+
 def observation(
     indices: Any, fields: frozenset[str], losses: Any = None, logits: Any = None, embeddings: Any = None
 ) -> Observation | None:
     """The feedback of one batch as the selector reads it (copies; the fields it does not
-    read left out), or None when all that was given is unread."""
+    read left out), or None when all that was given is unread. Tensors on an accelerator
+    become :class:`DeviceCopy` (no wait for the device); :func:`settle` reads them."""
     idx = to_numpy(indices)
     if idx.dtype.kind not in "iu" and (idx.size or idx.dtype == object):
         raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
@@ -40,7 +79,8 @@ def observation(
         if name not in fields:
             value = None  # the selector would not read it: neither converted nor shared
         if value is not None:
-            value = to_numpy(value)
+            on_device = hasattr(value, "detach") and getattr(getattr(value, "device", None), "type", "cpu") != "cpu"
+            value = DeviceCopy(value) if on_device else to_numpy(value)
             if value.shape[:1] != (idx.size,):
                 raise ValueError(f"{name} has shape {value.shape}, expected {idx.size} rows (one per index)")
         obs[name] = value
@@ -54,6 +94,7 @@ def exchange(comm: Communicator, buffer: list[Observation], rank: int, timeout: 
     order every rank applies them: round by round (call order), rank by rank within a
     round. ``RuntimeError`` when a rank is missing past ``timeout`` or the ranks' buffers
     hold different ``observe`` calls (their ``"step"`` tags)."""
+    buffer = [settle(o) for o in buffer]
     wait = getattr(comm, "wait_for_ranks", None)
     if wait is not None:  # batchsel's communicators: bounded by ``timeout``
         wait(GATHER, timeout)

@@ -36,6 +36,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 
+from batchsel._warmup import compile_seconds
+
 #: one :meth:`SelectionBatchSampler.observe` call: indices and losses / logits / embeddings
 Observation = dict[str, "np.ndarray | None"]
 Item = TypeVar("Item")
@@ -253,16 +255,36 @@ class _SelectionThread:
             self.thread.join()
 
 
+class SelectionClock:
+    """Seconds of selection (drawing batches, handing feedback to the selector), on either
+    thread, and of numba compilation inside it (counted apart, not as selection)."""
+
+    def __init__(self) -> None:
+        self.select = 0.0
+        self.compile = 0.0
+
+    def run(self, fn: Callable[..., Item], *args: Any) -> Item:
+        compiled, start = compile_seconds(), time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            took, compiled = time.perf_counter() - start, compile_seconds() - compiled
+            self.compile += compiled
+            self.select += took - compiled
+
+
 class BackgroundSelection:
     """A sampler's path for feedback to its selector, and its iterations' selection ahead.
 
     ``apply`` hands observations to the selector. Outside an iteration with ``depth > 0``
     :meth:`observe` applies at once; during one, feedback is held back (:attr:`deferred`)
     and each selection the iteration starts first applies what was held back until then.
+    :attr:`clock` adds up the time of both.
     """
 
     def __init__(self, apply: Callable[[list[Observation]], None], deferred: list[Observation] | None = None) -> None:
-        self._apply = apply
+        self.clock = SelectionClock()
+        self._apply = lambda observations: self.clock.run(apply, observations)
         #: feedback not handed to the selector yet, oldest first
         self.deferred: list[Observation] = [] if deferred is None else deferred
         self._thread: _SelectionThread | None = None  # the running iteration's
@@ -276,6 +298,7 @@ class BackgroundSelection:
         than two cores of its own (:func:`cores_of_this_rank`) starts no thread: each
         selection runs on the calling thread when its item is needed, with the same
         feedback, so the items are the same."""
+        source = self._timed(source)
         if not depth:
             self._flush()  # feedback held back by a prefetch run (or its saved state)
             yield from source
@@ -333,6 +356,13 @@ class BackgroundSelection:
             if flush:
                 self._flush()
 
+    def _timed(self, source: Iterator[Item]) -> Iterator[Item]:
+        while True:
+            item = self.clock.run(next, source, _END)
+            if item is _END:
+                return
+            yield item
+
     def _take(self) -> list[Observation]:
         taken, self.deferred = self.deferred, []
         return taken
@@ -342,4 +372,4 @@ class BackgroundSelection:
             self._apply(self._take())
 
 
-__all__ = ["BackgroundSelection", "Observation", "cores_of_this_rank"]
+__all__ = ["BackgroundSelection", "Observation", "SelectionClock", "cores_of_this_rank"]

@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import logging
 import sys
+import time
 from typing import Any, Iterator, cast
 
 import numpy as np
@@ -25,7 +26,7 @@ from batchsel._state import from_portable, to_portable
 from batchsel.selectors.base import Selector, digest, shard_length
 
 from .comm import Communicator, get_communicator
-from .feedback import FEEDBACK, exchange, observation, to_numpy
+from .feedback import FEEDBACK, exchange, observation, settle, to_numpy
 from .prefetch import BackgroundSelection, Observation
 
 logger = logging.getLogger(__name__)
@@ -102,16 +103,19 @@ class SelectionBatchSampler:
         CoresetSelector, whose batches are full but the last; the same on every rank).
         The selector's own ``drop_last`` is DistributedSampler's (pad or drop examples).
     prefetch:
-        How many batches a background thread selects ahead while the training step runs
-        (0, the default: each batch is selected when the loop asks for it). The thread is
-        a daemon, stopped when the iteration ends, is closed or is garbage collected; an
-        exception in it is raised in the training thread at the next batch. The compiled
-        selection kernels release the GIL, so selection and a torch step can use two cores;
-        it pays only where a core is free for it. A process with fewer than two cores of
-        its own (:func:`~batchsel.integrations.prefetch.cores_of_this_rank`), and
-        selections cheaper than a hand-off to the thread, select each batch ahead on the
-        training thread when it is needed: the same batches. The rules and their
-        measurements: docs/design/sampler.md.
+        How many batches are selected ahead of the one the loop asks for: the feedback lag.
+        Default ``None``: 1 for online selectors (they select every batch: loss-rank,
+        SMDL), 0 for offline ones (their epoch's plan is made at its start). The batches
+        depend on the lag only, never on whether a thread did the work: a background
+        thread selects while the training step runs when this process has two cores of its
+        own (:func:`~batchsel.integrations.prefetch.cores_of_this_rank`) and a selection
+        costs more than handing it over; otherwise the training thread selects each batch
+        when it is needed, from the same feedback. The thread is a daemon, stopped when
+        the iteration ends, is closed or is garbage collected; an exception in it is
+        raised in the training thread at the next batch. The compiled selection kernels
+        release the GIL, so selection and a torch step can use two cores.
+        :meth:`cost` reports what selection cost and what the training thread still
+        paid. The rules and their measurements: docs/design/sampler.md.
 
         Selectors without feedback (random, graph blocks, offline plans) yield exactly the
         batches of ``prefetch=0``. For selectors that use feedback the lag is fixed, never
@@ -169,7 +173,7 @@ class SelectionBatchSampler:
         sync_every: int = 4,
         weighted: bool = False,
         drop_last: bool = False,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         timeout: float | None = 1800.0,
     ) -> None:
         if not isinstance(selector, Selector):
@@ -181,7 +185,7 @@ class SelectionBatchSampler:
             )
         self.selector = selector
         self.sync_every = check_int(sync_every, "sync_every", minimum=1)
-        self.prefetch = check_int(prefetch, "prefetch", minimum=0)
+        self.prefetch = int(selector.online) if prefetch is None else check_int(prefetch, "prefetch", minimum=0)
         self.timeout = None if timeout is None else check_number(timeout, "timeout", low=0.0)
         if self.timeout == 0:
             raise ValueError("timeout must be > 0 seconds (or None: wait as long as it takes), got 0")
@@ -232,6 +236,7 @@ class SelectionBatchSampler:
         # prefetch runs, each selection ahead applies what came before it (call order decides)
         self._background = BackgroundSelection(self._feed_selector)
         self._warned_local = False
+        self._waited, self._handed = 0.0, 0  # the training thread's seconds in the sampler; batches
 
     # -- rank and world size ------------------------------------------------------------
     @property
@@ -377,8 +382,16 @@ class SelectionBatchSampler:
         source = itertools.islice(source, max(len(self) - self._iter_base, 0))
         source = self._background.run(source, self.prefetch)
         try:
-            for batch, weights in source:
+            while True:
+                asked = time.perf_counter()
+                try:
+                    batch, weights = next(source)
+                except StopIteration:
+                    return
+                finally:
+                    self._waited += time.perf_counter() - asked
                 self._yielded += 1
+                self._handed += 1
                 if self.selector.online or self._uses_feedback:
                     self._history.append(batch)
                 if weights is None:
@@ -470,6 +483,8 @@ class SelectionBatchSampler:
         under ``deferred``, and the selector's state is the one after those selections.
         """
         ahead, deferred = self._background.state()
+        deferred = [settle(o) for o in deferred]
+        self._buffer = [settle(o) for o in self._buffer]
         if self._resume is not None:  # loaded and not iterated yet: unchanged
             state = {k: v for k, v in self._resume.items() if k != "placeholders"}
             state.update(selector=self.selector.state_dict(), observations=list(self._buffer), deferred=deferred)
@@ -590,6 +605,13 @@ class SelectionBatchSampler:
         """
         if not self._uses_feedback:
             return
+        start = time.perf_counter()
+        try:
+            self._observe(indices, losses, logits, embeddings)
+        finally:
+            self._waited += time.perf_counter() - start
+
+    def _observe(self, indices: Any, losses: Any, logits: Any, embeddings: Any) -> None:
         obs = observation(indices, self._feedback_fields, losses, logits, embeddings)
         if obs is None:
             return
@@ -608,6 +630,35 @@ class SelectionBatchSampler:
         if len(self._buffer) >= self.sync_every:
             self.sync()
 
+    def cost(self) -> dict[str, float]:
+        """What selection has cost so far, in seconds, since the sampler was built.
+
+        ``selection``: drawing batches and handing feedback to the selector, on whichever
+        thread did it (``prefetch``); ``compile``: numba compiling kernels inside that
+        (:func:`batchsel.warmup` moves it out of a timed run); ``training_thread``: what
+        the training loop spent in the sampler (getting batches, waiting for the thread,
+        :meth:`observe` with its conversions and all-gathers), compilation left out: the
+        part of the selection it did not hide; ``batches`` handed out and
+        ``ms_per_batch`` = ``training_thread`` per batch.
+
+        >>> from batchsel import LossRankSelector
+        >>> sampler = SelectionBatchSampler(LossRankSelector(100, 10), rank=0, world_size=1)
+        >>> for batch in sampler:
+        ...     sampler.observe(batch, losses=np.ones(len(batch)))
+        >>> cost = sampler.cost()
+        >>> cost["batches"], cost["selection"] > 0
+        (10.0, True)
+        """
+        clock = self._background.clock
+        exposed = max(0.0, self._waited - clock.compile)
+        return {
+            "batches": float(self._handed),
+            "selection": clock.select,
+            "compile": clock.compile,
+            "training_thread": exposed,
+            "ms_per_batch": 1e3 * exposed / max(self._handed, 1),
+        }
+
     def sync(self) -> None:
         """All-gather the buffered feedback now (collective) and hand it to the selector:
         round by round (call order), rank by rank within a round."""
@@ -622,6 +673,7 @@ class SelectionBatchSampler:
     def _feed_selector(self, observations: list[Observation]) -> None:
         # on the training thread, or on the prefetch thread right before a selection
         for obs in observations:
+            settle(obs)
             self.selector.observe(
                 obs["indices"], losses=obs["losses"], logits=obs["logits"], embeddings=obs["embeddings"]
             )
@@ -662,7 +714,8 @@ class SelectionBatchSampler:
     # thread does not copy or pickle; a copy's iteration starts its own.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_deferred"] = state.pop("_background").deferred
+        state["_deferred"] = [settle(o) for o in state.pop("_background").deferred]
+        state["_buffer"] = [settle(o) for o in state["_buffer"]]
         state["_worker"] = None
         return state
 
@@ -672,6 +725,8 @@ class SelectionBatchSampler:
         state.pop("_worker", None)
         state.setdefault("timeout", 1800.0)  # pickled before these existed
         state.setdefault("_observe_calls", 0)
+        state.setdefault("_waited", 0.0)
+        state.setdefault("_handed", 0)
         self.__dict__.update(state)
         self._background = BackgroundSelection(self._feed_selector, deferred)
 

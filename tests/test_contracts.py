@@ -20,8 +20,10 @@ from batchsel.communicator import Communicator
 from batchsel.selectors import (
     CoresetSelector,
     GraphBlockSelector,
+    InfoBatchSelector,
     LossRankSelector,
     RandomSelector,
+    ScorePruningSelector,
     Selector,
     SubmodularSelector,
 )
@@ -73,7 +75,7 @@ def changed(name, value, data):
         return value + 1
     if name == "blocks_per_batch":
         return value + 1
-    if name in ("drop_last", "shuffle"):
+    if name in ("drop_last", "shuffle", "whole_blocks"):
         return not value
     if name == "partition":
         return "submodular" if value == "random" else "random"
@@ -92,6 +94,37 @@ def changed(name, value, data):
     if name == "block_size":
         return 4
     raise AssertionError(f"no other value for parameter {name!r}: add one here")
+
+
+# -- batch shapes ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS + ["infobatch", "score-pruning"])
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_every_selector_yields_full_batches_but_a_ranks_last(kind, world_size):
+    """One batch shape for compiled models: B examples in every batch but a rank's last of
+    an epoch, which holds the rest of the rank's shard (56 examples, B = 6: 2 or 4)."""
+    n = 56
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(n, 4)).astype(np.float32), np.arange(n) % 3
+    g = EmbeddingIndex(x, metric="euclidean", kind="flat", progress=False).knn_graph(k=5)
+    sel = {
+        "random": lambda: RandomSelector(n, B),
+        "submodular": lambda: SubmodularSelector(x, B, pool_size=24, coverage_size=16),
+        "loss": lambda: LossRankSelector(n, B),
+        "graph": lambda: GraphBlockSelector(g, B, blocks_per_batch=2),
+        "coreset": lambda: CoresetSelector(x, y, B, fraction=0.5),
+        "infobatch": lambda: InfoBatchSelector(n, B, epochs=2),
+        "score-pruning": lambda: ScorePruningSelector(y, B, epochs=2),
+    }[kind]()
+    for epoch in range(2):
+        for r in range(world_size):
+            sizes = [len(b) for b in sel.iter_batches(epoch, r, world_size)]
+            assert all(s == B for s in sizes[:-1]), (kind, sizes)
+            if kind in ("random", "submodular", "coreset") or (kind == "graph" and world_size == 1):
+                shard = -(-sel.epoch_examples // world_size)
+                assert sizes[-1] == (shard % B or B), (kind, sizes)  # a short last batch occurs
+            assert 0 < sizes[-1] <= B
+        if sel.uses_feedback:
+            sel.observe(np.arange(n), losses=np.linspace(0, 1, n), logits=np.eye(3)[y] * np.linspace(0, 3, n)[:, None])
 
 
 # -- get_params / fingerprint ---------------------------------------------------------------

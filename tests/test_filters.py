@@ -663,3 +663,54 @@ def test_percentile_pick_is_selective_backprop():
     ):
         with pytest.raises(ValueError):
             CandidateFilter(4, **bad)
+
+
+# -- scoring on the logits' device (issue 34) ----------------------------------------------
+@pytest.mark.parametrize("score", ["loss", "gradnorm", "rho"])
+@pytest.mark.parametrize("pick", ["top", "percentile"])
+@pytest.mark.parametrize("uniform_fraction", [0.0, 0.25])
+def test_device_path_keeps_the_positions_of_the_host_path(score, pick, uniform_fraction):
+    """The torch path (run here on CPU tensors; a CUDA / MPS tensor takes it in __call__)
+    keeps what the numpy path keeps, step after step (the percentile window carried on)."""
+    import torch
+
+    rng = np.random.default_rng(3)
+    extra = {"irreducible_losses": rng.random(500)} if score == "rho" else {}
+    host = CandidateFilter(16, 4, score, pick=pick, uniform_fraction=uniform_fraction, window=100, **extra)
+    dev = CandidateFilter(16, 4, score, pick=pick, uniform_fraction=uniform_fraction, window=100, **extra)
+    for _ in range(6):
+        idx = rng.choice(500, 64, replace=False)
+        z, y, h = torch.randn(64, 5) * 3, torch.randint(0, 5, (64,)), torch.randn(64, 3)
+        hidden = h if score == "gradnorm" else None
+        expected = host(idx, z.numpy(), y.numpy(), hidden=None if hidden is None else h.numpy())
+        assert np.array_equal(dev._call_on_device(idx, z, y, hidden), expected)
+    a, b = dev.state_dict(), host.state_dict()
+    assert a["settings"] == b["settings"] and np.allclose(a["history"], b["history"], rtol=1e-12)
+    assert dev.kept_ == host.kept_ and dev.steps_ == host.steps_
+
+
+def test_device_path_names_bad_input_as_the_host_path_does():
+    import torch
+
+    filt = CandidateFilter(2, 4)
+    z, y = torch.randn(8, 3), torch.arange(8) % 3
+    bad = z.clone()
+    bad[5, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"NaN or inf \(first at row 5\)"):
+        filt._call_on_device(np.arange(8), bad, y, None)
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 3\).*found 7"):
+        filt._call_on_device(np.arange(8), z, torch.where(torch.arange(8) == 4, 7, y), None)
+    with pytest.raises(ValueError, match="labels must be 1-D"):
+        filt._call_on_device(np.arange(8), z, y[:5], None)
+    with pytest.raises(TypeError, match="integer class ids"):
+        filt._call_on_device(np.arange(8), z, y.float(), None)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_logits_are_filtered_on_the_device():
+    import torch
+
+    filt, ref = CandidateFilter(8, 4), CandidateFilter(8, 4)
+    z, y = torch.randn(32, 4), torch.randint(0, 4, (32,))
+    keep = filt(np.arange(32), z.cuda(), y.cuda())
+    assert np.array_equal(keep, ref(np.arange(32), z.numpy(), y.numpy()))

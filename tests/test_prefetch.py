@@ -112,12 +112,12 @@ def test_feedback_lag_is_exact_and_timing_free(kind):
     assert runs[0] == runs[1]
     # the documented lag: batch t + 1 selected from the feedback of batches <= t - 1, which a
     # loop without a thread gets by observing each batch after asking for the next one
-    reference = run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1), delayed=True)
+    reference = run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1, prefetch=0), delayed=True)
     assert runs[0] == reference
     # and it is a real lag: the immediate-feedback run differs (the selector uses feedback)
     if kind == "loss_rank":  # (SMDL and tiny draw without replacement: within an epoch a batch's
         # feedback only concerns examples already used, so a lag of one batch changes nothing)
-        assert reference != run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1))
+        assert reference != run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1, prefetch=0))
 
 
 def test_a_thread_that_never_gets_a_core_changes_nothing(monkeypatch):
@@ -139,7 +139,7 @@ def test_prefetch_two_lags_two_batches():
     got.append(first)
     s.observe(first, losses=fake_loss(np.array(first), 0))
     got += list(it)
-    ref = SelectionBatchSampler(LossRankSelector(N, B, seed=3), rank=0, world_size=1)
+    ref = SelectionBatchSampler(LossRankSelector(N, B, seed=3), rank=0, world_size=1, prefetch=0)
     ref.set_epoch(0)
     it = iter(ref)
     want = [next(it), next(it), next(it)]  # batches 1 and 2 are selected before batch 0's feedback
@@ -215,7 +215,7 @@ def test_resume_across_prefetch_settings_replays_pending_batches():
     it = iter(run)
     handed = [next(it) for _ in range(3)]
     state = run.state_dict()
-    resumed = SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1)
+    resumed = SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1, prefetch=0)
     resumed.load_state_dict(state)
     rest = list(resumed)
     assert len(handed) + len(rest) == len(run)
@@ -380,6 +380,39 @@ def test_dataloader_with_workers_and_prefetch():
 def test_prefetch_is_checked():
     with pytest.raises(ValueError, match="prefetch"):
         SelectionBatchSampler(RandomSelector(N, B), rank=0, world_size=1, prefetch=-1)
+
+
+def test_online_selectors_select_one_batch_ahead_by_default():
+    assert SelectionBatchSampler(LossRankSelector(N, B), rank=0, world_size=1).prefetch == 1
+    assert SelectionBatchSampler(smdl(), rank=0, world_size=1).prefetch == 1
+    assert SelectionBatchSampler(RandomSelector(N, B), rank=0, world_size=1).prefetch == 0
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_cost_separates_selection_compilation_and_the_training_threads_share(prefetch, monkeypatch):
+    """cost(): selection on any thread, compilation apart (time numba compiled inside a
+    selection counts there only), and what the training thread spent in the sampler."""
+    import batchsel.integrations.prefetch as prefetch_module
+
+    compiled = [0.0]
+    monkeypatch.setattr(prefetch_module, "compile_seconds", lambda: compiled[0])
+    selector = LossRankSelector(N, B, seed=1)
+    draw = selector._next_batch
+
+    def compiling_draw(run, rng):  # every draw "compiles" for 20 ms
+        time.sleep(0.02)
+        compiled[0] += 0.02
+        return draw(run, rng)
+
+    selector._next_batch = compiling_draw
+    s = SelectionBatchSampler(selector, rank=0, world_size=1, prefetch=prefetch)
+    batches = run_epochs(s, epochs=1)
+    cost = s.cost()
+    assert cost["batches"] == len(batches) == N // B
+    assert cost["compile"] == pytest.approx(0.02 * len(batches))
+    assert 0 < cost["selection"] < 0.01 * len(batches)  # the sleeps were compilation, not selection
+    assert 0 < cost["training_thread"] < 0.01 * len(batches)
+    assert cost["ms_per_batch"] == pytest.approx(1e3 * cost["training_thread"] / len(batches))
 
 
 def test_selection_kernels_release_the_gil():

@@ -5,6 +5,7 @@ import pickle
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 from sklearn.datasets import load_digits
 
 from batchsel import (
@@ -17,7 +18,7 @@ from batchsel import (
     submodular_partition,
 )
 from batchsel.selectors import gradient_proxies, graph_blocks, partition_values
-from batchsel.selectors.base import balanced_sizes
+from batchsel.selectors.base import batch_sizes
 from batchsel.selectors.coreset import class_budgets
 from batchsel.selectors.submodular import entropy_of_logits
 
@@ -102,7 +103,10 @@ def test_uncertainty_heavy_weights_pick_high_entropy_examples(digits):
     exact = SubmodularSelector(x, 32, seed=0, weights=(1, 0, 0, 0), pool_size=len(x), optimizer="lazy")
     exact.observe(np.arange(len(x)), logits=logits)
     first = next(exact.iter_batches(0))
-    assert set(first.tolist()) == set(np.argsort(-entropy)[: len(first)].tolist())  # 31: sizes 31 and 32
+    # a pool of the whole shard puts batch 0 inside the end-of-epoch hand-over: 1 of its 32
+    # examples is taken in turn order
+    greedy = len(first) - exact._handed_over(32, len(x), exact.num_batches())
+    assert greedy == 31 and set(np.argsort(-entropy)[:greedy].tolist()) <= set(first.tolist())
     heavy = SubmodularSelector(x, 32, seed=0, weights=(0.8, 0.1, 0.05, 0.05), pool_size=256)
     heavy.observe(np.arange(len(x)), logits=logits)
     batch = next(heavy.iter_batches(0))
@@ -232,12 +236,10 @@ def test_smdl_warmup_epochs_are_random_without_replacement(digits):
 
 # -- SMDL: batch sizes and order within the epoch -------------------------------------------
 @pytest.mark.parametrize("length, batch_size", [(1347, 32), (10, 4), (7, 7), (1, 1), (5, 8), (129, 64), (1000, 1)])
-def test_balanced_sizes_differ_by_at_most_one_and_keep_the_batch_count(length, batch_size):
-    sizes = balanced_sizes(length, batch_size)
-    count = -(-length // batch_size)
-    assert len(sizes) == count and sizes.sum() == length and sizes.max() <= batch_size
-    assert sizes.min() == length // count and sizes.max() - sizes.min() <= 1
-    assert (np.diff(sizes) >= 0).all()  # smaller first: SMDL's deadlines rely on it
+def test_batch_sizes_are_full_but_the_last_as_batch_samplers(length, batch_size):
+    sizes = batch_sizes(length, batch_size)
+    expected = [len(b) for b in torch.utils.data.BatchSampler(range(length), batch_size, drop_last=False)]
+    assert sizes.tolist() == expected
 
 
 @pytest.mark.parametrize(
@@ -253,9 +255,9 @@ def test_balanced_sizes_differ_by_at_most_one_and_keep_the_batch_count(length, b
         (50, 7, 6, False),
     ],
 )
-def test_smdl_has_no_small_last_batch(n, batch_size, world_size, drop_last):
-    """Sizes differ by at most one on every rank (the old tail: 1347 = 42 x 32 + 3 gave a
-    batch of 3); counts, coverage and the per-rank shard length are DistributedSampler's."""
+def test_smdl_cuts_each_shard_as_batch_sampler_does(n, batch_size, world_size, drop_last):
+    """Full batches but a rank's last (one shape for compiled models); counts, coverage and
+    the per-rank shard length are DistributedSampler's."""
     x = np.random.default_rng(n).normal(size=(n, 4)).astype(np.float32)
     sel = SubmodularSelector(x, batch_size, seed=1, drop_last=drop_last, pool_size=2 * batch_size)
     plan = sel.plan(0, world_size)
@@ -263,8 +265,7 @@ def test_smdl_has_no_small_last_batch(n, batch_size, world_size, drop_last):
     assert plan.num_batches == sel.num_batches(world_size) == -(-per_rank // batch_size)
     for r in range(world_size):
         sizes = [len(b) for b in plan.batches(r)]
-        assert sum(sizes) == per_rank and max(sizes) <= batch_size and max(sizes) - min(sizes) <= 1
-        assert min(sizes) == per_rank // len(sizes)
+        assert sizes == batch_sizes(per_rank, batch_size).tolist()
     every = plan.indices()
     assert len(np.unique(every)) == (len(every) if drop_last else n)
 
@@ -362,10 +363,10 @@ def test_smdl_batches_depend_only_on_seed_epoch_rank_and_step(digits):
     assert a.plan(3, 3).fingerprint() != a.plan(4, 3).fingerprint()
 
 
-def test_smdl_resumes_a_state_from_before_balanced_batches(digits):
-    """A state written by the version with full batches (unused positions in any order,
-    batches of B): the rest of the epoch uses every remaining example once, in batches
-    whose sizes differ by at most one."""
+def test_smdl_resumes_a_state_from_before_full_batches(digits):
+    """A state written by the version whose batch sizes differed by at most one (1347
+    examples, B = 32: 29 batches of 31 first): the rest of the epoch uses every remaining
+    example once, in as many batches as the epoch has, none larger than B."""
     x, _ = digits
     sel = SubmodularSelector(x, 32, seed=0)
     next(sel.iter_batches(0))
@@ -373,14 +374,14 @@ def test_smdl_resumes_a_state_from_before_balanced_batches(digits):
     run = state["runs"][0]
     rng = np.random.default_rng(0)
     order = rng.permutation(len(x))
-    run["order"], run["m"] = order, len(x) - 3 * 32
+    run["order"], run["m"] = order, len(x) - 3 * 31
     shard = sel.rank_shards(0, 1)[0]
-    run["drawn"], run["drawn_sizes"] = shard[order[run["m"] :]], np.array([32, 32, 32])
+    run["drawn"], run["drawn_sizes"] = shard[order[run["m"] :]], np.array([31, 31, 31])
     fresh = SubmodularSelector(x, 32, seed=0)
     fresh.load_state_dict(state)
     rest = list(fresh.iter_batches(0, start=3))
     sizes = [len(b) for b in rest]
-    assert len(rest) == fresh.num_batches() - 3 and max(sizes) - min(sizes) <= 1
+    assert len(rest) == fresh.num_batches() - 3 and max(sizes) <= 32 and max(sizes) - min(sizes) <= 1
     used = np.concatenate([shard[order[run["m"] :]]] + rest)
     assert sorted(used.tolist()) == list(range(len(x)))
 
@@ -609,14 +610,40 @@ def test_graph_block_batches_keep_ten_times_more_edge_weight_than_random(digits_
 
 
 @pytest.mark.parametrize("batch_size, q", [(64, 4), (128, 4), (100, 2), (32, 1), (256, 8)])
-def test_graph_block_batch_sizes_stay_within_the_stated_tolerance(digits_graph, batch_size, q):
-    sel = GraphBlockSelector(digits_graph, batch_size, seed=0, blocks_per_batch=q)
+def test_whole_graph_block_batch_sizes_stay_within_the_stated_tolerance(digits_graph, batch_size, q):
+    sel = GraphBlockSelector(digits_graph, batch_size, seed=0, blocks_per_batch=q, whole_blocks=True)
     target = digits_graph.shape[0] / sel.num_batches_total
     sizes = np.array([len(b) for b in sel.plan(0).batches(0)])
     assert (np.abs(sizes - target) <= 0.25 * target).all()
     lo, hi = sel.batch_size_range()
     assert lo <= sizes.min() and sizes.max() <= hi
     assert sel.block_sizes_.min() >= 1
+
+
+@pytest.mark.parametrize("batch_size, q", [(64, 4), (32, 1), (256, 8)])
+@pytest.mark.parametrize("world_size, drop_last", [(1, False), (2, False), (3, True)])
+def test_graph_block_batches_are_full_but_the_last_and_keep_the_edges_of_whole_blocks(
+    digits_graph, batch_size, q, world_size, drop_last
+):
+    """One batch shape (compiled models re-tune for every new one): batches of exactly B but
+    the epoch's last, dropped with drop_last; a boundary that cuts a block costs little of
+    the edge weight that whole blocks keep in batches."""
+    n = digits_graph.shape[0]
+    exact = GraphBlockSelector(digits_graph, batch_size, seed=0, blocks_per_batch=q, drop_last=drop_last)
+    whole = GraphBlockSelector(digits_graph, batch_size, seed=0, blocks_per_batch=q, whole_blocks=True)
+    kept = []
+    for epoch in range(2):
+        plan = exact.plan(epoch, world_size)
+        sizes = [len(b) for r in range(world_size) for b in plan.batches(r)]
+        short = [s for s in sizes if s != batch_size]
+        assert short == ([] if drop_last or n % batch_size == 0 else [n % batch_size])
+        if world_size == 1:  # the short one is the epoch's last
+            assert sizes[-1] == (batch_size if drop_last else n - (len(sizes) - 1) * batch_size)
+        covered = np.unique(plan.indices())
+        assert len(covered) == (n // batch_size // world_size * world_size * batch_size if drop_last else n)
+        assert plan.num_batches == exact.num_batches(world_size)
+        kept.append(in_batch_weight(exact.plan(epoch), digits_graph) / in_batch_weight(whole.plan(epoch), digits_graph))
+    assert np.mean(kept) >= (0.85 if q == 1 else 0.9)
 
 
 def test_graph_block_plans_cover_every_example_once_and_change_every_epoch(digits_graph):

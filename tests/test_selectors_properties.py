@@ -15,6 +15,7 @@ from batchsel import (
     RandomSelector,
     SubmodularSelector,
 )
+from batchsel.selectors.base import batch_sizes
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
@@ -85,7 +86,7 @@ def test_submodular_selector_properties(shape, optimizer, partition):
     plan = check_epoch(sel, n, w, drop, per_rank)
     for r in range(w):  # each rank never repeats an example within its shard (up to padding)
         sizes = [len(batch) for batch in plan.batches(r)]
-        assert max(sizes) <= b and max(sizes) - min(sizes) <= 1  # no small last batch
+        assert sizes == batch_sizes(per_rank, b).tolist()  # BatchSampler's: full but the last
         # no example later than max_delay (2) batches after its turn in the shard's order
         shard = sel.rank_shards(0, w)[r]
         turn = np.repeat(np.arange(len(sizes)), sizes)
@@ -116,10 +117,11 @@ def test_loss_rank_selector_properties(shape):
 def graph_shapes(draw):
     n = draw(st.integers(8, 60))
     batch_size = draw(st.integers(1, n))
-    batches = max(1, int(n / batch_size + 0.5))
+    drop_last = draw(st.booleans())
+    batches = max(1, n // batch_size if drop_last else -(-n // batch_size))  # B each but the last
     world_size = draw(st.integers(1, min(batches, 4)))
     q = draw(st.integers(1, 4))
-    return n, batch_size, world_size, draw(st.booleans()), draw(st.integers(0, 3)), q
+    return n, batch_size, world_size, drop_last, draw(st.integers(0, 3)), q
 
 
 @SETTINGS
@@ -139,6 +141,8 @@ def test_graph_block_selector_properties(shape):
     assert len(np.unique(flat)) == len(flat)
     if not drop:
         assert len(flat) == n
+    sizes = [len(bb) for r in range(w) for bb in plan.batches(r)]
+    assert sorted(sizes)[1:] == [b] * (len(sizes) - 1) or set(sizes) == {b}  # one short batch at most
     check_seeded(make, w, sel.num_batches(w), n)
 
 

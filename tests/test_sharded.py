@@ -196,7 +196,7 @@ def test_two_mpi_ranks_equal_one_process(tmp_path):
     launch(tmp_path)
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["size"] == 2
-    for key in ("flat-euclidean", "ivf-euclidean", "ivf-cosine"):
+    for key in ("flat-euclidean", "ivf-euclidean", "ivf-cosine", "flat-euclidean-leader", "ivf-cosine-leader"):
         r = result[key]
         assert r["graph_diff"] == 0 and r["files_diff"] == 0 and r["graph_nnz"] > 0, (key, r)
         assert r["search_same"], key

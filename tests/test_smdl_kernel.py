@@ -159,10 +159,7 @@ class NumpySMDL(SubmodularSelector):
         k = min(int(sizes[t]), m) if t < len(sizes) else min(self.batch_size, m)
         unused = order[:m][::-1]
         due = int(np.searchsorted(unused, self._due(sizes, t, len(shard))))
-        handover = -(-self.pool_size // self.batch_size)
-        left = len(sizes) - t
-        if left <= handover:
-            due = max(due, k * (handover - left + 1) // handover)
+        due = max(due, self._handed_over(k, m, len(sizes) - t))
         if run["epoch"] < self.warmup_epochs or due >= k:
             p = k
             chosen = np.arange(k)

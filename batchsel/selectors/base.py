@@ -13,10 +13,8 @@ identically on every rank from the seed, and each rank then selects only within 
 Online selectors (:class:`OnlineSelector`) draw batch after batch from the scores known at
 that moment and remember, per (rank, world size), the batches already drawn in the current
 epoch; :meth:`Selector.state_dict` carries that record so a resumed run yields exactly the
-batches that were still to come. Online selectors that draw without replacement cut the
-shard into batches whose sizes differ by at most one (:func:`balanced_sizes`) instead of
-DistributedSampler's full batches and a small last one: a last batch of a few examples
-(1347 = 42 x 32 + 3) gets a whole optimizer step with the learning rate of a full batch.
+batches that were still to come. Every selector's batches hold ``batch_size`` examples
+but a rank's last one of an epoch (:func:`batch_sizes`), as ``DataLoader(shuffle=True)``'s.
 """
 
 from __future__ import annotations
@@ -92,32 +90,20 @@ def split_batches(indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
     return [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
 
 
-def balanced_sizes(length: int, batch_size: int) -> np.ndarray:
+def batch_sizes(length: int, batch_size: int) -> np.ndarray:
     """Sizes of the ``ceil(length / batch_size)`` batches of an epoch that draws ``length``
-    examples without replacement: they differ by at most one, smaller ones first.
+    examples without replacement: ``batch_size`` each but the last, which holds the rest,
+    as ``BatchSampler`` cuts a shuffled epoch. One shape for every step but the last keeps
+    compiled and autotuned models (cuDNN, ``torch.compile``, CUDA graphs) from re-tuning.
 
-    Of all ways to cut ``length`` examples into that many batches of at most
-    ``batch_size``, this has the largest smallest batch (``length // T``: at least
-    ``batch_size // 2`` from two batches on, ``batch_size - 1`` from ``batch_size``
-    batches on), so no optimizer step is a high-variance outlier and at most two batch
-    sizes occur (1347 examples, B = 32: 29 batches of 31 and 14 of 32, instead of 42 of 32
-    and one of 3). Splitting only the last two batches would leave most batches at B but
-    a smallest one of about B / 2 whenever the remainder is small. Smaller batches first
-    keeps the sizes non-decreasing, which
-    :class:`~batchsel.selectors.submodular.SubmodularSelector`'s deadlines rely on (no
-    more examples fall due at a batch than it holds).
-
-    >>> balanced_sizes(1347, 32).tolist().count(31), balanced_sizes(10, 4).tolist()
-    (29, [3, 3, 4])
+    >>> batch_sizes(10, 4).tolist(), batch_sizes(8, 4).tolist()
+    ([4, 4, 2], [4, 4])
     """
     length = check_int(length, "length", minimum=0)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
-    count = -(-length // batch_size)
-    if count == 0:
-        return np.zeros(0, dtype=np.int64)
-    small, extra = divmod(length, count)
-    sizes = np.full(count, small, dtype=np.int64)
-    sizes[count - extra :] += 1
+    sizes = np.full(-(-length // batch_size), batch_size, dtype=np.int64)
+    if length % batch_size:
+        sizes[-1] = length % batch_size
     return sizes
 
 
@@ -406,7 +392,7 @@ class OnlineSelector(Selector):
 
     The run state is ``shard``, ``order`` and ``m`` (``order[:m]`` are the positions into
     ``shard`` still unused), ``drawn`` and ``sizes``: the batch sizes of an epoch drawn
-    without replacement (:func:`balanced_sizes`, ``sizes[t]`` for batch ``t``). Selectors
+    without replacement (:func:`batch_sizes`, ``sizes[t]`` for batch ``t``). Selectors
     that draw with replacement (loss rank) ignore ``sizes`` and ``order``.
     """
 
@@ -438,7 +424,7 @@ class OnlineSelector(Selector):
             "order": np.arange(len(shard), dtype=np.int64),
             "m": len(shard),
             "drawn": [],
-            "sizes": balanced_sizes(len(shard), self.batch_size),
+            "sizes": batch_sizes(len(shard), self.batch_size),
         }
 
     def _restore_run(self, run: dict[str, Any]) -> None:
@@ -447,9 +433,9 @@ class OnlineSelector(Selector):
 
         A run drawn without replacement (its batches used the ``len(shard) - m`` examples
         no longer in ``order[:m]``) whose remaining ``sizes`` do not add up to ``m`` (a
-        state written by a version that cut full batches and a small last one) gets the
-        sizes of its remaining batches re-cut from ``m``: every example is still used
-        once, and no batch is small."""
+        state written by an earlier version, which cut sizes that differ by at
+        most one) gets the sizes of its remaining batches re-cut evenly from ``m``: every
+        example is still used once, in as many batches as the epoch has."""
         drawn, sizes, m = run["drawn"], run["sizes"], run["m"]
         t = len(drawn)
         if t < len(sizes) and sum(len(b) for b in drawn) + m == len(run["shard"]) and int(sizes[t:].sum()) != m:
@@ -657,7 +643,7 @@ __all__ = [
     "digest",
     "epoch_rng",
     "split_batches",
-    "balanced_sizes",
+    "batch_sizes",
     "even_split",
     "shard_length",
     "PARTITIONS",

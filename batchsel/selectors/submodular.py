@@ -140,8 +140,8 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
     ``partition="submodular"`` computes the GreedMax shards once per world size, from the
     embeddings at that moment; they are kept in :meth:`state_dict`.
     Within an epoch a rank never repeats an example (except the padding of
-    ``drop_last=False``); every rank has ``ceil(shard / B)`` batches, whose sizes differ by
-    at most one (smaller ones first).
+    ``drop_last=False``); every rank has ``ceil(shard / B)`` batches of B examples but
+    the last, as ``BatchSampler`` cuts a shard.
 
     Example
     -------
@@ -150,13 +150,14 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
     >>> sel = SubmodularSelector(x, batch_size=32, seed=0, pool_size=128)
     >>> batches = list(sel.iter_batches(epoch=0))
     >>> len(batches), len(np.unique(np.concatenate(batches))), {len(b) for b in batches}
-    (10, 300, {30})
+    (10, 300, {32, 12})
     >>> sel.observe(batches[0], logits=np.zeros((len(batches[0]), 10)))
     """
 
     partitions = ("random", "submodular")
     uses_feedback = True
     supports_start = True
+    full_batches = True
 
     def __init__(
         self,
@@ -275,6 +276,18 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         turn = t + 1 - self.max_delay
         return int(sizes[:turn].sum()) if turn > 0 else 0
 
+    def _handed_over(self, k: int, m: int, left: int) -> int:
+        """How many of a batch's ``k`` examples are taken in turn order at the end of the
+        epoch (``m`` unused, ``left`` batches to go, this one included): over the last
+        ``h = ceil(pool_size / B)`` batches a share that grows to all of it, ``1 - after /
+        (h B)`` of ``after = m - k`` examples still to come, so that a short last batch
+        is not greedy's leftovers either (full batches: ``(h - left + 1) / h``)."""
+        handover = -(-self.pool_size // self.batch_size)
+        if left > handover:
+            return 0
+        span = handover * self.batch_size
+        return k * max(0, span - (m - k)) // span
+
     def _next_batch(self, run: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
         order, m, sizes, shard = run["order"], run["m"], run["sizes"], run["shard"]
         t = len(run["drawn"])
@@ -285,10 +298,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         bound = len(shard) if t >= count - 1 else (run["ends"][turn - 1] if turn > 0 else 0)
         due = _count_below(order, m, bound)
         # hand over to the turn order over the last ceil(pool / B) batches (module docstring)
-        handover = -(-self.pool_size // self.batch_size)
-        left = count - t
-        if left <= handover:
-            due = max(due, k * (handover - left + 1) // handover)
+        due = max(due, self._handed_over(k, m, count - t))
         if run["epoch"] < self.warmup_epochs or due >= k:
             # random batch (the shard is shuffled), or more due than fit: earliest first
             pool_pos = order[m - k : m][::-1].copy()  # the first k unused positions, ascending

@@ -18,6 +18,7 @@ rank trained on) and OUT.json (everything else).
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -135,6 +136,38 @@ def check_sampler(comm, n=120, batch=7):
         resumed.sync()
         assert np.array_equal(resumed.selector.losses_, full.selector.losses_)
     out["online_batches"] = len(expected)
+
+    # the sampler's default lag (prefetch=1 for an online selector) is the same on every rank
+    # and never a matter of timing: random sleeps in the step, other ones on each rank, change
+    # no batch, and the batches are those of a loop without prefetch that observes each batch
+    # only after asking for the next one
+    def lagged(delayed, sleep_seed):
+        s = SelectionBatchSampler(
+            LossRankSelector(n, batch, seed=6, pressure=50.0), sync_every=1, **({"prefetch": 0} if delayed else {})
+        )
+        assert s.prefetch == (0 if delayed else 1)
+        rng, got = np.random.default_rng(sleep_seed), []
+        for epoch in (0, 1):
+            s.set_epoch(epoch)
+            last = None
+            for b in s:
+                time.sleep(float(rng.random()) * 0.002)
+                if delayed and last is not None:
+                    s.observe(last, losses=fake_loss(np.array(last), epoch))
+                got.append(b)
+                if not delayed:
+                    s.observe(b, losses=fake_loss(np.array(b), epoch))
+                last = b
+            if delayed and last is not None:
+                s.observe(last, losses=fake_loss(np.array(last), epoch))
+        return got, s.selector.losses_
+
+    a, losses_a = lagged(False, comm.rank + 1)
+    b, _ = lagged(False, comm.rank + 11)
+    ref, losses_ref = lagged(True, 0)
+    assert a == b == ref, "the default prefetch lag depends on timing"
+    assert all(np.array_equal(v, losses_a) for v in comm.allgather(losses_a)), "ranks saw different feedback"
+    assert np.array_equal(losses_a, losses_ref)
     return out
 
 

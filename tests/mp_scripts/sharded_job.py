@@ -48,9 +48,14 @@ def main() -> None:
         comm.barrier()
         ShardedIndex(data, comm, metric="euclidean", kind="ivf", progress=False)  # waits on the dead rank
         raise AssertionError("the job survived a dead rank")
-    for kind, metric in (("flat", "euclidean"), ("ivf", "euclidean"), ("ivf", "cosine")):
+    # "shard": the algorithm of ranks on several machines; "auto" on one machine: rank 0
+    # does the faiss work with every core, the others get their rows
+    runs = [(k, m, "shard") for k, m in (("flat", "euclidean"), ("ivf", "euclidean"), ("ivf", "cosine"))]
+    runs += [("flat", "euclidean", "auto"), ("ivf", "cosine", "auto")]
+    for kind, metric, node_work in runs:
         t = time.perf_counter()
-        index = ShardedIndex(data, comm, metric=metric, kind=kind, progress=False, block_rows=500)
+        index = ShardedIndex(data, comm, metric=metric, kind=kind, progress=False, block_rows=500, node_work=node_work)
+        assert index.node_work == ("leader" if node_work == "auto" else "shard")
         lo, hi = index.row_range
         rows = index.knn_graph(k=10)
         assert rows.shape == (hi - lo, x.shape[0]) and rows.indices.dtype == np.int64
@@ -65,7 +70,7 @@ def main() -> None:
         allD, allI = comm.allgather(D), comm.allgather(I)
         picks = facility_location(index.knn_graph(k=10, self_weight=1.0), 40, comm, lo)
         comm.barrier()
-        key = f"{kind}-{metric}"
+        key = f"{kind}-{metric}" + ("" if node_work == "shard" else "-leader")
         if comm.rank == 0:
             ref = EmbeddingIndex(data, metric=metric, kind=kind, progress=False)
             g0 = ref.knn_graph(k=10)
