@@ -600,17 +600,12 @@ def train_run(
     selector = make_selector(method, train, filt.candidate_size if filt else task.batch_size, seed, steps, world)
     base, options = VARIANTS.get(method, (method, {}))
     weighted = selector.weighted_plans  # (index, weight) pairs: coresets, InfoBatch
-    # prefetch=N (a variant option): selection runs N batches ahead in the sampler's thread
+    # prefetch=N (a variant option; default: the sampler's, one batch ahead for online
+    # selectors): selection runs N batches ahead, in the sampler's thread where a core is free
     shared = {} if sync_every is None else {"sync_every": sync_every}
-    sampler = SelectionBatchSampler(
-        selector,
-        rank=rank,
-        world_size=world,
-        comm=comm,
-        weighted=weighted,
-        prefetch=int(options.get("prefetch", 0)),
-        **shared,
-    )
+    if "prefetch" in options:
+        shared["prefetch"] = int(options["prefetch"])
+    sampler = SelectionBatchSampler(selector, rank=rank, world_size=world, comm=comm, weighted=weighted, **shared)
     setup = time.perf_counter() - t0
     if comm is not None:
         sampler.verify()  # every rank built the same selector (data, seed, settings): else it raises

@@ -244,9 +244,9 @@ def test_mpi_mode_runs_two_ranks_end_to_end(tmp_path):
             "--regimes",
             "clean",
             "--methods",
-            "random,loss-rank,lr-pf",
+            "random,loss-rank,lr-p0",
             "--variant",
-            "lr-pf=loss-rank:prefetch=1",
+            "lr-p0=loss-rank:prefetch=0",
             "--steps-scale",
             "0.2",
             "--out",
@@ -259,7 +259,7 @@ def test_mpi_mode_runs_two_ranks_end_to_end(tmp_path):
     payload = json.loads(Path(str(stem) + ".json").read_text())
     assert payload["world_size"] == 2 and payload["args"]["bind_to"] == "core"
     runs = payload["results"]["digits-mlp"]["clean"]["runs"]
-    assert set(runs) == {"random", "loss-rank", "lr-pf"}
+    assert set(runs) == {"random", "loss-rank", "lr-p0"}
     assert [r["steps"] for r in runs["random"]["1"]] == [30, 30]  # 150 quick steps x 0.2
     for by_budget in runs.values():
         assert set(by_budget) == {"0.5", "1"}

@@ -200,8 +200,8 @@ def simulate(sampler, epoch, prefetch, stop_after=None):
 @pytest.mark.parametrize("kind", sorted(ONLINE))
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_resume_online_mid_epoch_replays_prefetched_batches(prefetch, kind):
-    def fresh():
-        return sampler_for(online_selector(40, 4, seed=1, kind=kind), rank=0, world_size=2)
+    def fresh():  # a DataLoader's look-ahead (simulated), no selection ahead of its own
+        return sampler_for(online_selector(40, 4, seed=1, kind=kind), rank=0, world_size=2, prefetch=0)
 
     full = fresh()
     simulate(full, 0, prefetch)
