@@ -52,7 +52,8 @@ _STARVED = 1e-4
 _MAX_SKIP = 64
 # selections that take less than this (a running mean) are run on the training thread when
 # needed: handing one to the thread and back costs more (loss-rank, ~20 us a batch, with a
-# thread beside a 0.5 ms step: 1.42x random's wall at equal steps, 1.24x without)
+# thread beside a 0.5 ms step: 1.42x random's wall at equal steps, 1.24x without). So are
+# selections dearer than the step they would run beside (docs/design/sampler.md)
 _CHEAP = 1e-4
 
 
@@ -114,8 +115,9 @@ class _SelectionThread:
     schedules it, which can cost more than the selection itself with a small model.
 
     Selections that cost less than a hand-off (a running mean below ``_CHEAP``, 0.1 ms:
-    loss-rank's) are not handed to the thread: each runs on the training thread when its
-    result is needed, until they get dearer.
+    loss-rank's), or more than the training thread's step between two batches (a running
+    mean), are not handed to the thread: each runs on the training thread when its result
+    is needed, until that changes.
     """
 
     def __init__(
@@ -132,6 +134,7 @@ class _SelectionThread:
         self._backoff = 0  # how many were skipped after the latest starved request
         self._ready: deque[tuple[bool, Any]] = deque()  # collected early (drain), not handed out
         self._cost = -1.0  # running mean of a selection's seconds (-1: none measured yet)
+        self._step = -1.0  # running mean of the training thread's seconds between batches
         # the thread holds this object, never the iteration: dropping the iteration closes it.
         # Without one (threaded=False) every request runs on the training thread when its
         # result is needed: the same calls in the same order, so the same items.
@@ -146,8 +149,14 @@ class _SelectionThread:
         return len(self._requests)
 
     def _cheap(self) -> bool:
-        """Whether selections cost less than handing them to the thread (``_CHEAP``)."""
-        return 0.0 <= self._cost < _CHEAP
+        """Whether the thread cannot gain: selections cost less than handing them over
+        (``_CHEAP``), or more than the training step beside which the thread would run
+        (a step mostly Python, a tiny model: the two would take turns with the GIL)."""
+        return 0.0 <= self._cost < _CHEAP or 0.0 <= self._step < self._cost
+
+    def stepped(self, seconds: float) -> None:
+        """The training thread spent ``seconds`` between taking a batch and asking for the next."""
+        self._step = seconds if self._step < 0 else 0.8 * self._step + 0.2 * seconds
 
     def _run(self, request: _Request) -> None:
         start = time.perf_counter()
@@ -315,7 +324,9 @@ class BackgroundSelection:
                 if item is _END:
                     return
                 worker.request(self._take())
+                handed = time.perf_counter()
                 yield item
+                worker.stepped(time.perf_counter() - handed)
         finally:
             worker.close()
             if self._thread is worker:

@@ -521,3 +521,28 @@ def test_cheap_selections_stay_on_the_training_thread(monkeypatch):
         assert batches == run_epochs(
             SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1, prefetch=1), epochs=1
         )
+
+
+def test_selections_dearer_than_the_step_stay_on_the_training_thread(monkeypatch):
+    """Beside a step shorter than a selection (a tiny model, mostly Python) the thread can
+    hide little and would take turns with the step for the GIL: once both are measured,
+    selections run on the training thread. The batches are the same."""
+    import batchsel.integrations.prefetch as prefetch_module
+
+    monkeypatch.setattr(prefetch_module, "_CHEAP", 1e-4)
+    where = []
+    sel = LossRankSelector(N, B, seed=4)
+    draw = sel._next_batch
+
+    def slow(run, rng):
+        where.append(threading.current_thread().name)
+        time.sleep(0.004)
+        return draw(run, rng)
+
+    sel._next_batch = slow
+    step = lambda: time.sleep(0.0005)  # noqa: E731
+    batches = run_epochs(SelectionBatchSampler(sel, rank=0, world_size=1, prefetch=1), epochs=1, sleep=step)
+    assert where[3:].count("batchsel-prefetch") == 0, where  # the first ones run before the step is known
+    assert batches == run_epochs(
+        SelectionBatchSampler(LossRankSelector(N, B, seed=4), rank=0, world_size=1, prefetch=1), epochs=1
+    )
