@@ -483,7 +483,9 @@ def test_loss_rank_top_example_is_chosen_about_pressure_times_as_often_as_the_la
     sel.observe(np.arange(10), losses=np.arange(10.0))  # example 9 ranks first, 0 last
     counts = np.zeros(10)
     for epoch in range(2000):
-        counts += np.bincount(sel.plan(epoch).indices(), minlength=10)
+        for batch in sel.iter_batches(epoch):  # its loss observed again (unchanged), as in training
+            counts[batch] += 1
+            sel.observe(batch, losses=batch.astype(float))
     assert 7 < counts[9] / counts[0] < 14
     assert (np.diff(counts) > 0).mean() >= 0.7  # more often the higher the loss
 
@@ -572,16 +574,18 @@ def test_loss_rank_rank_frequencies_match_p_and_ties_are_uniform():
     rank_of_value = {v: r for r, v in reversed(list(enumerate(sorted(losses, reverse=True))))}
     counts = np.zeros(n)
     for epoch in range(600):
-        counts += np.bincount(sel.plan(epoch).indices(), minlength=n)
+        for batch in sel.iter_batches(epoch):  # its loss observed again (unchanged), as in training
+            counts[batch] += 1
+            sel.observe(batch, losses=losses[batch])
     tied = losses == 3.0  # ranks 5..8
     expected = np.array([p[rank_of_value[v]] for v in losses])
     expected[tied] = p[5:9].sum() / 4
     assert chisquare(counts, expected * counts.sum()).pvalue > 1e-3
     # unseen examples (+inf loss) tie too, among many ranks
-    sel = LossRankSelector(200, 16, seed=1, pressure=1e6)
-    sel.observe(np.arange(100), losses=np.arange(100.0))
     seen = np.zeros(200)
-    for epoch in range(30):
+    for epoch in range(30):  # an epoch's first batch, before any feedback is pending
+        sel = LossRankSelector(200, 16, seed=1, pressure=1e6)
+        sel.observe(np.arange(100), losses=np.arange(100.0))
         seen += np.bincount(next(sel.iter_batches(epoch)), minlength=200)
     assert seen[:100].sum() < 0.1 * seen.sum() and chisquare(seen[100:]).pvalue > 1e-3
     # the tie-breaking itself, on a fixed array (the shards above are shuffled anyway):

@@ -81,6 +81,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         self.initial_loss = None if initial_loss is None else float(initial_loss)
         fill = np.inf if initial_loss is None else float(initial_loss)
         self.losses_ = np.full(self.num_examples, fill, dtype=np.float64)
+        # drawn, loss not observed since: ranked last until it is (design/loss-rank.md)
+        self._pending = np.zeros(self.num_examples, dtype=np.bool_)
 
     @property
     def pressure(self) -> float:
@@ -103,6 +105,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
             return
         idx = check_indices(indices, self.num_examples)
         self.losses_[idx] = check_rows(losses, len(idx), "losses", ndim=1)
+        self._pending[idx] = False
 
     def probabilities(self, n: int) -> np.ndarray:
         """Selection probabilities of ranks 0..n-1 (largest loss first)."""
@@ -116,20 +119,29 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
     def _next_batch(self, run: dict[str, Any], rng: Any) -> np.ndarray:
         shard = run["shard"]
         n = len(shard)
+        # a plan()'s runs are not the training's: they keep their own pending marks
+        training = any(run is r for r in self._runs.values())
+        pending = self._pending if training else run.setdefault("pending", np.zeros(self.num_examples, np.bool_))
+        values = self.losses_[shard]
+        values[pending[shard]] = -np.inf
+        positions = run.setdefault("positions", np.arange(n, dtype=np.int64))
         order = run.get("rank_order")
         if order is None:  # the run's first batch: one sort; later ones update it in O(n)
-            order = run["rank_order"] = _sort_shard(self.losses_, shard)
-        return _loss_rank_batch(
-            self.losses_,
-            shard,
+            order = run["rank_order"] = _sort_shard(values, positions)
+        picked = _loss_rank_batch(
+            values,
+            positions,
             *order,
             min(self.batch_size, n),
             _log_q(self._pressure, n),  # type: ignore[call-arg]
             _stream_key(rng),
         )
+        batch = shard[picked]
+        pending[batch] = True
+        return batch
 
     def _scores_state(self) -> dict[str, Any]:
-        return {"losses": self.losses_.copy(), "pressure": self._pressure}
+        return {"losses": self.losses_.copy(), "pressure": self._pressure, "pending": self._pending.copy()}
 
     def _load_scores(self, state: dict[str, Any]) -> None:
         losses = np.asarray(state["losses"], dtype=np.float64)
@@ -139,6 +151,10 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
             raise ValueError("state has NaN losses")
         self.losses_ = losses.copy()
         self.pressure = state["pressure"]
+        pending = np.asarray(state.get("pending", np.zeros(self.num_examples)), dtype=np.bool_)  # (older states: none)
+        if pending.shape != (self.num_examples,):
+            raise ValueError(f"state has pending marks for {pending.shape} examples, expected {self.num_examples}")
+        self._pending = pending.copy()
 
     def __repr__(self) -> str:
         return (
