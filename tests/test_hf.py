@@ -55,9 +55,7 @@ class DrawTimes(TinyOnline):
 
 def test_evaluation_losses_are_not_fed_back_and_nothing_is_drawn_ahead(tmp_path):
     """Losses from compute_loss used to arrive from evaluation too; accelerate's look-ahead
-    drew batches ahead at a lag of its own. The lag is the sampler's: batch t + 1 selected
-    from the feedback of batches <= t - 1 (one batch ahead, its default), an epoch's first
-    batch from all earlier feedback."""
+    drew batch t+1 before batch t was observed."""
     selector = DrawTimes(H.N, H.BATCH, seed=3)
     selector.drawn_after = []
     trainer = H.Recording(
@@ -73,9 +71,7 @@ def test_evaluation_losses_are_not_fed_back_and_nothing_is_drawn_ahead(tmp_path)
     for batch in trainer.seen:
         np.add.at(trained, batch, 1)
     assert np.array_equal(selector.observed, trained)  # training steps only, each once
-    per_epoch = H.N // H.BATCH  # an epoch's first batch sees all earlier feedback (flushed at its end)
-    lag = [t - (t % per_epoch > 0) for t in range(len(trainer.seen))]
-    assert selector.drawn_after == [t * H.BATCH for t in lag]
+    assert selector.drawn_after == [t * H.BATCH for t in range(len(trainer.seen))]
 
 
 def test_resume_mid_epoch_skips_once_and_is_exact(tmp_path):

@@ -382,9 +382,9 @@ def test_prefetch_is_checked():
         SelectionBatchSampler(RandomSelector(N, B), rank=0, world_size=1, prefetch=-1)
 
 
-def test_online_selectors_select_one_batch_ahead_by_default():
-    assert SelectionBatchSampler(LossRankSelector(N, B), rank=0, world_size=1).prefetch == 1
+def test_smdl_selects_one_batch_ahead_by_default():
     assert SelectionBatchSampler(smdl(), rank=0, world_size=1).prefetch == 1
+    assert SelectionBatchSampler(LossRankSelector(N, B), rank=0, world_size=1).prefetch == 0
     assert SelectionBatchSampler(RandomSelector(N, B), rank=0, world_size=1).prefetch == 0
 
 

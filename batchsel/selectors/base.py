@@ -162,6 +162,10 @@ class Selector:
     #: True when every batch holds ``batch_size`` examples but an epoch's last, as
     #: ``BatchSampler``'s: then ``SelectionBatchSampler(drop_last=True)`` may drop that one
     full_batches: bool = False
+    #: ``SelectionBatchSampler``'s ``prefetch`` when none is given: how many batches ahead
+    #: of the loop this selector's batches are selected (the feedback lag); 1 where a
+    #: batch's selection is not trivial and one step of lag costs nothing measurable
+    default_prefetch: int = 0
 
     @property
     def epoch_examples(self) -> int:

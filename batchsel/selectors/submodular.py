@@ -158,6 +158,9 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
     uses_feedback = True
     supports_start = True
     full_batches = True
+    # 1.7 ms a batch at N = 50k beside a 21 ms step: hidden by a thread; draws without
+    # replacement within an epoch, so a step of lag changes little (docs/design/sampler.md)
+    default_prefetch = 1
 
     def __init__(
         self,

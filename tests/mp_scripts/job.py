@@ -137,15 +137,11 @@ def check_sampler(comm, n=120, batch=7):
         assert np.array_equal(resumed.selector.losses_, full.selector.losses_)
     out["online_batches"] = len(expected)
 
-    # the sampler's default lag (prefetch=1 for an online selector) is the same on every rank
-    # and never a matter of timing: random sleeps in the step, other ones on each rank, change
-    # no batch, and the batches are those of a loop without prefetch that observes each batch
-    # only after asking for the next one
+    # a lag (prefetch=1) is the same on every rank and never a matter of timing: random
+    # sleeps in the step, other ones on each rank, change no batch, and the batches are those
+    # of a loop without prefetch that observes each batch only after asking for the next one
     def lagged(delayed, sleep_seed):
-        s = SelectionBatchSampler(
-            LossRankSelector(n, batch, seed=6, pressure=50.0), sync_every=1, **({"prefetch": 0} if delayed else {})
-        )
-        assert s.prefetch == (0 if delayed else 1)
+        s = SelectionBatchSampler(LossRankSelector(n, batch, seed=6, pressure=50.0), sync_every=1, prefetch=1 - delayed)
         rng, got = np.random.default_rng(sleep_seed), []
         for epoch in (0, 1):
             s.set_epoch(epoch)
