@@ -11,8 +11,8 @@ with the feedback each one reads handed to ``observe()`` every step as device te
 - ``resnet18``: a CIFAR ResNet-18 on 3 x 32 x 32 inputs, B = 256 (bf16 autocast on CUDA);
 - ``mlp``: a 3-layer MLP (64 -> 512 -> 512 -> 10), B = 64.
 
-Methods: random batches, loss-rank (per-example losses observed), SMDL (its default reads
-embeddings: the model's penultimate features), the loss filter at ratio 4 (a no-grad
+Methods: random batches, loss-rank (per-example losses observed), SMDL (logits observed,
+which its default weights do not read: the selection on the fixed 64-d embeddings), the loss filter at ratio 4 (a no-grad
 scoring forward of 4B candidates, the B of largest loss trained on), graph blocks with
 ``GraphRegularizedLoss`` (10-NN graph of the embeddings, a tenth of the labels), and
 InfoBatch. ``--warmup`` untimed steps (compilation, cuDNN autotuning, ``batchsel.warmup()``
@@ -189,8 +189,8 @@ def time_method(method: str, model_name: str, data: dict, batch: int, graph: obj
             opt.step()
             if method == "loss-rank" or method == "infobatch":
                 sampler.observe(idx, losses=per_example.detach())
-            elif method == "smdl":
-                sampler.observe(idx, embeddings=feats.detach().float(), logits=logits.detach())
+            elif method == "smdl":  # its default weights read embeddings (64-d here), the paper's logits
+                sampler.observe(idx, logits=logits.detach())
             step += 1
         epoch += 1
     sync()

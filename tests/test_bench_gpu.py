@@ -14,7 +14,20 @@ import bench_gpu  # noqa: E402
 
 def test_every_method_gets_a_row_with_one_batch_shape(tmp_path, capsys):
     rows = bench_gpu.main(
-        ["--device", "cpu", "--models", "mlp", "--n", "3000", "--steps", "4", "--warmup", "2", "--out", str(tmp_path / "g")]
+        [
+            "--device",
+            "cpu",
+            "--models",
+            "mlp",
+            "--n",
+            "3000",
+            "--steps",
+            "4",
+            "--warmup",
+            "2",
+            "--out",
+            str(tmp_path / "g"),
+        ]
     )
     assert [r["method"] for r in rows] == list(bench_gpu.METHODS)
     for r in rows:
