@@ -243,7 +243,7 @@ def test_examples_whose_loss_is_pending_are_not_drawn_again_before_it_arrives():
     # the marks are part of the state: a resumed selector draws what the uninterrupted one does
     a = LossRankSelector(n, b, seed=2)
     it = a.iter_batches(0)
-    first = next(it)
+    next(it)  # drawn, its losses pending
     fresh = LossRankSelector(n, b, seed=2)
     fresh.load_state_dict(a.state_dict())
     assert np.array_equal(next(fresh.iter_batches(0, start=1)), next(it))
