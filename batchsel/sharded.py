@@ -231,10 +231,10 @@ class ShardedIndex(EmbeddingIndex):
         else:
             self.index = self._build()
 
-    def _from_rank0(self, what: str, compute: Any) -> Any:
+    def _from_rank0(self, what: str, compute: Any, per_rank: bool = False) -> Any:
         """``compute(self.whole)`` on rank 0, with every core of the machine; every rank
-        gets the result. The others wait in a sleeping poll (an MPI collective would spin
-        on cores rank 0's threads use)."""
+        gets the result (``per_rank``: a list, rank r gets its entry). The others wait in
+        a sleeping poll (an MPI collective would spin on cores rank 0's threads use)."""
         result, error = None, None
         if self.comm.rank == 0:
             try:
@@ -245,10 +245,16 @@ class ShardedIndex(EmbeddingIndex):
         wait = getattr(self.comm, "wait_for_ranks", None)
         if wait is not None:
             wait(what, float("inf"))
+        scatter = getattr(self.comm, "scatter", None)  # not in the Communicator protocol
+        if per_rank and scatter is not None:
+            failed = self.comm.broadcast(error, root=0)
+            if failed is not None:
+                raise failed
+            return scatter(result, root=0)
         result, error = self.comm.broadcast((result, error), root=0)
         if error is not None:
             raise error
-        return result
+        return result[self.comm.rank] if per_rank else result
 
     # -- construction -----------------------------------------------------------------
     def _checked_shard(self) -> np.ndarray:
@@ -400,7 +406,7 @@ class ShardedIndex(EmbeddingIndex):
                 D, I = whole.search(np.concatenate(blocks), k) if sizes[-1] else (np.empty((0, k)), np.empty((0, k)))
                 return [(D[a:z], I[a:z]) for a, z in zip(sizes[:-1], sizes[1:])]
 
-            D, I = self._from_rank0("ShardedIndex.search (rank 0 answers)", answer)[self.comm.rank]
+            D, I = self._from_rank0("ShardedIndex.search (rank 0 answers)", answer, per_rank=True)
             return np.asarray(D, dtype=np.float32), np.asarray(I, dtype=np.int64)
         q = tensor_to_numpy(queries)
         if isinstance(q, np.ndarray) and q.ndim == 2 and q.shape[0] == 0:  # a rank without queries takes part
@@ -439,11 +445,11 @@ class ShardedIndex(EmbeddingIndex):
         ``(hi - lo) x k``, global indices (as :meth:`EmbeddingIndex.neighbors`)."""
         if self.node_work == "leader":
             b = self._bounds
-            parts = self._from_rank0(
+            return self._from_rank0(
                 "ShardedIndex.neighbors (rank 0 searches)",
                 lambda whole: _row_blocks(whole.neighbors(k), b),
+                per_rank=True,
             )
-            return parts[self.comm.rank]
         return super().neighbors(k)
 
     # -- the k-NN graph ---------------------------------------------------------------
@@ -481,7 +487,7 @@ class ShardedIndex(EmbeddingIndex):
                 g = whole.knn_graph(k=k, kernel=kernel, symmetrize=symmetrize, sigma=sigma, self_weight=self_weight)
                 return [g[b[r] : b[r + 1]] for r in range(len(b) - 1)]
 
-            rows = to_int64(self._from_rank0("ShardedIndex.knn_graph (rank 0 builds it)", graph)[self.comm.rank])
+            rows = to_int64(self._from_rank0("ShardedIndex.knn_graph (rank 0 builds it)", graph, per_rank=True))
             rows.sort_indices()
             return rows
         lo, hi = self.row_range

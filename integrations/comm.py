@@ -163,6 +163,12 @@ class SingleProcessComm(_Comm):
         _check_op(op)
         return np.array(array, copy=True)
 
+    def scatter(self, objs: Any, root: int = 0) -> Any:
+        """Rank r gets ``objs[r]`` of the root's list (not part of the Communicator protocol:
+        callers fall back to ``broadcast`` where it is missing)."""
+        _check_root(root, 1)
+        return objs[0]
+
     def barrier(self) -> None:
         """Nothing to wait for with one process."""
 
@@ -285,6 +291,10 @@ class MPIComm(_Comm):
                 self.comm.Recv([buf[start : start + _GATHER_CHUNK_BYTES], self._MPI.BYTE], source=r, tag=_GATHER_TAG)
             out.append(_from_payload(h, buf))
         return out
+
+    def scatter(self, objs: Any, root: int = 0) -> Any:
+        """Rank r gets ``objs[r]`` of the root's list (pickled, one message per rank)."""
+        return self.comm.scatter(objs, root=_check_root(root, self.size))
 
     def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
         op = _check_op(op)
@@ -463,6 +473,16 @@ class TorchDistComm(_Comm):
         out: list | None = [None] * self.size if self.rank == root else None
         self._dist.gather_object(obj, out, dst=self._global_rank(root), group=self.group)
         return out
+
+    def scatter(self, objs: Any, root: int = 0) -> Any:
+        """Rank r gets ``objs[r]`` of the root's list (``scatter_object_list``: pickled)."""
+        self._ensure_init()
+        root = _check_root(root, self.size)
+        out: list = [None]
+        self._dist.scatter_object_list(
+            out, objs if self.rank == root else None, src=self._global_rank(root), group=self.group
+        )
+        return out[0]
 
     def allreduce(self, array: Any, op: str = "sum") -> np.ndarray:
         import torch

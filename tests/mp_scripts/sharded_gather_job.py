@@ -69,6 +69,10 @@ def check_gather(comm) -> dict:
                 ok &= len(got) == comm.size and all(same(g, e) for g, e in zip(got, expected))
             else:
                 ok &= got is None
+        # scatter (used where one rank computed every rank's part): rank r gets entry r
+        parts = [payloads(r) for r in range(comm.size)] if comm.rank == root else None
+        mine = comm.scatter(parts, root=root)
+        ok &= len(mine) == len(payloads(comm.rank)) and all(same(g, e) for g, e in zip(mine, payloads(comm.rank)))
         out[f"root{root}"] = bool(all(comm.allgather(bool(ok))))
     try:
         comm.gather(1, root=comm.size)
