@@ -125,13 +125,15 @@ def test_rank_order_updates_are_a_fresh_sort(repeats):
     if repeats:  # DistributedSampler's padding repeats examples within a shard
         shard = np.concatenate([shard, shard[:37]])
     shard = shard.astype(np.int64)
-    order = _sort_shard(losses, shard)
+    pending = np.zeros(300, dtype=bool)
+    order = _sort_shard(losses, pending, shard)
     for step in range(60):
         changed = rng.choice(300, size=int(rng.choice([1, 5, 32, 150])), replace=False)
         values = rng.choice([0.0, -0.0, 1.0, 2.5, np.inf], size=changed.size) if step % 3 else rng.random(changed.size)
         losses[changed] = values
-        _refresh(losses, shard, *order)
-        fresh = _sort_shard(losses, shard)
+        pending[rng.choice(300, size=10, replace=False)] ^= True  # drawn, or observed since
+        _refresh(losses, pending, shard, *order)
+        fresh = _sort_shard(losses, pending, shard)
         assert np.array_equal(order[1], fresh[1]) and np.array_equal(order[0], fresh[0])
         assert np.array_equal(order[2], fresh[2])
 
@@ -171,16 +173,17 @@ def test_kernel_takes_a_batch_without_sorting_the_shard():
     n = 200_000
     rng = np.random.default_rng(8)
     losses, shard = rng.random(n), rng.permutation(n).astype(np.int64)
-    order = _sort_shard(losses, shard)
-    _loss_rank_batch(losses, shard, *order, 32, _log_q(100.0, n), 1)
+    pending = np.zeros(n, dtype=bool)
+    order = _sort_shard(losses, pending, shard)
+    _loss_rank_batch(losses, pending, shard, *order, 32, _log_q(100.0, n), 1)
     t0 = time.process_time()
     for key in range(5):
         losses[rng.integers(0, n, 32)] = rng.random(32)
-        batch = _loss_rank_batch(losses, shard, *order, 32, _log_q(100.0, n), key)
+        batch = _loss_rank_batch(losses, pending, shard, *order, 32, _log_q(100.0, n), key)
     per_batch = (time.process_time() - t0) / 5
     t0 = time.process_time()
     for _ in range(5):
-        _sort_shard(losses, shard)
+        _sort_shard(losses, pending, shard)
     assert per_batch < (time.process_time() - t0) / 5 and len(set(batch.tolist())) == 32
 
 

@@ -122,21 +122,18 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         # a plan()'s runs are not the training's: they keep their own pending marks
         training = any(run is r for r in self._runs.values())
         pending = self._pending if training else run.setdefault("pending", np.zeros(self.num_examples, np.bool_))
-        values = self.losses_[shard]
-        values[pending[shard]] = -np.inf
-        positions = run.setdefault("positions", np.arange(n, dtype=np.int64))
         order = run.get("rank_order")
         if order is None:  # the run's first batch: one sort; later ones update it in O(n)
-            order = run["rank_order"] = _sort_shard(values, positions)
-        picked = _loss_rank_batch(
-            values,
-            positions,
+            order = run["rank_order"] = _sort_shard(self.losses_, pending, shard)
+        batch = _loss_rank_batch(
+            self.losses_,
+            pending,
+            shard,
             *order,
             min(self.batch_size, n),
             _log_q(self._pressure, n),  # type: ignore[call-arg]
             _stream_key(rng),
         )
-        batch = shard[picked]
         pending[batch] = True
         return batch
 
@@ -229,20 +226,21 @@ def _draw_ranks_kernel(n, k, log_q, key):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
-def _sort_shard(losses, shard):  # pragma: no cover - numba
+def _sort_shard(losses, pending, shard):  # pragma: no cover - numba
     """The shard's examples in rank order: ``(sv, sp, cur)`` with ``cur[p]`` the negated
-    loss of shard position ``p`` and ``sp`` the positions sorted by ``(cur[p], p)`` (largest
-    loss first, equal losses by position), ``sv = cur[sp]``."""
+    loss of shard position ``p`` (+inf while its loss is pending: ranked last) and ``sp``
+    the positions sorted by ``(cur[p], p)`` (largest loss first, equal losses by
+    position), ``sv = cur[sp]``."""
     n = shard.size
     cur = np.empty(n, np.float64)
     for p in range(n):
-        cur[p] = -losses[shard[p]]
+        cur[p] = np.inf if pending[shard[p]] else -losses[shard[p]]
     sp = np.argsort(cur, kind="mergesort")
     return cur[sp], sp, cur
 
 
 @njit(cache=True, nogil=True)
-def _refresh(losses, shard, sv, sp, cur):  # pragma: no cover - numba
+def _refresh(losses, pending, shard, sv, sp, cur):  # pragma: no cover - numba
     """Bring ``_sort_shard``'s arrays up to date with ``losses`` in place, in O(n): the
     positions whose loss changed (one scan, whoever changed it) leave the sorted order and
     are merged back, by ``(value, position)``; the result is what a new sort would give."""
@@ -251,7 +249,7 @@ def _refresh(losses, shard, sv, sp, cur):  # pragma: no cover - numba
     changed = np.empty(n, np.int64)
     d = 0
     for p in range(n):
-        v = -losses[shard[p]]
+        v = np.inf if pending[shard[p]] else -losses[shard[p]]
         if v != cur[p]:
             cur[p] = v
             dirty[p] = True
@@ -346,11 +344,11 @@ def _pick(sv, sp, ranks, key):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
-def _loss_rank_batch(losses, shard, sv, sp, cur, k, log_q, key):  # pragma: no cover - numba
+def _loss_rank_batch(losses, pending, shard, sv, sp, cur, k, log_q, key):  # pragma: no cover - numba
     """A loss-rank batch of ``k`` examples of ``shard``, in one call without the GIL:
-    refresh the rank order (``_sort_shard``'s arrays, in place), draw the ranks, look
-    their examples up."""
-    _refresh(losses, shard, sv, sp, cur)
+    refresh the rank order (``_sort_shard``'s arrays, in place; pending losses last),
+    draw the ranks, look their examples up."""
+    _refresh(losses, pending, shard, sv, sp, cur)
     picked = _pick(sv, sp, _draw_ranks_kernel(shard.size, k, log_q, key), key)
     out = np.empty(k, np.int64)
     for i in range(k):
@@ -373,7 +371,7 @@ def _examples_of_ranks(losses: np.ndarray, ranks: np.ndarray, rng: Any) -> np.nd
     """Positions in ``losses`` of the examples with the given (distinct) ranks, largest
     loss first, ties broken uniformly at random."""
     losses = np.asarray(losses, dtype=np.float64)
-    sv, sp, _ = _sort_shard(losses, np.arange(losses.size, dtype=np.int64))
+    sv, sp, _ = _sort_shard(losses, np.zeros(losses.size, np.bool_), np.arange(losses.size, dtype=np.int64))
     return _pick(sv, sp, np.asarray(ranks, dtype=np.int64), _stream_key(rng))
 
 
