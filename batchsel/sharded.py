@@ -213,21 +213,16 @@ class ShardedIndex(EmbeddingIndex):
         self.whole: EmbeddingIndex | None = None
         if node_work == "leader":
             self.index = None
-            if comm.rank == 0:
-                with _all_cores():
-                    self.whole = EmbeddingIndex(
-                        self._source if self._path is None else self._path,
-                        metric=metric,
-                        kind=self.kind,
-                        nprobe=self.nprobe,
-                        progress=progress,
-                        seed=seed,
-                    )
-            found = self._from_rank0(
-                "ShardedIndex (rank 0 indexes all rows)",
-                lambda w: {k: getattr(w, k) for k in ("nprobe_", "train_size_", "recall_") if hasattr(w, k)},
-            )
-            self.__dict__.update(found)
+
+            def build(_: Any) -> dict:
+                source = self._source if self._path is None else self._path
+                whole = EmbeddingIndex(
+                    source, metric=metric, kind=self.kind, nprobe=self.nprobe, progress=progress, seed=seed
+                )
+                self.whole = whole
+                return {k: getattr(whole, k) for k in ("nprobe_", "train_size_", "recall_") if hasattr(whole, k)}
+
+            self.__dict__.update(self._from_rank0("ShardedIndex (rank 0 indexes all rows)", build))
         else:
             self.index = self._build()
 
