@@ -148,7 +148,7 @@ class _SelectionThread:
         """Requests made and not collected."""
         return len(self._requests)
 
-    def _cheap(self) -> bool:
+    def _inline(self) -> bool:
         """Whether the thread cannot gain: selections cost less than handing them over
         (``_CHEAP``), or more than the training step beside which the thread would run
         (a step mostly Python, a tiny model: the two would take turns with the GIL)."""
@@ -172,7 +172,7 @@ class _SelectionThread:
             self._busy = False
             more = bool(self._queued)
         request.finished.release()
-        if more and self.thread is not None and threading.current_thread() is not self.thread and not self._cheap():
+        if more and self.thread is not None and threading.current_thread() is not self.thread and not self._inline():
             self._wake.put(None)  # ran here: the thread serves the ones queued behind it
 
     def _serve(self) -> None:
@@ -203,7 +203,7 @@ class _SelectionThread:
                 return
         with self._lock:
             self._queued.append(request)
-        if self.thread is None or self._cheap():
+        if self.thread is None or self._inline():
             pass  # no thread, or cheaper than a hand-off: the training thread runs it when needed
         elif self._skip:
             self._skip -= 1  # the thread was starved lately: the training thread will run it

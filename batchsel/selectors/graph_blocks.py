@@ -229,7 +229,7 @@ class GraphBlockSelector(Selector):
         if not self.whole_blocks:
             n, b = self.num_examples, self.batch_size
             last = b if self.drop_last or n % b == 0 else n % b
-            return (min(last, b), b) if n >= b else (n, n)
+            return (last, b) if n >= b else (n, n)
         sizes = np.sort(self.block_sizes_)
         q = self.blocks_per_batch
         return int(sizes[:q].sum()), int(sizes[-q:].sum())

@@ -225,6 +225,12 @@ def _draw_ranks_kernel(n, k, log_q, key):  # pragma: no cover - numba
     return ranks
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _rank_value(losses, pending, i):  # pragma: no cover - numba
+    """What example ``i`` is sorted by: its negated loss, +inf while the loss is pending."""
+    return np.inf if pending[i] else -losses[i]
+
+
 @njit(cache=True, nogil=True)
 def _sort_shard(losses, pending, shard):  # pragma: no cover - numba
     """The shard's examples in rank order: ``(sv, sp, cur)`` with ``cur[p]`` the negated
@@ -234,7 +240,7 @@ def _sort_shard(losses, pending, shard):  # pragma: no cover - numba
     n = shard.size
     cur = np.empty(n, np.float64)
     for p in range(n):
-        cur[p] = np.inf if pending[shard[p]] else -losses[shard[p]]
+        cur[p] = _rank_value(losses, pending, shard[p])
     sp = np.argsort(cur, kind="mergesort")
     return cur[sp], sp, cur
 
@@ -249,7 +255,7 @@ def _refresh(losses, pending, shard, sv, sp, cur):  # pragma: no cover - numba
     changed = np.empty(n, np.int64)
     d = 0
     for p in range(n):
-        v = np.inf if pending[shard[p]] else -losses[shard[p]]
+        v = _rank_value(losses, pending, shard[p])
         if v != cur[p]:
             cur[p] = v
             dirty[p] = True
