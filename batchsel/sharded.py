@@ -205,7 +205,6 @@ class ShardedIndex(EmbeddingIndex):
         self.block_rows = check_int(block_rows, "block_rows", minimum=1)
         self._round_rows = max(1, self.block_rows // comm.size)  # queries per rank and exchange round
         self.kind = kind if kind != "auto" else ("flat" if n <= AUTO_EXACT_MAX else "ivf")
-        self.embeddings = self._checked_shard()
         if node_work == "auto":
             node_work = "leader" if comm.size > 1 and len(set(comm.allgather(socket.gethostname()))) == 1 else "shard"
         self.node_work = node_work
@@ -213,6 +212,9 @@ class ShardedIndex(EmbeddingIndex):
         self.whole: EmbeddingIndex | None = None
         if node_work == "leader":
             self.index = None
+            # rank 0's index checks every row (its error reaches every rank); this rank's
+            # rows stay unread until a kernel needs them
+            self.embeddings = self._source[self.row_range[0] : self.row_range[1]]
 
             def build(_: Any) -> dict:
                 source = self._source if self._path is None else self._path
@@ -224,6 +226,7 @@ class ShardedIndex(EmbeddingIndex):
 
             self.__dict__.update(self._from_rank0("ShardedIndex (rank 0 indexes all rows)", build))
         else:
+            self.embeddings = self._checked_shard()
             self.index = self._build()
 
     def _from_rank0(self, what: str, compute: Any, per_rank: bool = False) -> Any:
@@ -475,16 +478,8 @@ class ShardedIndex(EmbeddingIndex):
             raise ValueError("kernel='rbf' needs a distance: use metric='euclidean' or 'cosine', or kernel='cosine'")
         if self_weight is not None and not 0 < self_weight <= 1:
             raise ValueError(f"self_weight must be in (0, 1] or None, got {self_weight!r}")
-        if self.node_work == "leader":
-            b = self._bounds
-
-            def graph(whole: EmbeddingIndex) -> list:
-                g = whole.knn_graph(k=k, kernel=kernel, symmetrize=symmetrize, sigma=sigma, self_weight=self_weight)
-                return [g[b[r] : b[r + 1]] for r in range(len(b) - 1)]
-
-            rows = to_int64(self._from_rank0("ShardedIndex.knn_graph (rank 0 builds it)", graph, per_rank=True))
-            rows.sort_indices()
-            return rows
+        # node_work="leader": rank 0 searches (neighbors), then every rank weighs and
+        # symmetrizes its own rows, in parallel (single-threaded scipy work)
         lo, hi = self.row_range
         n = self.num_examples
         start = time.perf_counter()

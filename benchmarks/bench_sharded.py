@@ -12,7 +12,7 @@
 3. ``W ranks``: ``mpiexec -n W``, every rank ``ShardedIndex(path, comm,
    metric="euclidean", node_work="shard").knn_graph(k)`` (its rows of the same graph),
    W = 1 and 2, with OMP_NUM_THREADS=1 (a rank per core: what W nodes would do);
-4. ``node_work="auto"``, the default, for W > 1 as a user runs it (default threads, mpiexec's
+4. ``node_work="auto"``, the default, for W > 1 as a user runs it (``--repeats R`` times, each run followed by a one-process run) (default threads, mpiexec's
    default binding): all ranks on this machine, so rank 0 does the faiss work with every
    core. Its anchor is the default-threads single process of 2.
 Reported per run: wall time (slowest rank, from a barrier after start-up to the graph),
@@ -158,6 +158,12 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--ranks", default="1,2", help="comma-separated world sizes")
     parser.add_argument("--no-reference", action="store_true", help="skip the single-process EmbeddingIndex run")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="node_work='auto' runs per world size > 1, each followed by a one-process run (default 1)",
+    )
     parser.add_argument("--dir", default=None, help="where the data file goes (default: a temporary directory)")
     parser.add_argument(
         "--write", action="store_true", help="append the table to benchmarks/results/speed/bench_sharded.md"
@@ -189,12 +195,13 @@ def main() -> None:
         for w in [int(v) for v in args.ranks.split(",")]:
             results.append(run([mpiexec, *root, "-n", str(w), *me, "--worker", "sharded"]))
             print(results[-1], file=sys.stderr)
-            if w > 1:  # the default, as a user runs it: default threads and binding
+            for _ in range(args.repeats if w > 1 else 0):  # the default, as a user runs it
                 cmd = [mpiexec, *root, "-n", str(w), *me, "--worker", "sharded", "--node-work", "auto"]
                 results.append(run(cmd, one_thread=False))
                 print(results[-1], file=sys.stderr)
                 if not args.no_reference:  # the one-process anchor again, right after (the machine drifts)
                     again.append(run(me + ["--worker", "reference"], one_thread=False))
+                    print(again[-1], file=sys.stderr)
     base = next((r for r in results if r["mode"] == "sharded" and r["ranks"] == 1), results[0])
     leaders = [r for r in results if r.get("node_work") == "leader"]
     # the default-threads anchor is left out: BLAS blocks its distance products by thread
@@ -238,16 +245,24 @@ def main() -> None:
                 if r["mode"] == "sharded"
             )
         )
-        # the default on one machine computes one process's graph; its anchor is the mean of the
-        # one-process runs before and right after it (runs late in a sequence read slower here)
-        one = float(np.mean([anchor["wall"]] + [a["wall"] for a in again]))
-        for r in leaders:
+        # the default on one machine computes one process's graph; each of its runs is set
+        # against the mean of the one-process runs right before and after it (the machine drifts)
+        anchors = [anchor] + again
+        ratios = []
+        for i, r in enumerate(leaders):
             same = json.dumps(r["digests"], sort_keys=True) == json.dumps(anchor["digests"], sort_keys=True)
+            around = [a["wall"] for a in anchors[i : i + 2]]
+            ratios.append(float(np.mean(around)) / r["wall"])
             lines.append(
                 f"node_work='leader' (the default on one machine), {r['ranks']} ranks: {r['wall']:.1f} s against "
-                f"{one:.1f} s for one process (mean of {', '.join(f'{a:.1f}' for a in [anchor['wall']] + [a['wall'] for a in again])} "
-                f"s, before and after) = {one / r['wall']:.2f}x its speed; "
+                f"{np.mean(around):.1f} s for one process (mean of {', '.join(f'{a:.1f}' for a in around)} s, "
+                f"before and after) = {ratios[-1]:.2f}x its speed; "
                 f"graph {'the same as' if same else 'not the same as'} the default-threads process's"
+            )
+        if len(ratios) > 1:
+            lines.append(
+                f"node_work='leader' over {len(ratios)} alternating runs: median {np.median(ratios):.2f}x one "
+                f"process's speed (range {min(ratios):.2f}-{max(ratios):.2f}x)"
             )
     lines.append("")
     text = "\n".join(lines)

@@ -169,6 +169,9 @@ def test_ranks_whose_functions_differ_never_return_different_selections():
 def test_a_nan_in_a_shard_is_reported_by_its_global_row():
     message = raised_on_every_rank("sharded-nan")
     assert "row 900" in message and "rank 1" in message, message
+    # one machine (the default there): rank 0 reads and checks every row, every rank raises
+    message = raised_on_every_rank("sharded-nan-leader")
+    assert "row 900" in message and "ValueError" in message, message
 
 
 @needs_mpi

@@ -32,10 +32,11 @@ def main() -> None:
             ShardedIndex(data(1000 - 100 * r, 8), comm, metric="euclidean", progress=False).knn_graph(k=5)
         elif case == "sharded-dim":
             ShardedIndex(data(1000, 8 + r), comm, metric="euclidean", progress=False).knn_graph(k=5)
-        elif case == "sharded-nan":  # a NaN in rank 1's shard, at global row 900
+        elif case in ("sharded-nan", "sharded-nan-leader"):  # a NaN in rank 1's shard, at global row 900
             x = data(1000, 8)
             x[900, 3] = np.nan
-            ShardedIndex(x, comm, metric="euclidean", progress=False)
+            node_work = "leader" if case == "sharded-nan-leader" else "shard"
+            ShardedIndex(x, comm, metric="euclidean", progress=False, node_work=node_work)
         elif case == "sharded-rows-tiling":  # graph rows that do not tile the graph
             w = np.eye(10, dtype=np.float32)
             import scipy.sparse as sp
