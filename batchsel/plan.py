@@ -76,8 +76,9 @@ class EpochPlan:
             for r, (wr, br) in enumerate(zip(self._weights, self._batches)):
                 if len(wr) != len(br):
                     raise ValueError(f"rank {r} has weights for {len(wr)} batches but {len(br)} batches")
-        max_index = max((int(b.max()) for rank in self._batches for b in rank if b.size), default=-1)
-        self.num_examples = int(num_examples) if num_examples is not None else max_index + 1
+        if num_examples is None:  # the largest index tells
+            num_examples = max((int(b.max()) for rank in self._batches for b in rank if b.size), default=-1) + 1
+        self.num_examples = int(num_examples)
         self.epoch = int(epoch)
         self.seed = int(seed)
         self.method = str(method)
@@ -249,6 +250,8 @@ def _as_indices(batch: Any, rank: int, i: int) -> np.ndarray:
     """A batch as a 1-D int64 array. Floats are accepted only when integral, booleans
     never: ``np.asarray(..., dtype=int64)`` would silently truncate 0.5 to 0 and turn a
     boolean mask into indices 0 and 1."""
+    if type(batch) is np.ndarray and batch.dtype == np.int64 and batch.ndim == 1:
+        return batch.copy()  # a selector's own batch: nothing to check
     b = np.asarray(batch)
     if b.ndim > 1:  # flattening would silently merge rows (or batches) into one
         raise ValueError(f"rank {rank} batch {i} must be 1-D (a list of indices), got shape {b.shape}")
@@ -262,6 +265,8 @@ def _as_indices(batch: Any, rank: int, i: int) -> np.ndarray:
 
 def _as_weights(weights: Any, rank: int, i: int) -> np.ndarray:
     """A batch's weights as a 1-D float32 array (2-D refused, as for indices)."""
+    if type(weights) is np.ndarray and weights.dtype == np.float32 and weights.ndim == 1:
+        return weights.copy()
     w = np.asarray(weights, dtype=np.float32)
     if w.ndim > 1:
         raise ValueError(f"rank {rank} batch {i}: weights must be 1-D, got shape {w.shape}")

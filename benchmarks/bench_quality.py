@@ -621,10 +621,12 @@ def train_run(
             item = next(batches, None)
             if item is None:
                 break
+            # through numpy: torch.tensor(list) costs 10 us a batch, as much as a 64-row step's sampler
             if weighted:
-                ib, wb = torch.tensor([i for i, _ in item]), torch.tensor([w for _, w in item])
+                indices, weights = zip(*item)
+                ib, wb = torch.from_numpy(np.array(indices)), torch.from_numpy(np.array(weights, np.float32))
             else:
-                ib, wb = torch.tensor(item), None
+                ib, wb = torch.from_numpy(np.array(item)), None
             if filt is not None:  # score the candidates, keep B of them
                 with torch.no_grad():
                     candidate_logits = model(x[ib])  # the module itself: no DDP hooks for a no-grad forward
@@ -699,6 +701,7 @@ def calibrate(
     comm: Any = None,
     sync_every: int | None = None,
     warm_up: bool = True,
+    min_seconds: float = 1.0,
 ) -> dict[str, dict[str, float]]:
     """Each method's set-up seconds and seconds per step, from a run of ``steps`` steps
     (seed 0) after an untimed warm-up of 10 steps (JIT compilation, first-use costs); under
@@ -709,17 +712,36 @@ def calibrate(
     training step, which is the same for all, then cancels out of the budgets. Selection
     that overlaps the step (a ``prefetch`` thread) shows little selecting on the training
     thread and may slow the step itself: a method's step is therefore at least its
-    measured one's excess over random's."""
-    costs = {}
-    for m in methods:
-        if warm_up:
+    measured one's excess over random's.
+
+    Short runs time badly (a 50-step run of a 0.4 ms step lasts 20 ms): the methods are
+    timed in interleaved rounds until random's runs add up to ``min_seconds`` (3 to 9
+    rounds), and each figure is the median over the rounds."""
+    if warm_up:
+        for m in methods:
             train_run(task, m, train, evaluation, num_classes, 0, min(10, steps), balanced, comm, sync_every)
-        run = train_run(task, m, train, evaluation, num_classes, 0, steps, balanced, comm, sync_every)
-        costs[m] = {
-            "setup_seconds": run["setup_seconds"],
-            "measured_step_seconds": (run["wall_seconds"] - run["setup_seconds"]) / run["steps"],
-            "select_seconds_per_step": (run["select_seconds"] - run["setup_seconds"]) / run["steps"],
-        }
+    rounds: dict[str, list[dict[str, float]]] = {m: [] for m in methods}
+    while True:
+        for m in methods:  # interleaved: drift hits every method alike
+            run = train_run(task, m, train, evaluation, num_classes, 0, steps, balanced, comm, sync_every)
+            rounds[m].append(
+                {
+                    "setup_seconds": run["setup_seconds"],
+                    "measured_step_seconds": (run["wall_seconds"] - run["setup_seconds"]) / run["steps"],
+                    "select_seconds_per_step": (run["select_seconds"] - run["setup_seconds"]) / run["steps"],
+                    "wall_seconds": run["wall_seconds"],
+                }
+            )
+        # under --mpi the walls are the slowest rank's already: every rank stops alike
+        timed = sum(r["wall_seconds"] for r in rounds["random"])
+        if len(rounds["random"]) >= 9 or (len(rounds["random"]) >= 3 and timed >= min_seconds):
+            break
+    costs: dict[str, dict[str, float]] = {
+        m: {key: float(np.median([r[key] for r in rs])) for key in rs[0] if key != "wall_seconds"}
+        for m, rs in rounds.items()
+    }
+    for m, rs in rounds.items():
+        costs[m]["calibration_rounds"] = len(rs)
     training = costs["random"]["measured_step_seconds"] - costs["random"]["select_seconds_per_step"]
     for c in costs.values():
         excess = c["measured_step_seconds"] - costs["random"]["measured_step_seconds"]

@@ -80,13 +80,52 @@ def observation(
             value = None  # the selector would not read it: neither converted nor shared
         if value is not None:
             on_device = hasattr(value, "detach") and getattr(getattr(value, "device", None), "type", "cpu") != "cpu"
-            value = DeviceCopy(value) if on_device else to_numpy(value)
+            value = DeviceCopy(value) if on_device else np.array(to_numpy(value))  # a copy, as the indices
             if value.shape[:1] != (idx.size,):
                 raise ValueError(f"{name} has shape {value.shape}, expected {idx.size} rows (one per index)")
         obs[name] = value
     if all(obs[name] is None for name in FEEDBACK) and any(v is not None for v in (losses, logits, embeddings)):
         return None  # nothing the selector reads (the same on every rank that calls alike)
     return obs
+
+
+def merged(observations: list[Observation]) -> list[Observation]:
+    """Consecutive settled observations with the same kinds of feedback and no index in
+    common, concatenated into one (order kept): what a selector that applies feedback
+    example by example (``feedback_per_epoch``) reads the same from one call as from many.
+    A run in which an index repeats stays as it was.
+
+    >>> a = {"indices": np.array([0, 1]), "losses": np.array([1.0, 2.0]), "logits": None, "embeddings": None}
+    >>> b = {"indices": np.array([2]), "losses": np.array([3.0]), "logits": None, "embeddings": None}
+    >>> [o["indices"].tolist() for o in merged([a, b])], [o["indices"].tolist() for o in merged([a, a])]
+    ([[0, 1, 2]], [[0, 1], [0, 1]])
+    """
+    out: list[Observation] = []
+    run: list[Observation] = []
+
+    def close() -> None:
+        if len(run) > 1:
+            idx = np.concatenate([o["indices"] for o in run])
+            if len(np.unique(idx)) == len(idx):
+                one: Observation = {"indices": idx}
+                try:
+                    for name in FEEDBACK:
+                        one[name] = None if run[0][name] is None else np.concatenate([o[name] for o in run])
+                except ValueError:  # shapes that differ: the selector's own check names them
+                    pass
+                else:
+                    out.append(one)
+                    return
+        out.extend(run)
+
+    for obs in observations:
+        kinds = [obs.get(name) is None for name in FEEDBACK]
+        if run and kinds != [run[0].get(name) is None for name in FEEDBACK]:
+            close()
+            run = []
+        run.append(obs)
+    close()
+    return out
 
 
 def exchange(comm: Communicator, buffer: list[Observation], rank: int, timeout: float | None) -> list[Observation]:

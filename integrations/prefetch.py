@@ -291,8 +291,17 @@ class BackgroundSelection:
     :attr:`clock` adds up the time of both.
     """
 
-    def __init__(self, apply: Callable[[list[Observation]], None], deferred: list[Observation] | None = None) -> None:
+    def __init__(
+        self,
+        apply: Callable[[list[Observation]], None],
+        deferred: list[Observation] | None = None,
+        *,
+        per_iteration: bool = False,
+    ) -> None:
         self.clock = SelectionClock()
+        #: hold all feedback back until the next iteration starts or this one runs out (a
+        #: selector that reads it only when it plans an epoch: one hand-over per epoch)
+        self.per_iteration = per_iteration
         self._apply = lambda observations: self.clock.run(apply, observations)
         #: feedback not handed to the selector yet, oldest first
         self.deferred: list[Observation] = [] if deferred is None else deferred
@@ -311,6 +320,7 @@ class BackgroundSelection:
         if not depth:
             self._flush()  # feedback held back by a prefetch run (or its saved state)
             yield from source
+            self._flush()  # ran out: the epoch's feedback is in before anyone reads the selector
             return
         cores = cores_of_this_rank()
         if cores < 2:  # a thread would take turns with the training step on one core: no gain
@@ -339,7 +349,7 @@ class BackgroundSelection:
     def observe(self, observations: list[Observation]) -> None:
         """Hand ``observations`` to the selector now, after what was held back; while an
         iteration with ``depth > 0`` runs, when its next selection starts."""
-        if self._thread is not None:  # a selection may be running
+        if self._thread is not None or self.per_iteration:  # a selection may be running
             self.deferred.extend(observations)
             return
         self._flush()

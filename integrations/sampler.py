@@ -26,7 +26,7 @@ from batchsel._state import from_portable, to_portable
 from batchsel.selectors.base import Selector, digest, shard_length
 
 from .comm import Communicator, get_communicator
-from .feedback import FEEDBACK, exchange, observation, settle, to_numpy
+from .feedback import FEEDBACK, exchange, merged, observation, settle, to_numpy
 from .prefetch import BackgroundSelection, Observation
 
 logger = logging.getLogger(__name__)
@@ -237,7 +237,9 @@ class SelectionBatchSampler:
         self._observe_calls = 0  # buffered observe() calls of the latest iteration: ranks must agree
         # gathered feedback goes to the selector through this; while an iteration with
         # prefetch runs, each selection ahead applies what came before it (call order decides)
-        self._background = BackgroundSelection(self._feed_selector)
+        self._background = BackgroundSelection(
+            self._feed_selector, per_iteration=bool(getattr(selector, "feedback_per_epoch", False))
+        )
         self._warned_local = False
         self._waited, self._handed = 0.0, 0  # the training thread's seconds in the sampler; batches
 
@@ -675,8 +677,10 @@ class SelectionBatchSampler:
 
     def _feed_selector(self, observations: list[Observation]) -> None:
         # on the training thread, or on the prefetch thread right before a selection
+        observations = [settle(obs) for obs in observations]
+        if getattr(self.selector, "feedback_per_epoch", False):
+            observations = merged(observations)
         for obs in observations:
-            settle(obs)
             self.selector.observe(
                 obs["indices"], losses=obs["losses"], logits=obs["logits"], embeddings=obs["embeddings"]
             )
@@ -731,7 +735,9 @@ class SelectionBatchSampler:
         state.setdefault("_waited", 0.0)
         state.setdefault("_handed", 0)
         self.__dict__.update(state)
-        self._background = BackgroundSelection(self._feed_selector, deferred)
+        self._background = BackgroundSelection(
+            self._feed_selector, deferred, per_iteration=bool(getattr(self.selector, "feedback_per_epoch", False))
+        )
 
     def __repr__(self) -> str:
         return (

@@ -171,6 +171,54 @@ def test_sampler_lengths_total_and_exact_mid_epoch_resume():
     assert resumed.selector.pruned_share_[5] == pytest.approx(round(0.5 * 101) / n)
 
 
+@pytest.mark.parametrize("labels", [False, True])
+def test_the_sampler_hands_an_epochs_feedback_over_in_one_call_with_the_same_plans(labels):
+    # per-epoch selectors get the feedback when the next epoch is planned, in one call;
+    # the plans equal those of a selector fed batch by batch right after each step
+    n, b, epochs = 203, 16, 5
+    y = np.arange(n) % 4 if labels else None
+    losses_of = lambda idx, e: np.cos(idx * 0.7 + e) ** 2  # noqa: E731
+
+    class Counting(InfoBatchSelector):
+        calls = 0
+
+        def observe(self, indices, losses=None, logits=None, embeddings=None):
+            type(self).calls += 1
+            super().observe(indices, losses=losses, logits=logits, embeddings=embeddings)
+
+    sampler = SelectionBatchSampler(Counting(n, b, epochs=epochs, seed=1, labels=y), weighted=True)
+    direct = InfoBatchSelector(n, b, epochs=epochs, seed=1, labels=y)
+    for e in range(epochs):
+        sampler.set_epoch(e)
+        expected = direct.plan(e)
+        got = list(sampler)
+        assert [[i for i, _ in batch] for batch in got] == [bt.tolist() for bt in expected.batches(0)]
+        assert [[w for _, w in batch] for batch in got] == [wt.tolist() for wt in expected.weights(0)]
+        for batch in got:
+            idx = np.array([i for i, _ in batch])
+            sampler.observe(torch.from_numpy(idx), losses=torch.from_numpy(losses_of(idx, e)))
+            direct.observe(idx, losses=losses_of(idx, e))
+        assert Counting.calls == e  # held back: the epoch's feedback goes in with the next plan
+        assert not np.array_equal(sampler.selector.losses_, direct.losses_)
+    sampler.set_epoch(0)
+    for _ in sampler:  # runs out: the last epoch's feedback goes in as well
+        pass
+    assert np.array_equal(sampler.selector.losses_, direct.losses_)
+
+
+def test_held_back_feedback_reaches_the_selector_when_the_epoch_runs_out():
+    n, b = 40, 8
+    sampler = SelectionBatchSampler(InfoBatchSelector(n, b, epochs=3, seed=0), weighted=True)
+    sampler.set_epoch(0)
+    for batch in sampler:
+        idx = np.array([i for i, _ in batch])
+        sampler.observe(idx, losses=idx / 10.0)
+        # held back while the epoch runs
+        assert np.isinf(sampler.selector.losses_).all()
+    # the for loop's last request (after the last observe) ran the iterator out: all handed over
+    assert np.array_equal(sampler.selector.losses_, np.arange(n) / 10.0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["infobatch", "score"])
 @pytest.mark.parametrize("ranks", [1, 2])
@@ -290,3 +338,16 @@ def test_score_pruning_bad_input_is_refused_with_the_value():
         sel.load_state_dict({"kept": np.zeros(3)})
     with pytest.raises(ValueError, match="finite"):
         coverage_centric_selection([0.0, float("inf")], 1)
+
+
+def test_held_back_feedback_does_not_change_with_the_callers_buffer():
+    n, b = 40, 8
+    sampler = SelectionBatchSampler(InfoBatchSelector(n, b, epochs=3, seed=0), weighted=True)
+    buffer = torch.zeros(b, dtype=torch.float64)  # a loop that reuses one tensor for its losses
+    sampler.set_epoch(0)
+    for batch in sampler:
+        idx = np.array([i for i, _ in batch])
+        buffer.copy_(torch.from_numpy(idx / 10.0))
+        sampler.observe(idx, losses=buffer)
+    buffer.fill_(-1.0)
+    assert np.array_equal(sampler.selector.losses_, np.arange(n) / 10.0)

@@ -515,3 +515,23 @@ def test_rank_and_world_are_read_when_iteration_starts(tmp_path, monkeypatch):
             sampler_for(RandomSelector(12, 4), rank=1, world_size=2)
     finally:
         dist.destroy_process_group()
+
+
+def test_merged_feedback_concatenates_only_runs_a_selector_reads_alike():
+    from batchsel.integrations.feedback import merged
+
+    def obs(idx, losses=None, logits=None):
+        return {
+            "indices": np.array(idx),
+            "losses": None if losses is None else np.array(losses, float),
+            "logits": None if logits is None else np.array(logits, float),
+            "embeddings": None,
+        }
+
+    one = merged([obs([0, 1], [1, 2]), obs([2], [3]), obs([3], logits=[[1.0, 0.0]]), obs([4], logits=[[0.0, 1.0]])])
+    assert [o["indices"].tolist() for o in one] == [[0, 1, 2], [3, 4]]  # a new kind of feedback starts a run
+    assert one[0]["losses"].tolist() == [1, 2, 3] and one[1]["logits"].shape == (2, 2)
+    repeated = merged([obs([0, 1], [1, 2]), obs([1], [5])])  # an index twice: order matters, kept apart
+    assert [o["indices"].tolist() for o in repeated] == [[0, 1], [1]]
+    ragged = merged([obs([0], logits=[[1.0, 0.0]]), obs([1], logits=[[1.0, 0.0, 0.0]])])
+    assert len(ragged) == 2  # shapes that differ: left for the selector's check to name

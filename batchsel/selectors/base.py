@@ -166,6 +166,11 @@ class Selector:
     #: of the loop this selector's batches are selected (the feedback lag); 1 where a
     #: batch's selection is not trivial and one step of lag costs nothing measurable
     default_prefetch: int = 0
+    #: True when :meth:`observe` only matters to the next epoch's plan and applies feedback
+    #: example by example, order kept (dynamic and score-based pruning): a sampler holds the
+    #: feedback back until the next epoch is planned and hands each run of it over in one
+    #: call (one check and one update instead of one per step)
+    feedback_per_epoch: bool = False
 
     @property
     def epoch_examples(self) -> int:

@@ -37,6 +37,7 @@ class _PrunedRun(Selector):
     subclasses give :meth:`epoch_size`, the examples (over all ranks) of each epoch."""
 
     epoch_lengths_vary = True
+    feedback_per_epoch = True  # read when the next epoch is planned
     epochs: int
 
     def epoch_size(self, epoch: int) -> int:
@@ -167,11 +168,11 @@ class InfoBatchSelector(_PrunedRun):
         super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)
         #: class ids: the well-learnt half is taken within every class (None: over all examples)
         self.labels = None if labels is None else check_labels(labels, self.num_examples)
-        # members of every class (one group of all examples without labels), fixed for the run
-        groups = (
-            [np.arange(self.num_examples)]
-            if self.labels is None
-            else np.split(np.argsort(self.labels, kind="stable"), np.flatnonzero(np.diff(np.sort(self.labels))) + 1)
+        # every example's group: its class (one group of all examples without labels)
+        _, group, sizes = np.unique(
+            np.zeros(self.num_examples, np.int64) if self.labels is None else self.labels,
+            return_inverse=True,
+            return_counts=True,
         )
         self.epochs = check_int(epochs, "epochs", minimum=1)
         self.prune_ratio = check_number(prune_ratio, "prune_ratio", 0.0)
@@ -180,8 +181,12 @@ class InfoBatchSelector(_PrunedRun):
         self.anneal = check_number(anneal, "anneal", 0.0, 1.0)
         # a class skips prune_ratio x (its size / the largest class's) of its well-learnt half:
         # InfoBatch's share on balanced data, the rare classes of a long tail hardly pruned
-        largest = max(len(g) for g in groups)
-        self._groups = [(g, len(g) // 2, round(self.prune_ratio * len(g) / largest * (len(g) // 2))) for g in groups]
+        candidates = sizes // 2
+        skipped = np.array([round(self.prune_ratio * n / sizes.max() * c) for n, c in zip(sizes, candidates)])
+        self._group = group.reshape(-1).astype(np.int64)
+        # per group: its first position in an order sorted by group, candidates, skipped
+        self._group_start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self._candidates, self._skipped_per_group = candidates.astype(np.int64), skipped.astype(np.int64)
         if not isinstance(rescale, (bool, np.bool_)):
             raise TypeError(f"rescale must be a bool, got {rescale!r}")
         self.rescale = bool(rescale)
@@ -198,7 +203,7 @@ class InfoBatchSelector(_PrunedRun):
         return 0 < epoch < math.ceil(self.anneal * self.epochs) and self._skipped() > 0
 
     def _skipped(self) -> int:
-        return sum(skipped for _, _, skipped in self._groups)
+        return int(self._skipped_per_group.sum())
 
     def epoch_size(self, epoch: int) -> int:
         """Examples trained on in ``epoch`` (over all ranks, before padding)."""
@@ -219,13 +224,21 @@ class InfoBatchSelector(_PrunedRun):
         keep = np.arange(self.num_examples, dtype=np.int64)
         weights = np.ones(self.num_examples, dtype=np.float32)
         if self.prunes(epoch):
+            # all groups at once: by group, then loss, ties by index (lexsort is stable)
+            group = self._group
+            order = np.lexsort((losses, group))
+            rank = np.empty(self.num_examples, dtype=np.int64)
+            rank[order] = np.arange(self.num_examples) - self._group_start[group[order]]
+            learnt = np.flatnonzero(rank < self._candidates[group])  # each group's lowest half
+            # each group skips its share of its learnt examples, drawn at random
+            draw = np.lexsort((rng.random(len(learnt)), group[learnt]))
+            drawn = np.empty(len(learnt), dtype=np.int64)
+            drawn[draw] = np.arange(len(learnt)) - np.searchsorted(group[learnt][draw], group[learnt][draw])
             mask = np.ones(self.num_examples, dtype=bool)
-            for members, candidates, skipped in self._groups:
-                # the lowest losses, ties by index (a stable sort: the same on every platform)
-                learnt = members[np.argsort(losses[members], kind="stable")[:candidates]]
-                mask[rng.choice(learnt, size=skipped, replace=False)] = False
-                if self.rescale and skipped:
-                    weights[learnt] = candidates / (candidates - skipped)
+            mask[learnt[drawn < self._skipped_per_group[group[learnt]]]] = False
+            if self.rescale:
+                c, k = self._candidates[group[learnt]], self._skipped_per_group[group[learnt]]
+                weights[learnt] = np.where(k > 0, c / np.maximum(c - k, 1), 1.0)
             keep, weights = keep[mask], weights[mask]
         order = rng.permutation(len(keep))
         return keep[order], weights[order]
