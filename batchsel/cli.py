@@ -148,6 +148,7 @@ AUDIT_EXAMPLE = """\
 examples:
   batchsel audit emb.npy --labels y.npy
   batchsel audit emb.npy --labels y.npy --json --issues suspects.npy --plot audit.png
+  batchsel audit emb.npy --labels y.npy --probabilities oof_probs.npy   # a model's, cross-validated
   mpiexec -n 2 batchsel audit emb.npy --labels y.npy        # the k-NN search sharded
 
   From one k-NN search (cosine): the share of near-duplicate rows at several thresholds,
@@ -374,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.95,
         metavar="T",
         help="near-duplicate cosine similarity for the advice, in (0, 1] (default 0.95)",
+    )
+    p.add_argument(
+        "--probabilities",
+        metavar="P",
+        help="N x C out-of-sample class probabilities of a model (column c = label c; e.g. "
+        "cross-validated softmax outputs) for the label-noise estimate, instead of the neighbours' votes",
     )
     p.add_argument("--k", type=int, default=10, metavar="K", help="neighbours per row (default 10)")
     p.add_argument("--issues", metavar="FILE.npy", help="save the rows flagged as mislabelled, most likely first")
@@ -1014,14 +1021,16 @@ def cmd_dedup(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .data_audit import audit
+    from .data_audit import audit, check_probabilities
     from .plotting import plot_audit
 
     _check_threshold(args.threshold)
     check_int(args.k, "--k", minimum=1)
     if args.issues is not None and args.labels is None:
         raise UsageError("--issues needs --labels (the flagged rows are label issues)")
-    inputs = [("EMB", args.embeddings), ("--labels", args.labels)]
+    if args.probabilities is not None and args.labels is None:
+        raise UsageError("--probabilities needs --labels (they are a model's probabilities of each label)")
+    inputs = [("EMB", args.embeddings), ("--labels", args.labels), ("--probabilities", args.probabilities)]
     _check_output(args.issues, args.force, what="issues", suffixes=(".npy",), inputs=inputs)
     _check_plot(args.plot, args.force, inputs)
     if args.issues is not None and args.plot is not None and os.path.abspath(args.issues) == os.path.abspath(args.plot):
@@ -1030,7 +1039,18 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if n < 2:
         raise UsageError(f"an audit needs at least 2 rows, {args.embeddings!r} has {n}")
     labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None
-    report = audit(source, labels, k=args.k, threshold=args.threshold, comm=comm, progress=not args.quiet)
+    probabilities = None
+    if args.probabilities is not None:
+        probabilities = check_probabilities(load_array(args.probabilities), labels, n)
+    report = audit(
+        source,
+        labels,
+        k=args.k,
+        threshold=args.threshold,
+        comm=comm,
+        progress=not args.quiet,
+        probabilities=probabilities,
+    )
     if comm is not None and comm.rank != 0:
         return EXIT_OK  # rank 0 writes and reports
     if args.issues is not None:

@@ -8,9 +8,13 @@ Everything comes from the ``k`` nearest neighbours (cosine) of every row, one se
 - near-duplicates: the share of rows :func:`~batchsel.deduplicate` would remove, at
   several thresholds;
 - label noise (with labels): class probabilities of every row from its neighbours' labels
-  (leave-one-out: a row never votes for itself), then confident learning (Northcutt et al.,
-  JAIR 2021): per-class thresholds, the calibrated confident joint, the estimated share
-  of wrong labels, and the rows most likely mislabelled, ranked;
+  (leave-one-out: a row never votes for itself), or the out-of-sample ``probabilities`` of
+  a model of the user's (cross-validated: what cleanlab takes), then confident learning
+  (Northcutt et al., JAIR 2021): per-class thresholds, the calibrated confident joint, the
+  estimated share of wrong labels, and the rows most likely mislabelled, ranked. The
+  estimate is as good as the probabilities: embeddings that separate the classes poorly
+  count the neighbours' errors as wrong labels (mnist1d's raw features: 62 % for 25 %),
+  a model that classifies well does not;
 - outliers: rows far less similar to their neighbours than rows usually are;
 - cluster structure: how much more similar neighbours are than random pairs.
 """
@@ -24,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_int, check_labels
+from ._checks import check_int, check_labels, tensor_to_numpy
 from .communicator import Communicator
 from .dedup import NPROBE, SIMILARITY_SLACK, _pairs, _unique_pairs, check_threshold, cosine_index, groups_of_pairs
 from .index import EmbeddingIndex
@@ -43,6 +47,8 @@ PRIOR_WEIGHT = 0.5
 #: errors as wrong labels (mnist1d's raw features: 0.47 on clean labels, estimate 45 %;
 #: digits 0.88 clean, 0.66 with 25 % wrong labels, estimate 26 %; bench_labels.py)
 MIN_AGREEMENT = 0.5
+#: where the class probabilities of the noise estimate came from, as the report says it
+SOURCES = {"neighbours": "from the neighbours' votes", "given": "from the given probabilities"}
 
 
 @dataclass
@@ -61,10 +67,11 @@ class Audit:
     class_counts: dict[int, int] | None = None
     noise_rate: float | None = None  # estimated share of wrong labels
     label_issues: np.ndarray | None = None  # rows most likely mislabelled, most likely first
-    probabilities: np.ndarray | None = None  # N x C leave-one-out neighbour class probabilities
-    classes: np.ndarray | None = None  # the labels' distinct values (columns of probabilities)
+    probabilities: np.ndarray | None = None  # N x C class probabilities the noise estimate used
+    classes: np.ndarray | None = None  # the classes of the columns of probabilities
     label_positions: np.ndarray | None = None  # each row's label as a column of probabilities
-    neighbor_agreement: float | None = None  # mean share of the neighbours' vote for their top class
+    neighbor_agreement: float | None = None  # mean probability of each row's most probable class
+    probability_source: str | None = None  # "neighbours" (leave-one-out votes) or "given" (a model's)
     advice: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -96,6 +103,7 @@ class Audit:
                 noise_rate=None if self.noise_rate is None else round(self.noise_rate, 4),
                 neighbor_agreement=round(self.neighbor_agreement, 4),
                 noise_rate_reliable=self.neighbor_agreement >= MIN_AGREEMENT,
+                probability_source=self.probability_source,
                 label_issues=self.label_issues[:top].tolist(),
                 num_label_issues=int(self.label_issues.size),
             )
@@ -115,7 +123,7 @@ class Audit:
         if self.class_counts is not None:
             lines += [
                 f"classes: {len(self.class_counts)}, largest / smallest {self.imbalance:.1f}",
-                f"label noise: about {self.noise_rate:.1%} of labels look wrong; {self.label_issues.size} rows "
+                f"label noise ({SOURCES.get(self.probability_source or '', '')}): about {self.noise_rate:.1%} of labels look wrong; {self.label_issues.size} rows "
                 f"flagged (most likely: {self.label_issues[:5].tolist()})",
             ]
         lines += [f"advice: {a}" for a in self.advice]
@@ -199,11 +207,19 @@ def _advice(a: Audit) -> list[str]:
     """What the regime benchmark measured on data like this (docs: which-method.md)."""
     tips = []
     if a.neighbor_agreement is not None and a.neighbor_agreement < MIN_AGREEMENT:
-        tips.append(
-            f"the neighbours' votes are split (their top class holds {a.neighbor_agreement:.0%} on "
-            f"average): the embeddings separate the classes poorly, so the label-noise estimate also "
-            f"counts the neighbours' own errors; use better embeddings (a trained model's) to audit labels"
-        )
+        if a.probability_source == "given":
+            tips.append(
+                f"the given probabilities are spread (the most probable class holds {a.neighbor_agreement:.0%} "
+                f"on average): the model classifies poorly, so the label-noise estimate also counts its "
+                f"own errors"
+            )
+        else:
+            tips.append(
+                f"the neighbours' votes are split (their top class holds {a.neighbor_agreement:.0%} on "
+                f"average): the embeddings separate the classes poorly, so the label-noise estimate also "
+                f"counts the neighbours' own errors; use better embeddings (a trained model's) or pass "
+                f"a model's out-of-sample probabilities to audit labels"
+            )
     if a.noise_rate is not None and a.noise_rate >= 0.05:
         tips.append(
             f"about {a.noise_rate:.0%} of labels look wrong: with 25 % wrong labels no method beat random "
@@ -244,11 +260,15 @@ def audit(
     comm: Communicator | None = None,
     progress: bool = True,
     seed: int = 0,
+    probabilities: Any = None,
 ) -> Audit:
     """Audit ``embeddings`` (``N x d`` array, tensor or ``.npy`` path) and, if given, integer
     ``labels`` (length N): see the module docstring. ``threshold`` is the near-duplicate
     threshold of the groups returned (and of the advice); ``thresholds`` the curve's.
     With ``comm`` the search runs sharded over its ranks and every rank returns the same.
+    ``probabilities``: ``N x C`` out-of-sample class probabilities of the labels' model
+    (column c = label c; rows summing to 1), for the label-noise estimate and the flagged
+    rows instead of the neighbours' votes; they need ``labels`` in ``[0, C)``.
 
     Example
     -------
@@ -269,6 +289,7 @@ def audit(
     y = None
     if labels is not None:
         y = check_labels(labels, n)
+    given = None if probabilities is None else check_probabilities(probabilities, y, n)
     if n < 2:
         raise ValueError(f"an audit needs at least 2 rows, got {n}")
     k = min(k, n - 1)
@@ -300,15 +321,48 @@ def audit(
     if y is not None:
         classes, positions = np.unique(y, return_inverse=True)
         positions = positions.reshape(-1)
-        result.classes, result.label_positions = classes, positions
         result.class_counts = {int(c): int(m) for c, m in zip(classes, np.bincount(positions))}
-        result.probabilities = neighbor_probabilities(I, S, positions, classes.size)
+        if given is None:
+            result.probabilities = neighbor_probabilities(I, S, positions, classes.size)
+            result.probability_source = "neighbours"
+        else:  # the model's columns are the classes 0..C-1, present in the labels or not
+            classes, positions = np.arange(given.shape[1]), y
+            result.probabilities, result.probability_source = given, "given"
+        result.classes, result.label_positions = classes, positions
         result.noise_rate, result.label_issues = confident_learning(result.probabilities, positions)
         result.neighbor_agreement = float(result.probabilities.max(axis=1).mean())
     result.advice = _advice(result)
     result.seconds = time.perf_counter() - start
     logger.info("audit of %d x %d in %.1f s", n, d, result.seconds)
     return result
+
+
+def check_probabilities(probabilities: Any, labels: np.ndarray | None, num_examples: int) -> np.ndarray:
+    """``N x C`` class probabilities as float64, checked: labels given, one row per example,
+    finite, in [0, 1], rows summing to 1 (within 1e-3), every label a column."""
+    if labels is None:
+        raise ValueError("probabilities need labels: they are the model's probabilities of each label")
+    p = np.asarray(tensor_to_numpy(probabilities))
+    if p.ndim != 2 or p.shape[0] != num_examples:
+        raise ValueError(f"probabilities must be N x C with N = {num_examples} rows, got shape {p.shape}")
+    if not np.issubdtype(p.dtype, np.number) or np.issubdtype(p.dtype, np.complexfloating):
+        raise TypeError(f"probabilities must be real numbers, got dtype {p.dtype}")
+    p = p.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(p).all(axis=1) | (p < 0).any(axis=1) | (p > 1).any(axis=1))
+    if bad.size:
+        raise ValueError(f"probabilities must be finite and in [0, 1]: row {bad[0]} is {p[bad[0]].tolist()[:6]}")
+    sums = p.sum(axis=1)
+    off = np.flatnonzero(np.abs(sums - 1.0) > 1e-3)
+    if off.size:
+        raise ValueError(
+            f"probabilities must sum to 1 in every row (softmax outputs): row {off[0]} sums to {sums[off[0]]:.4g}"
+        )
+    if labels.max(initial=0) >= p.shape[1] or labels.min(initial=0) < 0:
+        raise ValueError(
+            f"labels must be column numbers of probabilities, in [0, {p.shape[1]}): got labels "
+            f"{int(labels.min())}..{int(labels.max())}"
+        )
+    return p
 
 
 def _cosine_rows(index: EmbeddingIndex, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -105,6 +105,11 @@ def files(tmp_path) -> Path:
     np.save(tmp_path / "emb.npy", x)
     np.save(tmp_path / "y.npy", y)
     np.save(tmp_path / "y_short.npy", y[:-1])
+    p = np.full((len(y), 8), 0.5 / 7)
+    p[np.arange(len(y)), y] = 0.5
+    np.save(tmp_path / "p.npy", p)
+    np.save(tmp_path / "p_rows.npy", p * 1.1)
+    np.save(tmp_path / "p_short.npy", p[:-1])
     return tmp_path
 
 
@@ -130,7 +135,7 @@ def test_cli_text_json_issues_and_plot(files):
     assert report["noise_rate"] == round(expected.noise_rate, 4) and report["issues"] == "sus.npy"
     assert (files / "audit.png").stat().st_size > 0
     text = run("audit", "emb.npy", "--quiet", cwd=files)
-    assert text.returncode == 0 and "near-duplicates" in text.stdout and "label noise: about" not in text.stdout
+    assert text.returncode == 0 and "near-duplicates" in text.stdout and "label noise" not in text.stdout
 
 
 @pytest.mark.slow
@@ -152,6 +157,9 @@ def test_cli_under_two_mpi_ranks_reports_what_one_process_does(files):
         (["--labels", "y.npy", "--plot", "audit.txt"], "must end with"),
         (["--labels", "y.npy", "--issues", "y.npy", "--force"], "is the input --labels"),
         (["--k", "0"], "--k"),
+        (["--probabilities", "p.npy"], "--probabilities needs --labels"),
+        (["--labels", "y.npy", "--probabilities", "p_rows.npy"], "must sum to 1 in every row"),
+        (["--labels", "y.npy", "--probabilities", "p_short.npy", "--issues", "sus.npy"], "N x C with N = 1500"),
     ],
 )
 def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(files, args, message):
@@ -170,3 +178,65 @@ def test_an_estimate_from_embeddings_that_separate_the_classes_poorly_is_marked(
     assert report.advice[0].startswith("the neighbours' votes are split")
     good = audit(*mixture(noise=0.25)[:2], progress=False)
     assert good.to_dict()["noise_rate_reliable"] and not good.advice[0].startswith("the neighbours")
+
+
+def model_probabilities(truth: np.ndarray, classes: int, accuracy: float, seed: int = 0) -> np.ndarray:
+    """Out-of-sample probabilities of a model that learnt the noisy labels' distribution:
+    right about the true class ``accuracy`` of the time, its mass shared with the label
+    noise it was trained on."""
+    rng = np.random.default_rng(seed)
+    n = truth.size
+    guess = np.where(rng.random(n) < accuracy, truth, rng.integers(0, classes, n))
+    p = rng.dirichlet(np.ones(classes), n) * 0.3
+    p[np.arange(n), guess] += 0.7
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def test_a_models_probabilities_replace_the_neighbours_votes():
+    # embeddings that separate the classes poorly: the neighbours count their own errors as
+    # wrong labels; a model that classifies well gets the rate and the rows right
+    rng = np.random.default_rng(1)
+    n, classes = 3000, 10
+    truth = rng.integers(0, classes, n)
+    x = (0.2 * rng.standard_normal((classes, 32))[truth] + rng.standard_normal((n, 32))).astype(np.float32)
+    wrong = rng.random(n) < 0.25
+    y = np.where(wrong, (truth + rng.integers(1, classes, n)) % classes, truth)
+    neighbours = audit(x, y, progress=False)
+    assert neighbours.noise_rate > 0.5 and neighbours.probability_source == "neighbours"
+    given = audit(x, y, progress=False, probabilities=model_probabilities(truth, classes, 0.95))
+    assert given.probability_source == "given" and given.to_dict()["probability_source"] == "given"
+    assert abs(given.noise_rate - wrong.mean()) < 0.05, (given.noise_rate, wrong.mean())
+    flagged = given.label_issues
+    assert wrong[flagged].mean() > 0.85 and wrong[flagged].sum() / wrong.sum() > 0.7
+    assert given.to_dict()["noise_rate_reliable"] and "labels look wrong" in given.advice[0]
+    # a weak model's estimate is marked, in the model's words
+    weak = audit(x, y, progress=False, probabilities=np.full((n, classes), 1 / classes))
+    assert not weak.to_dict()["noise_rate_reliable"] and weak.advice[0].startswith("the given probabilities")
+
+
+def test_given_probabilities_are_checked():
+    x, y, _ = mixture(n=300)
+    p = np.full((300, 8), 1 / 8)
+    with pytest.raises(ValueError, match="probabilities need labels"):
+        audit(x, None, probabilities=p, progress=False)
+    with pytest.raises(ValueError, match=r"N x C with N = 300 rows, got shape \(299, 8\)"):
+        audit(x, y, probabilities=p[:-1], progress=False)
+    bad = p.copy()
+    bad[7, 2] = np.nan
+    with pytest.raises(ValueError, match="row 7"):
+        audit(x, y, probabilities=bad, progress=False)
+    with pytest.raises(ValueError, match="row 0 sums to 2"):
+        audit(x, y, probabilities=p * 2, progress=False)
+    with pytest.raises(ValueError, match=r"in \[0, 4\): got labels 0..7"):
+        audit(x, y, probabilities=np.full((300, 4), 0.25), progress=False)
+    with pytest.raises(TypeError, match="real numbers"):
+        audit(x, y, probabilities=p.astype(complex), progress=False)
+
+
+def test_cli_takes_a_models_probabilities(files):
+    out = run("audit", "emb.npy", "--labels", "y.npy", "--probabilities", "p.npy", "--json", "--quiet", cwd=files)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    x, y, p = (np.load(files / f) for f in ("emb.npy", "y.npy", "p.npy"))
+    expected = audit(x, y, progress=False, probabilities=p)
+    assert report["probability_source"] == "given" and report["noise_rate"] == round(expected.noise_rate, 4)
