@@ -151,16 +151,33 @@ def neighbor_probabilities(I: np.ndarray, S: np.ndarray, labels: np.ndarray, num
     return votes / votes.sum(axis=1, keepdims=True)
 
 
+def _round_keeping_row_sums(counts: np.ndarray) -> np.ndarray:
+    """Every row of ``counts`` rounded to integers whose sum is the row's rounded sum: the
+    cells rounded, then the difference moved by one at a time to or from the cells
+    rounded furthest from their value."""
+    out = counts.round()
+    for row, target in zip(range(len(counts)), counts.sum(axis=1).round()):
+        diff = int(target - out[row].sum())
+        if diff:
+            step = 1 if diff > 0 else -1
+            order = np.argsort(counts[row] - out[row], kind="stable")[::-step]  # most under-rounded first
+            out[row, order[: abs(diff)]] += step
+    return out.astype(np.int64)
+
+
 def confident_learning(probs: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray]:
     """The estimated share of wrong labels and the rows flagged as mislabelled (most
-    likely first), by confident learning from out-of-sample class probabilities.
+    likely first), by confident learning from out-of-sample class probabilities: the rule
+    of cleanlab's ``find_label_issues`` (``filter_by="prune_by_noise_rate"``, its default).
 
     Per class j the threshold t_j is the mean probability of j over rows labelled j; a
-    row counts as "really" class j when p_j >= t_j (the largest such p_j). The confident
-    joint of (given label, real class) is calibrated to the label counts; its mass off the
-    diagonal is the noise rate. Flagged: the rows counted off the diagonal, as many as the
-    calibrated joint says each (given, real) cell holds, those with the largest margin
-    p_real - p_given first; ranked overall by the probability of their given label.
+    row counts as "really" class j when p_j >= t_j (of several such classes, the most
+    probable). The confident joint of (given label, real class), its diagonal at least 1,
+    is calibrated to the label counts; its mass off the diagonal is the noise rate. Flagged:
+    in every cell (given, real) off the diagonal, its calibrated count (rounded, each row
+    keeping its total) of rows labelled `given`, those with the largest margin
+    p_real - p_given; never a row whose given label is its most probable class (ties
+    count for the label); ranked by the probability of their given label.
 
     >>> p = np.array([[.9, .1], [.8, .2], [.2, .8], [.1, .9], [.85, .15]])
     >>> rate, flagged = confident_learning(p, np.array([0, 0, 1, 1, 1]))
@@ -170,34 +187,38 @@ def confident_learning(probs: np.ndarray, labels: np.ndarray) -> tuple[float, np
     n, c = probs.shape
     counts = np.bincount(labels, minlength=c)
     present = counts > 0
-    thresholds = np.full(c, np.inf)
+    thresholds = np.full(c, 2.0)  # a class no row carries: no probability reaches it
     np.divide(
         np.bincount(labels, weights=probs[np.arange(n), labels], minlength=c), counts, out=thresholds, where=present
     )
-    above = probs >= thresholds[None, :] - 1e-12
-    masked = np.where(above, probs, -np.inf)
-    real = masked.argmax(axis=1)
-    counted = above.any(axis=1)
+    above = probs >= thresholds[None, :] - 1e-6
+    confident = above.sum(axis=1)
+    real = np.where(confident > 1, probs.argmax(axis=1), above.argmax(axis=1))
+    counted = confident > 0
     joint = np.zeros((c, c))
     np.add.at(joint, (labels[counted], real[counted]), 1.0)
+    np.fill_diagonal(joint, np.maximum(joint.diagonal(), 1.0))
     row_sums = joint.sum(axis=1, keepdims=True)
-    calibrated = np.divide(joint, row_sums, out=np.zeros_like(joint), where=row_sums > 0) * counts[:, None]
+    calibrated = joint / row_sums * counts[:, None]
+    calibrated *= counts.sum() / max(calibrated.sum(), 1e-12)
     total = calibrated.sum()
     noise_rate = float(1.0 - np.trace(calibrated) / total) if total > 0 else 0.0
-    # prune by noise rate: each off-diagonal cell (given, real) flags its calibrated count of
-    # rows labelled `given`, those with the largest margin p_real - p_given; never a row
-    # whose given label is its most probable class
+    # prune by noise rate: each off-diagonal cell (given, real) flags its count of rows
+    # labelled `given`, those with the largest margin p_real - p_given
+    prune = _round_keeping_row_sums(calibrated)
     flagged = np.zeros(n, dtype=bool)
-    best = probs.argmax(axis=1)
     for given in np.flatnonzero(present):
         rows = np.flatnonzero(labels == given)
+        if rows.size <= 1:  # cleanlab's min_examples_per_class: a class's last row stays
+            continue
         for other in range(c):
-            want = int(round(calibrated[given, other]))
-            if other == given or want == 0:
+            want = int(prune[given, other])
+            if other == given or want <= 0:
                 continue
             margin = probs[rows, other] - probs[rows, given]
             flagged[rows[np.argsort(-margin, kind="stable")[:want]]] = True
-    flagged &= best != labels
+    own = probs[np.arange(n), labels] + 1e-6  # a tie with another class counts for the label
+    flagged &= own < probs.max(axis=1)
     flagged_rows = np.flatnonzero(flagged)
     order = np.argsort(probs[flagged_rows, labels[flagged_rows]], kind="stable")
     return noise_rate, flagged_rows[order].astype(np.int64)
