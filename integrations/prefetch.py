@@ -348,12 +348,19 @@ class BackgroundSelection:
 
     def observe(self, observations: list[Observation]) -> None:
         """Hand ``observations`` to the selector now, after what was held back; while an
-        iteration with ``depth > 0`` runs, when its next selection starts."""
+        iteration with ``depth > 0`` runs, when its next selection starts; with
+        ``per_iteration``, when the next iteration starts or this one runs out."""
         if self._thread is not None or self.per_iteration:  # a selection may be running
             self.deferred.extend(observations)
             return
         self._flush()
         self._apply(observations)
+
+    def apply_held_back(self) -> None:
+        """Hand the feedback held back to the selector now, unless a selection thread is
+        running (its next selection takes it)."""
+        if self._thread is None:
+            self._flush()
 
     def state(self) -> tuple[list[Any], list[Observation]]:
         """Wait for the selections in flight (the selector is idle afterwards). Returns the

@@ -695,6 +695,7 @@ class SelectionBatchSampler:
         settings such as seed and weights, and a digest of the data: embeddings, shards)."""
         epoch = self.epoch if epoch is None else check_int(epoch, "epoch", minimum=0)
         if not self.selector.online:
+            self._background.apply_held_back()  # a plan drawn now must see the feedback so far
             return self.selector.plan(epoch, self.world_size).fingerprint()
         h = hashlib.sha256()
         digest([epoch, self.world_size, len(self), self.selector.fingerprint(self.world_size)], h)

@@ -351,3 +351,20 @@ def test_held_back_feedback_does_not_change_with_the_callers_buffer():
         sampler.observe(idx, losses=buffer)
     buffer.fill_(-1.0)
     assert np.array_equal(sampler.selector.losses_, np.arange(n) / 10.0)
+
+
+def test_a_plan_asked_for_between_epochs_sees_the_feedback_held_back():
+    # a loop that stops before the iteration runs out leaves feedback held back; verify()
+    # (which plans the next epoch) must not freeze that epoch without it
+    n, b = 60, 8
+    sampler = SelectionBatchSampler(InfoBatchSelector(n, b, epochs=4, seed=2), weighted=True)
+    direct = InfoBatchSelector(n, b, epochs=4, seed=2)
+    sampler.set_epoch(0)
+    it = iter(sampler)
+    for _ in range(len(sampler)):  # every batch, without the request that would run it out
+        idx = np.array([i for i, _ in next(it)])
+        sampler.observe(idx, losses=np.cos(idx))
+        direct.observe(idx, losses=np.cos(idx))
+    sampler.set_epoch(1)
+    assert sampler.verify() == direct.plan(1).fingerprint()
+    assert [[i for i, _ in batch] for batch in sampler] == [bt.tolist() for bt in direct.plan(1).batches(0)]
