@@ -115,8 +115,9 @@ class InfoBatchSelector(_PrunedRun):
     ``SelectionBatchSampler(selector, weighted=True)`` and weight each example's loss. The
     examples kept in epoch e are fixed when its plan is first asked for (the sampler asks
     when epoch e's iteration starts), from the losses observed until then, identically on
-    every rank (the sampler shares the feedback). :attr:`pruned_share_` records, per epoch
-    planned, the share of the examples skipped.
+    every rank (the sampler shares the feedback; it hands the selector an epoch's feedback
+    in one call when the next epoch is planned: :attr:`feedback_per_epoch`).
+    :attr:`pruned_share_` records, per epoch planned, the share of the examples skipped.
 
     Parameters
     ----------
