@@ -90,7 +90,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -417,36 +417,65 @@ def make_selector(
         while build(epochs).total_batches(world_size) < steps:
             epochs += 1
         return build(epochs)
-    if base == "dedup":  # random batches over the rows batchsel.deduplicate keeps (its time is set-up)
+    if base in ("dedup", "dedup-loss-rank"):  # over the rows batchsel.deduplicate keeps (its time is set-up)
         keep = batchsel.deduplicate(train.x, options.get("threshold", 0.95), progress=False).keep
-        return KeptRows(keep, n, batch_size, seed=seed)
+        inner: batchsel.Selector = (
+            batchsel.RandomSelector(len(keep), batch_size, seed=seed)
+            if base == "dedup"
+            else batchsel.LossRankSelector(len(keep), batch_size, seed=seed)
+        )
+        return KeptRows(keep, n, inner, seed=seed)
     raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
 
 
 class KeptRows(batchsel.Selector):
-    """Random batches over a subset of the rows (``keep``): what a user gets from
-    ``DataLoader(Subset(data, keep), shuffle=True)``, in the selector interface."""
+    """``inner``'s batches over a subset of the rows (``keep``), in the full set's indices:
+    what a user gets from ``Subset(data, keep)`` with ``inner`` (random batches: a
+    ``DataLoader(shuffle=True)``); feedback is mapped to ``inner``'s indices."""
 
-    def __init__(self, keep: np.ndarray, num_examples: int, batch_size: int, *, seed: int = 0) -> None:
-        super().__init__(num_examples, batch_size, seed=seed)
+    def __init__(self, keep: np.ndarray, num_examples: int, inner: batchsel.Selector, *, seed: int = 0) -> None:
+        super().__init__(num_examples, inner.batch_size, seed=seed)
         self.keep = np.asarray(keep, dtype=np.int64)
-        self._random = batchsel.RandomSelector(len(self.keep), batch_size, seed=seed)
+        self.inner = inner
+        self._local = np.full(num_examples, -1, dtype=np.int64)
+        self._local[self.keep] = np.arange(len(self.keep))
+        # the sampler reads these: the inner selector's behaviour
+        self.online, self.uses_feedback = inner.online, inner.uses_feedback
+        self.feedback_fields, self.default_prefetch = inner.feedback_fields, inner.default_prefetch
+        self.full_batches, self.supports_start = inner.full_batches, inner.supports_start
+
+    @property
+    def epoch_examples(self) -> int:
+        return self.inner.epoch_examples
 
     def get_params(self) -> dict[str, Any]:
-        return {"keep": self.keep, "num_examples": self.num_examples, "batch_size": self.batch_size, "seed": self.seed}
+        return {"keep": self.keep, "num_examples": self.num_examples, "inner": repr(self.inner), "seed": self.seed}
+
+    def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
+        for batch in self.inner.iter_batches(epoch, rank, world_size, start=start):
+            yield self.keep[batch]
 
     def plan(self, epoch: int = 0, world_size: int = 1) -> "batchsel.EpochPlan":
-        inner = self._random.plan(epoch, world_size)
+        inner = self.inner.plan(epoch, world_size)
         return batchsel.EpochPlan(
             [[self.keep[b] for b in inner.batches(r)] for r in range(world_size)],
             num_examples=self.num_examples,
             epoch=epoch,
             seed=self.seed,
-            method="dedup",
+            method=f"kept rows, {inner.method}",
         )
 
     def num_batches(self, world_size: int = 1) -> int:
-        return self._random.num_batches(world_size)
+        return self.inner.num_batches(world_size)
+
+    def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
+        self.inner.observe(self._local[np.asarray(indices)], losses=losses, logits=logits, embeddings=embeddings)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
 
 
 # In-loop candidate filters (batchsel.CandidateFilter): random candidate batches of ratio x B,
@@ -459,7 +488,17 @@ FILTERS = {
     # Selective-Backprop (Jiang et al. 2019): beta=1, half of 2B candidates by loss percentile
     "selective-backprop": {"score": "loss", "pick": "percentile", "beta": 1.0, "ratio": 2.0, "uniform_fraction": 0.0},
 }
-METHODS = ("random", "smdl", "loss-rank", "coreset", "infobatch", "score-pruning", "dedup", *FILTERS)
+METHODS = (
+    "random",
+    "smdl",
+    "loss-rank",
+    "coreset",
+    "infobatch",
+    "score-pruning",
+    "dedup",
+    "dedup-loss-rank",
+    *FILTERS,
+)
 DEFAULT_METHODS = (
     "random",
     "smdl",
@@ -480,6 +519,7 @@ LABELS = {
     "infobatch": "InfoBatch pruning",
     "score-pruning": "EL2N + CCS pruning",
     "dedup": "random on the deduplicated set",
+    "dedup-loss-rank": "loss-rank on the deduplicated set",
     "loss-filter": "loss filter",
     "gradnorm-filter": "gradnorm filter",
     "rho-filter": "RHO-LOSS filter",

@@ -96,6 +96,34 @@ def test_dedup_method_draws_one_row_per_near_duplicate_group(bench):
     assert (sel.keep < n).all() and len(sel.keep) > 0.95 * n  # no copy kept, (almost) every original
 
 
+def test_dedup_loss_rank_ranks_the_kept_rows_by_their_fed_back_losses(bench):
+    """``dedup-loss-rank``: loss-rank over the kept rows; feedback in the full set's indices
+    reaches the inner selector as its own, and only kept rows are drawn."""
+    from batchsel.integrations import SelectionBatchSampler
+
+    data = bench.load_dataset("digits")
+    red, _ = bench.make_regime("redundant", data.train, 10, seed=0)
+    sel = bench.make_selector("dedup-loss-rank", red, 32, seed=0)
+    assert sel.online and sel.uses_feedback and isinstance(sel.inner, bench.batchsel.LossRankSelector)
+    sampler = SelectionBatchSampler(sel)
+    hard = sel.keep[:5]  # five kept rows with a large loss
+    drawn = []
+    for batch in sampler:
+        idx = np.array(batch)
+        drawn.append(idx)
+        sampler.observe(idx, losses=np.where(np.isin(idx, hard), 10.0, 0.1))
+    drawn = np.concatenate(drawn)
+    assert np.isin(drawn, sel.keep).all()
+    assert np.allclose(sel.inner.losses_[:5], 10.0) and np.isin(hard, drawn).all()
+    sampler.set_epoch(1)
+    counts = np.zeros(len(red.y), dtype=np.int64)
+    for batch in sampler:
+        idx = np.array(batch)
+        counts[idx] += 1
+        sampler.observe(idx, losses=np.where(np.isin(idx, hard), 10.0, 0.1))
+    assert counts[hard].mean() > 3 * counts[sel.keep].mean()  # the hard rows come back often
+
+
 def test_learning_rate_warms_up_and_ends_at_zero_on_every_budget(bench):
     for steps in (1, 7, 150):
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.4)
