@@ -156,7 +156,7 @@ def _round_keeping_row_sums(counts: np.ndarray) -> np.ndarray:
     cells rounded, then the difference moved by one at a time to or from the cells
     rounded furthest from their value."""
     out = counts.round()
-    for row, target in zip(range(len(counts)), counts.sum(axis=1).round()):
+    for row, target in enumerate(counts.sum(axis=1).round()):
         diff = int(target - out[row].sum())
         if diff:
             step = 1 if diff > 0 else -1

@@ -102,6 +102,7 @@ def merged(observations: list[Observation]) -> list[Observation]:
     """
     out: list[Observation] = []
     run: list[Observation] = []
+    run_kinds: list[bool] = []
 
     def close() -> None:
         if len(run) > 1:
@@ -120,10 +121,11 @@ def merged(observations: list[Observation]) -> list[Observation]:
 
     for obs in observations:
         kinds = [obs.get(name) is None for name in FEEDBACK]
-        if run and kinds != [run[0].get(name) is None for name in FEEDBACK]:
+        if run and kinds != run_kinds:
             close()
             run = []
         run.append(obs)
+        run_kinds = kinds
     close()
     return out
 

@@ -350,7 +350,7 @@ class BackgroundSelection:
         """Hand ``observations`` to the selector now, after what was held back; while an
         iteration with ``depth > 0`` runs, when its next selection starts; with
         ``per_iteration``, when the next iteration starts or this one runs out."""
-        if self._thread is not None or self.per_iteration:  # a selection may be running
+        if self._thread is not None or self.per_iteration:  # a selection may be running, or held per epoch
             self.deferred.extend(observations)
             return
         self._flush()

@@ -237,9 +237,7 @@ class SelectionBatchSampler:
         self._observe_calls = 0  # buffered observe() calls of the latest iteration: ranks must agree
         # gathered feedback goes to the selector through this; while an iteration with
         # prefetch runs, each selection ahead applies what came before it (call order decides)
-        self._background = BackgroundSelection(
-            self._feed_selector, per_iteration=bool(getattr(selector, "feedback_per_epoch", False))
-        )
+        self._background = self._new_background([])
         self._warned_local = False
         self._waited, self._handed = 0.0, 0  # the training thread's seconds in the sampler; batches
 
@@ -678,7 +676,7 @@ class SelectionBatchSampler:
     def _feed_selector(self, observations: list[Observation]) -> None:
         # on the training thread, or on the prefetch thread right before a selection
         observations = [settle(obs) for obs in observations]
-        if getattr(self.selector, "feedback_per_epoch", False):
+        if self._background.per_iteration:
             observations = merged(observations)
         for obs in observations:
             self.selector.observe(
@@ -736,9 +734,12 @@ class SelectionBatchSampler:
         state.setdefault("_waited", 0.0)
         state.setdefault("_handed", 0)
         self.__dict__.update(state)
-        self._background = BackgroundSelection(
-            self._feed_selector, deferred, per_iteration=bool(getattr(self.selector, "feedback_per_epoch", False))
-        )
+        self._background = self._new_background(deferred)
+
+    def _new_background(self, deferred: list[Observation]) -> BackgroundSelection:
+        # a selector that reads feedback only when it plans an epoch gets it then, in one call
+        per_epoch = bool(getattr(self.selector, "feedback_per_epoch", False))
+        return BackgroundSelection(self._feed_selector, deferred, per_iteration=per_epoch)
 
     def __repr__(self) -> str:
         return (
