@@ -163,9 +163,9 @@ def time_method(method: str, model_name: str, data: dict, batch: int, graph: obj
             if step >= total:
                 break
             weights = None
-            if sampler.weighted:  # InfoBatch: (index, weight) pairs, the kept low-loss examples up-weighted
-                weights = torch.tensor([w for _, w in ib], device=device)
-                ib = [i for i, _ in ib]
+            if sampler.weighted:  # InfoBatch: a WeightedBatch, the kept low-loss examples up-weighted
+                weights = torch.from_numpy(ib.weights).to(device, non_blocking=True)
+                ib = ib.indices
             idx = torch.as_tensor(ib, device=device)
             if filt is not None:
                 with torch.no_grad(), autocast:

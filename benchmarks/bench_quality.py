@@ -662,9 +662,8 @@ def train_run(
             if item is None:
                 break
             # through numpy: torch.tensor(list) costs 10 us a batch, as much as a 64-row step's sampler
-            if weighted:
-                indices, weights = zip(*item)
-                ib, wb = torch.from_numpy(np.array(indices)), torch.from_numpy(np.array(weights, np.float32))
+            if weighted:  # a WeightedBatch: its arrays, as a loop that indexes tensors uses them
+                ib, wb = torch.from_numpy(item.indices), torch.from_numpy(item.weights)
             else:
                 ib, wb = torch.from_numpy(np.array(item)), None
             if filt is not None:  # score the candidates, keep B of them

@@ -3,6 +3,7 @@ and MPI (``mpiexec``) clusters.
 
 - :class:`SelectionBatchSampler`: a selector's batches for ``DataLoader(batch_sampler=...)``,
   with the DistributedSampler contract, exact mid-epoch resume and cross-rank feedback;
+  a weighted plan's batches are :class:`WeightedBatch` objects (pairs, and the same as arrays);
   :class:`WeightedDataset` turns items into ``(x, y, w)`` for weighted coresets.
 - Communicators (:mod:`batchsel.integrations.comm`): single process, mpi4py,
   torch.distributed, chosen from the environment by :func:`get_communicator`.
@@ -21,10 +22,11 @@ neither Lightning, transformers nor torch_geometric.
 
 from .comm import Communicator, MPIComm, SingleProcessComm, TorchDistComm, get_communicator
 from .mpi import greedi, init_torch_distributed_from_mpi, install_mpi_abort_hook
-from .sampler import SelectionBatchSampler, WeightedDataset
+from .sampler import SelectionBatchSampler, WeightedBatch, WeightedDataset
 
 __all__ = [
     "SelectionBatchSampler",
+    "WeightedBatch",
     "WeightedDataset",
     "Communicator",
     "SingleProcessComm",

@@ -70,20 +70,26 @@ def observation(
     """The feedback of one batch as the selector reads it (copies; the fields it does not
     read left out), or None when all that was given is unread. Tensors on an accelerator
     become :class:`DeviceCopy` (no wait for the device); :func:`settle` reads them."""
-    idx = to_numpy(indices)
+    # one conversion and one copy per array, no more: this runs every step, and on a
+    # sub-millisecond step every numpy call counts (copies: feedback held back, by prefetch,
+    # sync_every or a per-epoch selector, must not change with the caller's array)
+    idx = np.array(tensor_to_numpy(indices))
     if idx.dtype.kind not in "iu" and (idx.size or idx.dtype == object):
         raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-    # a copy: feedback held back (prefetch, sync_every) must not change with the caller's array
-    obs: Observation = {"indices": np.array(idx, dtype=np.int64).reshape(-1)}
+    if idx.dtype != np.int64 or idx.ndim != 1:
+        idx = idx.astype(np.int64).reshape(-1)
+    obs: Observation = {"indices": idx}
     for name, value in zip(FEEDBACK, (losses, logits, embeddings)):
-        if name not in fields:
-            value = None  # the selector would not read it: neither converted nor shared
-        if value is not None:
-            on_device = hasattr(value, "detach") and getattr(getattr(value, "device", None), "type", "cpu") != "cpu"
-            value = DeviceCopy(value) if on_device else np.array(to_numpy(value))  # a copy, as the indices
+        if value is not None and name in fields:  # else: the selector would not read it, nor is it shared
+            if hasattr(value, "detach") and not getattr(value, "is_cpu", True):
+                value = DeviceCopy(value)  # an accelerator's tensor: no wait for the device
+            else:
+                value = np.array(tensor_to_numpy(value))
             if value.shape[:1] != (idx.size,):
                 raise ValueError(f"{name} has shape {value.shape}, expected {idx.size} rows (one per index)")
-        obs[name] = value
+            obs[name] = value
+        else:
+            obs[name] = None
     if all(obs[name] is None for name in FEEDBACK) and any(v is not None for v in (losses, logits, embeddings)):
         return None  # nothing the selector reads (the same on every rank that calls alike)
     return obs
@@ -107,7 +113,8 @@ def merged(observations: list[Observation]) -> list[Observation]:
     def close() -> None:
         if len(run) > 1:
             idx = np.concatenate([o["indices"] for o in run])
-            if len(np.unique(idx)) == len(idx):
+            # no index twice (bad ones, negative, are left to the selector's check to name)
+            if not idx.size or (idx.min() >= 0 and np.bincount(idx).max() <= 1):
                 one: Observation = {"indices": idx}
                 try:
                     for name in FEEDBACK:

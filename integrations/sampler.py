@@ -17,7 +17,8 @@ import itertools
 import logging
 import sys
 import time
-from typing import Any, Iterator, cast
+from collections.abc import Sequence
+from typing import Any, Iterator, cast, overload
 
 import numpy as np
 
@@ -95,9 +96,10 @@ class SelectionBatchSampler:
         other ranks' feedback up to 3 steps late, for a quarter of the collectives (why
         4: docs/design/sampler.md). 1 shares every step's feedback at once.
     weighted:
-        Yield ``(index, weight)`` pairs with the plan's weights (weighted coresets)
-        instead of plain indices; wrap the dataset in :class:`WeightedDataset` to get
-        ``(x, y, w)`` items. Offline selectors only.
+        Yield each batch as a :class:`WeightedBatch`: ``(index, weight)`` pairs with the
+        plan's weights (weighted coresets, InfoBatch), instead of plain indices: wrap the
+        dataset in :class:`WeightedDataset` to get ``(x, y, w)`` items, or index tensors
+        with the batch's ``indices`` and ``weights`` arrays. Offline selectors only.
     drop_last:
         BatchSampler's: drop each rank's last batch when it is short (RandomSelector and
         CoresetSelector, whose batches are full but the last; the same on every rank).
@@ -357,7 +359,7 @@ class SelectionBatchSampler:
         sel = self.selector
         return shard_length(sel.epoch_examples, self.world_size, sel.drop_last) % sel.batch_size != 0
 
-    def __iter__(self) -> Iterator[list]:
+    def __iter__(self) -> Iterator[Any]:  # lists of indices; WeightedBatch with weighted=True
         # A process group may exist now (one process so far), and it must agree with
         # explicit values; a multi-rank answer is final.
         if (
@@ -397,10 +399,7 @@ class SelectionBatchSampler:
                 self._handed += 1
                 if self.selector.online or self._uses_feedback:
                     self._history.append(batch)
-                if weights is None:
-                    yield batch.tolist()
-                else:
-                    yield list(zip(batch.tolist(), weights.tolist()))
+                yield batch.tolist() if weights is None else WeightedBatch(batch, weights)
         finally:  # a loop that breaks early: the prefetch thread stops now, not at garbage collection
             source.close()
 
@@ -748,6 +747,62 @@ class SelectionBatchSampler:
         )
 
 
+class WeightedBatch(Sequence[tuple[int, float]]):
+    """A batch of a weighted sampler (``SelectionBatchSampler(..., weighted=True)``): the
+    ``(index, weight)`` pairs a DataLoader hands to :class:`WeightedDataset`, and the same
+    as two arrays, :attr:`indices` (int64) and :attr:`weights` (float32), for a loop that
+    indexes tensors itself (``torch.from_numpy(batch.indices)``). The arrays are the
+    plan's own (not to be written to): no list of pairs is built unless the batch is
+    iterated (on a sub-millisecond step that list and its conversion back cost as much as
+    the sampler's whole work).
+
+    Example
+    -------
+    >>> batch = WeightedBatch(np.array([3, 5]), np.array([1.0, 2.0], np.float32))
+    >>> list(batch), batch[1], batch.indices.tolist(), batch == [(3, 1.0), (5, 2.0)]
+    ([(3, 1.0), (5, 2.0)], (5, 2.0), [3, 5], True)
+    """
+
+    __slots__ = ("indices", "weights")
+
+    def __init__(self, indices: np.ndarray, weights: np.ndarray) -> None:
+        if len(indices) != len(weights):
+            raise ValueError(f"{len(indices)} indices but {len(weights)} weights")
+        self.indices, self.weights = indices, weights
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, k: int) -> tuple[int, float]: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[tuple[int, float]]: ...
+
+    def __getitem__(self, k: int | slice) -> tuple[int, float] | list[tuple[int, float]]:
+        if isinstance(k, slice):
+            return list(zip(self.indices[k].tolist(), self.weights[k].tolist()))
+        return int(self.indices[k]), float(self.weights[k])
+
+    def __iter__(self) -> Iterator[tuple[int, float]]:
+        return zip(self.indices.tolist(), self.weights.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, WeightedBatch):
+            return np.array_equal(self.indices, other.indices) and np.array_equal(self.weights, other.weights)
+        if isinstance(other, (list, tuple)):
+            return list(self) == [tuple(p) for p in other]
+        return NotImplemented
+
+    __hash__ = None  # equal to a list of pairs, which has no hash
+
+    def __reduce__(self) -> tuple[Any, ...]:  # to DataLoader workers (no __dict__ with __slots__)
+        return (WeightedBatch, (self.indices, self.weights))
+
+    def __repr__(self) -> str:
+        return f"WeightedBatch({list(self)!r})"
+
+
 class WeightedDataset:
     """Wraps a map-style dataset so that items become ``(*item, w)``: e.g. ``(x, y, w)``.
 
@@ -788,4 +843,4 @@ class WeightedDataset:
         return (*item, np.float32(w))
 
 
-__all__ = ["SelectionBatchSampler", "WeightedDataset"]
+__all__ = ["SelectionBatchSampler", "WeightedBatch", "WeightedDataset"]

@@ -57,8 +57,11 @@ def test_every_example_keeps_an_expected_weight_of_one():
     assert total[30:].tolist() == [400.0] * 30  # the worse-learnt half is never skipped
 
 
-def test_with_labels_every_class_is_pruned_in_proportion_to_its_size():
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_with_labels_every_class_is_pruned_in_proportion_to_its_size(interleaved):
     y = np.repeat(np.arange(3), [60, 31, 9])  # long-tailed
+    if interleaved:  # classes mixed over the indices, not in runs
+        y = y[np.random.default_rng(5).permutation(100)]
     sel = InfoBatchSelector(100, 10, epochs=4, labels=y, prune_ratio=0.5, seed=1)
     losses = np.where(y == 0, 0.1, 1.0) + np.random.default_rng(0).random(100) * 0.01  # class 0 learnt best
     sel.observe(np.arange(100), losses=losses)

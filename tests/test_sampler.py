@@ -5,6 +5,7 @@ are in test_integrations_mp.py."""
 
 import io
 import os
+import pickle
 import subprocess
 import sys
 from collections import deque
@@ -14,8 +15,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from batchsel import RandomSelector, SelectionBatchSampler
-from batchsel.integrations import WeightedDataset
+from batchsel import InfoBatchSelector, RandomSelector, SelectionBatchSampler
+from batchsel.integrations import WeightedBatch, WeightedDataset
 from batchsel.integrations.comm import Communicator, SingleProcessComm, get_communicator
 from batchsel.selectors import CoresetSelector, LossRankSelector, SubmodularSelector
 
@@ -137,6 +138,44 @@ def test_weighted_coreset_batches_reach_the_dataset_through_workers():
         assert wb.dtype == torch.float32
         assert ib.tolist() == b.tolist() and torch.equal(yb, torch.from_numpy(y[b]))
         assert np.array_equal(wb.numpy(), w) and not np.all(w == 1)  # the coreset's weights, per example
+
+
+def test_weighted_batches_are_the_plans_pairs_and_arrays():
+    y = np.arange(60) % 3
+    sel = InfoBatchSelector(60, 8, epochs=4, labels=y, seed=0)
+    sel.observe(np.arange(60), losses=np.random.default_rng(0).random(60))
+    sampler = sampler_for(sel, weighted=True)
+    sampler.set_epoch(1)
+    got = list(sampler)
+    plan = sel.plan(1)
+    assert len(got) == len(plan.batches(0)) == len(sampler)
+    for batch, b, w in zip(got, plan.batches(0), plan.weights(0)):
+        assert (
+            isinstance(batch, WeightedBatch) and batch.indices.dtype == np.int64 and batch.weights.dtype == np.float32
+        )
+        assert np.array_equal(batch.indices, b) and np.array_equal(batch.weights, w)
+        pairs = list(zip(b.tolist(), w.tolist()))
+        assert list(batch) == pairs and batch == pairs and len(batch) == len(b)  # the pairs as before
+        assert batch[0] == pairs[0] and batch[-1] == pairs[-1] and batch[1:3] == pairs[1:3]
+        assert isinstance(batch[0][0], int) and isinstance(batch[0][1], float)
+        again = pickle.loads(pickle.dumps(batch))  # DataLoader workers receive it pickled
+        assert again == batch and np.array_equal(again.weights, batch.weights)
+    assert any((batch.weights > 1).any() for batch in got)  # the kept well-learnt examples, up-weighted
+    assert got[0] != got[1] and got[0] != "not a batch"
+    with pytest.raises(ValueError, match="3 indices but 2 weights"):
+        WeightedBatch(np.arange(3), np.ones(2, np.float32))
+
+
+def test_weighted_loss_is_the_mean_of_products_in_one_op_or_two():
+    losses = torch.rand(6, dtype=torch.float64, requires_grad=True)
+    weights = torch.rand(6, dtype=torch.float64)
+    sel = InfoBatchSelector(10, 2, epochs=3)
+    for w in (weights, weights.float()):  # one dtype: a dot product; mixed: the multiply, promoted
+        loss = sel.weighted_loss(losses, w)
+        (grad,) = torch.autograd.grad(loss, losses)
+        assert torch.allclose(loss, (losses * w).mean()) and torch.allclose(grad, w.double() / 6)
+    assert sel.weighted_loss(np.array([1.0, 3.0]), np.array([1.0, 2.0])) == 3.5
+    assert float(sel.weighted_loss(torch.zeros(0), torch.zeros(0))) == 0.0  # an empty batch: no division by 0
 
 
 def test_weighted_dataset_per_example_weights():
@@ -535,3 +574,6 @@ def test_merged_feedback_concatenates_only_runs_a_selector_reads_alike():
     assert [o["indices"].tolist() for o in repeated] == [[0, 1], [1]]
     ragged = merged([obs([0], logits=[[1.0, 0.0]]), obs([1], logits=[[1.0, 0.0, 0.0]])])
     assert len(ragged) == 2  # shapes that differ: left for the selector's check to name
+    # a bad (negative) index is left for the selector's check to name; empty batches merge
+    assert len(merged([obs([0], [1]), obs([-1], [2])])) == 2
+    assert [o["indices"].tolist() for o in merged([obs([], []), obs([], [])])] == [[]]

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._checks import check_indices, check_int, check_labels, check_metric, check_rows, load_embeddings
 from ..plan import EpochPlan
-from .base import Selector, epoch_rng, even_split, shard_length, split_batches
+from .base import Selector, epoch_rng, even_split, shard_length, split_batches, weighted_sum
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class CoresetSelector(Selector):
     def weighted_loss(self, losses: Any, weights: Any) -> Any:
         """CRAIG's weighted mean, ``sum(w * loss) / sum(w)``: it estimates the mean loss
         over the whole data set."""
-        return (losses * weights).sum() / weights.sum()
+        return weighted_sum(losses, weights) / weights.sum()
 
     @property
     def weights_(self) -> np.ndarray:

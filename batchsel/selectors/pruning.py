@@ -22,11 +22,12 @@ def _epoch_plan(
 ) -> EpochPlan:
     """The plan of an epoch that trains on ``keep`` (all ranks, in order; with per-example
     ``weights`` or None), split as DistributedSampler splits and cut into batches."""
-    positions = even_split(np.arange(len(keep), dtype=np.int64), world_size, selector.drop_last)
-    batches = [[keep[b] for b in split_batches(p, selector.batch_size)] for p in positions]
-    rank_weights = (
-        None if weights is None else [[weights[b] for b in split_batches(p, selector.batch_size)] for p in positions]
-    )
+
+    def cut(values: np.ndarray) -> list[list[np.ndarray]]:  # views, no copies: once per epoch
+        return [split_batches(p, selector.batch_size) for p in even_split(values, world_size, selector.drop_last)]
+
+    batches = cut(keep)
+    rank_weights = None if weights is None else cut(weights)
     return EpochPlan(
         batches, rank_weights, num_examples=selector.num_examples, epoch=epoch, seed=selector.seed, method=method
     )
@@ -184,13 +185,21 @@ class InfoBatchSelector(_PrunedRun):
         # InfoBatch's share on balanced data, the rare classes of a long tail hardly pruned
         candidates = sizes // 2
         skipped = np.array([round(self.prune_ratio * n / sizes.max() * c) for n, c in zip(sizes, candidates)])
-        self._group = group.reshape(-1).astype(np.int64)
-        # per group: its first position in an order sorted by group, candidates, skipped
-        self._group_start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        self._candidates, self._skipped_per_group = candidates.astype(np.int64), skipped.astype(np.int64)
         if not isinstance(rescale, (bool, np.bool_)):
             raise TypeError(f"rescale must be a bool, got {rescale!r}")
         self.rescale = bool(rescale)
+        # Sorted by group, then loss, group g holds the positions [start_g, start_g + size_g),
+        # its learnt candidates the first candidates_g of them: fixed slots, computed once.
+        # A small dtype lets numpy's stable sort by group run as a radix sort.
+        self._group = group.reshape(-1).astype(np.int16 if len(sizes) < 2**15 else np.int64)
+        self._learnt_slots = np.concatenate([np.arange(size) < c for size, c in zip(sizes, candidates)])
+        #: per learnt slot: its group, whether it is among the group's skipped (the first
+        #: skipped_g once the group's candidates are shuffled), the weight it keeps otherwise
+        self._learnt_group = np.repeat(np.arange(len(sizes), dtype=self._group.dtype), candidates)
+        self._skip_slots = np.concatenate([np.arange(c) < k for c, k in zip(candidates, skipped)])
+        up = np.where(skipped > 0, candidates / np.maximum(candidates - skipped, 1), 1.0) if self.rescale else 1.0
+        self._learnt_weight = np.repeat(np.broadcast_to(up, sizes.shape), candidates).astype(np.float32)
+        self._skipped_total = int(skipped.sum())
         #: the latest loss observed of every example (inf: never observed)
         self.losses_ = np.full(self.num_examples, np.inf)
         #: epoch -> share of the examples skipped, for every epoch planned
@@ -201,14 +210,11 @@ class InfoBatchSelector(_PrunedRun):
     def prunes(self, epoch: int) -> bool:
         """Whether ``epoch`` skips examples (not the first, nor the annealing epochs)."""
         epoch = self._check_epoch(epoch)
-        return 0 < epoch < math.ceil(self.anneal * self.epochs) and self._skipped() > 0
-
-    def _skipped(self) -> int:
-        return int(self._skipped_per_group.sum())
+        return 0 < epoch < math.ceil(self.anneal * self.epochs) and self._skipped_total > 0
 
     def epoch_size(self, epoch: int) -> int:
         """Examples trained on in ``epoch`` (over all ranks, before padding)."""
-        return self.num_examples - (self._skipped() if self.prunes(epoch) else 0)
+        return self.num_examples - (self._skipped_total if self.prunes(epoch) else 0)
 
     # -- feedback ---------------------------------------------------------------------
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
@@ -225,21 +231,19 @@ class InfoBatchSelector(_PrunedRun):
         keep = np.arange(self.num_examples, dtype=np.int64)
         weights = np.ones(self.num_examples, dtype=np.float32)
         if self.prunes(epoch):
-            # all groups at once: by group, then loss, ties by index (lexsort is stable)
-            group = self._group
-            order = np.lexsort((losses, group))
-            rank = np.empty(self.num_examples, dtype=np.int64)
-            rank[order] = np.arange(self.num_examples) - self._group_start[group[order]]
-            learnt = np.flatnonzero(rank < self._candidates[group])  # each group's lowest half
-            # each group skips its share of its learnt examples, drawn at random
-            draw = np.lexsort((rng.random(len(learnt)), group[learnt]))
-            drawn = np.empty(len(learnt), dtype=np.int64)
-            drawn[draw] = np.arange(len(learnt)) - np.searchsorted(group[learnt][draw], group[learnt][draw])
+            # by group, then loss, ties by index (both sorts stable): each group's lowest
+            # half sits in the fixed learnt slots
+            order = np.argsort(losses, kind="stable")
+            if self.labels is not None:
+                order = order[np.argsort(self._group[order], kind="stable")]
+            learnt = order[self._learnt_slots]
+            # each group skips its share of its learnt examples, drawn at random: shuffled,
+            # then (stably) back into group order, the first skipped_g of group g
+            shuffled = rng.permutation(len(learnt))
+            shuffled = shuffled[np.argsort(self._learnt_group[shuffled], kind="stable")]
+            weights[learnt] = self._learnt_weight
             mask = np.ones(self.num_examples, dtype=bool)
-            mask[learnt[drawn < self._skipped_per_group[group[learnt]]]] = False
-            if self.rescale:
-                c, k = self._candidates[group[learnt]], self._skipped_per_group[group[learnt]]
-                weights[learnt] = np.where(k > 0, c / np.maximum(c - k, 1), 1.0)
+            mask[learnt[shuffled[self._skip_slots]]] = False
             keep, weights = keep[mask], weights[mask]
         order = rng.permutation(len(keep))
         return keep[order], weights[order]
