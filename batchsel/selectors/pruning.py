@@ -113,7 +113,8 @@ class InfoBatchSelector(_PrunedRun):
 
     Feed it the per-example, *unweighted* losses of each batch (``sampler.observe(idx,
     losses=...)``); the batches carry the weights: use
-    ``SelectionBatchSampler(selector, weighted=True)`` and weight each example's loss. The
+    ``SelectionBatchSampler(selector, weighted=True)``, whose batches carry ``indices``
+    and ``weights`` arrays, and train on :meth:`weighted_loss` of the losses. The
     examples kept in epoch e are fixed when its plan is first asked for (the sampler asks
     when epoch e's iteration starts), from the losses observed until then, identically on
     every rank (the sampler shares the feedback; it hands the selector an epoch's feedback
