@@ -791,13 +791,10 @@ class WeightedBatch(Sequence[tuple[int, float]]):
         if isinstance(other, WeightedBatch):
             return np.array_equal(self.indices, other.indices) and np.array_equal(self.weights, other.weights)
         if isinstance(other, (list, tuple)):
-            return list(self) == [tuple(p) for p in other]
+            return list(self) == list(other)
         return NotImplemented
 
     __hash__ = None  # equal to a list of pairs, which has no hash
-
-    def __reduce__(self) -> tuple[Any, ...]:  # to DataLoader workers (no __dict__ with __slots__)
-        return (WeightedBatch, (self.indices, self.weights))
 
     def __repr__(self) -> str:
         return f"WeightedBatch({list(self)!r})"
