@@ -116,6 +116,14 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         p = np.exp(logp - logp.max())
         return p / p.sum()
 
+    def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
+        run = super()._new_run(epoch, rank, world_size)
+        # the shard's examples in index order: every batch scans their losses, read then in
+        # memory order (1M examples: 4 ms a batch instead of 10). Which examples the shard
+        # holds is the random split's; ties are broken at random all the same (_pick)
+        run["shard"] = np.sort(run["shard"])
+        return run
+
     def _next_batch(self, run: dict[str, Any], rng: Any) -> np.ndarray:
         shard = run["shard"]
         n = len(shard)
