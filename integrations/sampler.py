@@ -629,8 +629,17 @@ class SelectionBatchSampler:
         epoch = -1 if self._iter_epoch is None else self._iter_epoch
         obs["step"] = (epoch, self._observe_calls)  # type: ignore[assignment]
         self._buffer.append(obs)
-        if len(self._buffer) >= self.sync_every:
+        if len(self._buffer) >= self.sync_every or self._epoch_fed_back():
             self.sync()
+
+    def _epoch_fed_back(self) -> bool:
+        """Whether a selector that reads feedback only when it plans an epoch has just got
+        the feedback of the epoch's last batch: sharing it now (every rank is at the same
+        call) puts the whole epoch in the next plan, not up to ``sync_every - 1`` batches an
+        epoch later."""
+        if not self._background.per_iteration or self._iter_epoch is None:
+            return False
+        return self._iter_base + self._observe_calls >= self._num_batches_of(self._iter_epoch)
 
     def cost(self) -> dict[str, float]:
         """What selection has cost so far, in seconds, since the sampler was built.

@@ -118,9 +118,8 @@ class InfoBatchSelector(_PrunedRun):
     examples kept in epoch e are fixed when its plan is first asked for (the sampler asks
     when epoch e's iteration starts), from the losses observed until then, identically on
     every rank (the sampler shares the feedback; it hands the selector an epoch's feedback
-    in one call when the next epoch is planned: :attr:`feedback_per_epoch`). Across ranks
-    the sampler shares feedback every ``sync_every`` steps, so up to ``sync_every - 1``
-    last batches of an epoch reach the plan an epoch later (``sync_every=1``: none).
+    in one call when the next epoch is planned: :attr:`feedback_per_epoch`; across ranks
+    every ``sync_every`` steps and after the epoch's last batch).
     :attr:`pruned_share_` records, per epoch planned, the share of the examples skipped.
 
     Parameters
@@ -358,8 +357,7 @@ class ScorePruningSelector(_PrunedRun):
     The kept set is drawn by :func:`coverage_centric_selection` (``strata`` bins, the
     ``hard_cut`` hardest share dropped first) once, when the first pruned epoch is planned,
     from the scores observed until then, identically on every rank (the sampler shares the
-    feedback every ``sync_every`` steps: up to ``sync_every - 1`` last batches of the scoring
-    epochs are not scored yet; an example never scored counts as the hardest). Every epoch's length is known before the run: :meth:`num_batches` and
+    feedback every ``sync_every`` steps and after each epoch's last batch). Every epoch's length is known before the run: :meth:`num_batches` and
     :meth:`total_batches` size a learning-rate schedule.
 
     Parameters

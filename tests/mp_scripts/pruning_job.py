@@ -79,7 +79,7 @@ def train(x, y, distributed, start=None, stop=None):
             opt.step()
             schedule.step()
             sampler.observe(idx, losses=losses.detach(), logits=logits.detach())
-            seen.append((idx.numpy().copy(), w.numpy().copy(), lr))
+            seen.append((idx.numpy().copy(), w.numpy().copy(), lr, losses.detach().numpy().copy()))
             step += 1
             if step == stop:
                 buf = io.BytesIO()
@@ -111,14 +111,14 @@ def job(out, distributed):
     # the schedule ran to its end: the last step at OneCycleLR's final rate, and one more step
     # raises its "Tried to step" error
     assert abs(full[-1][2] - MAX_LR / 25 / 1e4) < 1e-12, full[-1][2]
-    assert abs(max(lr for _, _, lr in full) - MAX_LR) < 0.01 * MAX_LR  # the peak falls between two steps
+    assert abs(max(lr for _, _, lr, _ in full) - MAX_LR) < 0.01 * MAX_LR  # the peak falls between two steps
     try:
         schedule.step()
     except ValueError as exc:
         assert "Tried to step" in str(exc)
     else:
         raise AssertionError("OneCycleLR took a step past its total")
-    every = comm.allgather([(i, w) for i, w, _ in full])
+    every = comm.allgather([(i, w) for i, w, _, _ in full])
     assert all(len(e) == len(full) for e in every), "ranks yielded different numbers of batches"
     start = 0
     shares = {}
@@ -133,6 +133,17 @@ def job(out, distributed):
         assert len(np.unique(union)) == kept and len(union) >= kept, (epoch, len(np.unique(union)), kept)
         shares[epoch] = selector.pruned_share_[epoch]
         start += length
+    if METHOD == "infobatch":
+        # every batch's losses reached the selector, the last epoch's last batches too (they are
+        # shared after the epoch's last batch, not sync_every - 1 of them an epoch later): its
+        # latest loss per example is the last one fed back on any rank, in the sampler's order
+        fed = comm.allgather([(i, f) for i, _, _, f in full])
+        latest = np.full(len(y), np.inf)
+        for step in range(len(full)):
+            for rank in fed:
+                latest[rank[step][0]] = rank[step][1]
+        sampler.fingerprint()  # hands the feedback held back for the next plan to the selector
+        assert np.allclose(selector.losses_, latest), "feedback missing from the selector"
     params = comm.allgather(flat_params(net))
     assert all(np.array_equal(p, params[0]) for p in params), "ranks ended with different models"
 
