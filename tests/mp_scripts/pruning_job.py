@@ -11,7 +11,8 @@ On sklearn's digits every rank draws weighted batches from
 ``OneCycleLR(total_steps=sampler.total_batches(EPOCHS))`` and feeds its per-example losses
 back (shared across ranks). Asserted on every rank: each epoch has ``len(sampler)`` batches
 on every rank, the ranks' batches are disjoint and cover the epoch's kept examples, the pruned
-share is the one asked for, the schedule is stepped exactly to its end (no scheduler error),
+share is the one asked for, every batch's losses reached the selector (InfoBatch: the last
+epoch's last batches too), the schedule is stepped exactly to its end (no scheduler error),
 the ranks end with the same model, and a run stopped mid-epoch and resumed from rank 0's
 checkpoint trains on exactly the batches and weights of the uninterrupted run. Rank 0 writes
 OUT.json.
