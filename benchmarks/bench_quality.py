@@ -762,16 +762,17 @@ def calibrate(
         for m in methods:
             train_run(task, m, train, evaluation, num_classes, 0, min(10, steps), balanced, comm, sync_every)
     rounds: dict[str, list[dict[str, float]]] = {m: [] for m in methods}
+    threaded: dict[str, int] = {}  # the sampler's prefetch depth: a thread may select beside the step
     while True:
         for m in methods:  # interleaved: drift hits every method alike
             run = train_run(task, m, train, evaluation, num_classes, 0, steps, balanced, comm, sync_every)
+            threaded[m] = run["prefetch"]
             rounds[m].append(
                 {
                     "setup_seconds": run["setup_seconds"],
                     "measured_step_seconds": (run["wall_seconds"] - run["setup_seconds"]) / run["steps"],
                     "select_seconds_per_step": (run["select_seconds"] - run["setup_seconds"]) / run["steps"],
                     "wall_seconds": run["wall_seconds"],
-                    "prefetch": run["prefetch"],
                 }
             )
         # under --mpi the walls are the slowest rank's already: every rank stops alike
@@ -784,6 +785,7 @@ def calibrate(
     }
     for m, rs in rounds.items():
         costs[m]["calibration_rounds"] = len(rs)
+        costs[m]["prefetch"] = threaded[m]
     training = costs["random"]["measured_step_seconds"] - costs["random"]["select_seconds_per_step"]
     for c in costs.values():
         excess = c["measured_step_seconds"] - costs["random"]["measured_step_seconds"]

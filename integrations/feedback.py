@@ -22,10 +22,6 @@ FEEDBACK = ("losses", "logits", "embeddings")
 GATHER = "SelectionBatchSampler's feedback all-gather (observe / sync)"
 
 
-def to_numpy(x: Any) -> np.ndarray:
-    return np.asarray(tensor_to_numpy(x))
-
-
 class DeviceCopy:
     """A tensor on an accelerator on its way to the host: copied without blocking into
     pinned memory (CUDA), read only when the feedback is applied (:func:`settle`). The

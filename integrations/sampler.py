@@ -22,12 +22,12 @@ from typing import Any, Iterator, cast, overload
 
 import numpy as np
 
-from batchsel._checks import check_int, check_number, check_seed
+from batchsel._checks import check_int, check_number, check_seed, tensor_to_numpy
 from batchsel._state import from_portable, to_portable
 from batchsel.selectors.base import Selector, digest, shard_length
 
 from .comm import Communicator, get_communicator
-from .feedback import FEEDBACK, exchange, merged, observation, settle, to_numpy
+from .feedback import FEEDBACK, exchange, merged, observation, settle
 from .prefetch import BackgroundSelection, Observation
 
 logger = logging.getLogger(__name__)
@@ -829,7 +829,7 @@ class WeightedDataset:
     def __init__(self, dataset: Any, weights: Any = None) -> None:
         self.dataset = dataset
         if weights is not None:
-            weights = to_numpy(weights).astype(np.float32).reshape(-1)
+            weights = np.asarray(tensor_to_numpy(weights), dtype=np.float32).reshape(-1)
             if len(weights) != len(dataset):
                 raise ValueError(f"weights has {len(weights)} entries, the dataset {len(dataset)}")
             if not np.isfinite(weights).all() or (weights < 0).any():
