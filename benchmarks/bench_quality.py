@@ -391,7 +391,10 @@ def make_selector(
     gets the training labels (pruning within classes); the variant option ``labels=False``
     runs InfoBatch's own rule over all examples."""
     base, options = VARIANTS.get(method, (method, {}))
-    options = {k: v for k, v in options.items() if k != "prefetch"}  # the sampler's, not the selector's
+    # prefetch: the sampler's, not the selector's; seed_offset: another draw of the same method
+    # (random with seed_offset beside random is the A/A control: how many W / B cells chance makes)
+    seed += int(options.get("seed_offset", 0))
+    options = {k: v for k, v in options.items() if k not in ("prefetch", "seed_offset")}
     n = len(train.y)
     if base in FILTERS:  # candidates for the filter: random batches of its candidate size
         return batchsel.RandomSelector(n, batch_size, seed=seed)
@@ -400,6 +403,8 @@ def make_selector(
     if base == "smdl":
         return batchsel.SubmodularSelector(train.x, batch_size, seed=seed, **options)
     if base == "loss-rank":
+        if options.get("anneal_batches") == "run":  # the pressure decays to 1 over the run's steps
+            options["anneal_batches"] = steps
         return batchsel.LossRankSelector(n, batch_size, seed=seed, **options)
     if base == "coreset":
         return batchsel.CoresetSelector(train.x, train.y, batch_size, **{"fraction": 0.5, **options}, seed=seed)
@@ -572,9 +577,6 @@ def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
     if method not in METHODS:
         raise ValueError(f"--variant {text!r}: unknown method {method!r}; choose from {METHODS}")
     return name.strip(), method, options
-
-
-# -- one run ---------------------------------------------------------------------------
 
 
 # -- one run ---------------------------------------------------------------------------

@@ -250,3 +250,46 @@ def test_examples_whose_loss_is_pending_are_not_drawn_again_before_it_arrives():
     fresh = LossRankSelector(n, b, seed=2)
     fresh.load_state_dict(a.state_dict())
     assert np.array_equal(next(fresh.iter_batches(0, start=1)), next(it))
+
+
+# -- annealed pressure ------------------------------------------------------------------
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_annealed_pressure_draws_each_batch_at_its_own_pressure(world_size):
+    # the first batch of an epoch's plan (no pending marks yet) is the batch a constant
+    # selector at that batch's pressure draws: the pressure follows the run's batch count
+    n, b, anneal = 48, 8, 13
+    losses = np.random.default_rng(0).random(n)
+    annealed = LossRankSelector(n, b, seed=5, pressure=1e4, anneal_batches=anneal)
+    annealed.observe(np.arange(n), losses=losses)
+    per_epoch = annealed.num_batches(world_size)
+    assert per_epoch == (6 if world_size == 1 else 3)
+    pressures = []
+    for epoch in range(4):
+        pressure = annealed.pressure_at(epoch * per_epoch)
+        pressures.append(pressure)
+        constant = LossRankSelector(n, b, seed=5, pressure=pressure)
+        constant.observe(np.arange(n), losses=losses)
+        for rank in range(world_size):
+            got = annealed.plan(epoch, world_size).batches(rank)[0]
+            assert np.array_equal(got, constant.plan(epoch, world_size).batches(rank)[0])
+    assert pressures[0] == 1e4 > pressures[1] > pressures[2] and pressures[3] < 1e2
+    # the last batches are uniform draws: pressure 1 gives what a uniform selector gives
+    uniform = LossRankSelector(n, b, seed=5, pressure=1.0)
+    uniform.observe(np.arange(n), losses=losses)
+    late = (anneal - 1) // per_epoch + 1
+    assert np.array_equal(annealed.plan(late, world_size).indices(), uniform.plan(late, world_size).indices())
+    assert not np.array_equal(annealed.plan(0, world_size).indices(), uniform.plan(0, world_size).indices())
+
+
+def test_annealed_pressure_decays_geometrically_and_refuses_bad_lengths():
+    sel = LossRankSelector(10, 2, pressure=1e3, anneal_batches=4)
+    assert [round(sel.pressure_at(t), 9) for t in range(5)] == [1000.0, 100.0, 10.0, 1.0, 1.0]
+    assert LossRankSelector(10, 2, pressure=50).pressure_at(10**6) == 50.0  # no annealing: constant
+    one = LossRankSelector(10, 2, anneal_batches=1)  # a one-batch run: its batch at the pressure, then 1
+    assert (one.pressure_at(0), one.pressure_at(1)) == (100.0, 1.0)
+    assert LossRankSelector(10, 2, anneal_batches=7).get_params()["anneal_batches"] == 7
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises((ValueError, TypeError), match="anneal_batches"):
+            LossRankSelector(10, 2, anneal_batches=bad)
+    with pytest.raises(ValueError, match="batch"):
+        sel.pressure_at(-1)

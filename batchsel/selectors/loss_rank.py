@@ -42,6 +42,13 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         The loss assumed for examples never observed. ``None`` (default) is +inf: unseen
         examples rank first (ties among them broken at random), so every example tends to
         be seen early; a number places them among the observed ones.
+    anneal_batches:
+        The run's length in batches per rank (``epochs * num_batches(world_size)``): the
+        pressure decays geometrically from ``pressure`` at the run's first batch to 1
+        (uniform sampling) at its last, as Loshchilov & Hutter anneal s_e, so the last
+        steps, where a decayed learning rate settles the model, see every example alike.
+        Batch t of epoch e is the run's batch ``e * num_batches(world_size) + t``; past
+        the end the pressure stays 1. None (default): the pressure stays constant.
     drop_last:
         DistributedSampler's padding / dropping of the per-rank shards (``ceil(N / W)`` or
         ``N // W`` examples per rank, ``ceil(shard / B)`` batches).
@@ -72,10 +79,12 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         seed: int = 0,
         pressure: float = 100.0,
         initial_loss: float | None = None,
+        anneal_batches: int | None = None,
         drop_last: bool = False,
     ) -> None:
         super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)
         self.pressure = pressure
+        self.anneal_batches = None if anneal_batches is None else check_int(anneal_batches, "anneal_batches", minimum=1)
         if initial_loss is not None and not math.isfinite(initial_loss):
             raise ValueError(f"initial_loss must be a finite number or None, got {initial_loss!r}")
         self.initial_loss = None if initial_loss is None else float(initial_loss)
@@ -116,6 +125,20 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         p = np.exp(logp - logp.max())
         return p / p.sum()
 
+    def pressure_at(self, batch: int) -> float:
+        """The pressure of the run's batch ``batch`` (per rank, counted over epochs):
+        ``pressure`` without ``anneal_batches``, else its geometric decay to 1.
+
+        >>> sel = LossRankSelector(100, batch_size=10, pressure=100, anneal_batches=21)
+        >>> [round(sel.pressure_at(b), 6) for b in (0, 10, 20, 30)]
+        [100.0, 10.0, 1.0, 1.0]
+        """
+        batch = check_int(batch, "batch", minimum=0)
+        if self.anneal_batches is None:
+            return self._pressure
+        done = min(1.0, batch / max(self.anneal_batches - 1, 1))
+        return float(self._pressure ** (1.0 - done))
+
     def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
         run = super()._new_run(epoch, rank, world_size)
         # the shard's examples in index order: every batch scans their losses, read then in
@@ -139,11 +162,18 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
             shard,
             *order,
             min(self.batch_size, n),
-            _log_q(self._pressure, n),  # type: ignore[call-arg]
+            _log_q(self._run_pressure(run), n),  # type: ignore[call-arg]
             _stream_key(rng),
         )
         pending[batch] = True
         return batch
+
+    def _run_pressure(self, run: dict[str, Any]) -> float:
+        """The pressure of ``run``'s next batch."""
+        if self.anneal_batches is None:
+            return self._pressure
+        per_epoch = -(-len(run["shard"]) // self.batch_size)  # the run's num_batches(world_size)
+        return self.pressure_at(run["epoch"] * per_epoch + len(run["drawn"]))
 
     def _scores_state(self) -> dict[str, Any]:
         return {"losses": self.losses_.copy(), "pressure": self._pressure, "pending": self._pending.copy()}
@@ -164,7 +194,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
     def __repr__(self) -> str:
         return (
             f"LossRankSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
-            f"pressure={self._pressure:g}, seed={self.seed})"
+            f"pressure={self._pressure:g}, anneal_batches={self.anneal_batches}, seed={self.seed})"
         )
 
 
