@@ -414,8 +414,9 @@ def make_selector(
             if base == "infobatch":
                 # with the labels, as a classifier's user passes them (labels=False: InfoBatch's own rule)
                 labels = {"labels": train.y} if options.get("labels", True) is not False else {}
-                rest = {k: v for k, v in options.items() if k != "labels"}
-                return batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **labels, **rest)
+                rest = {k: v for k, v in options.items() if k not in ("labels", "anneal_last_epoch")}
+                kind = _LastEpochAnnealed if options.get("anneal_last_epoch") else batchsel.InfoBatchSelector
+                return kind(n, batch_size, epochs=epochs, seed=seed, **labels, **rest)
             return batchsel.ScorePruningSelector(train.y, batch_size, epochs=epochs, seed=seed, **options)
 
         epochs = 1 if base == "infobatch" else 2  # score pruning: a scoring epoch, then pruned ones
@@ -431,6 +432,14 @@ def make_selector(
         )
         return KeptRows(keep, n, inner, seed=seed)
     raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+
+
+class _LastEpochAnnealed(batchsel.InfoBatchSelector):
+    """InfoBatch whose last epoch never prunes (the variant option ``anneal_last_epoch``):
+    ``ceil(anneal * epochs)`` is ``epochs`` for runs of up to 7 epochs at anneal 0.875."""
+
+    def prunes(self, epoch: int) -> bool:
+        return super().prunes(epoch) and epoch < self.epochs - 1
 
 
 class KeptRows(batchsel.Selector):
@@ -1125,6 +1134,12 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="seeds are first-seed .. first-seed + seeds - 1 (fresh seeds replicate a run's cells)",
+    )
+    parser.add_argument(
         "--budgets", default="0.3,0.5,0.7,1.0", help="wall budgets as fractions of random's full run (must include 1)"
     )
     parser.add_argument(
@@ -1215,6 +1230,8 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--methods must include the anchor 'random', got {methods!r}")
     if args.seeds < 2:
         parser.error(f"--seeds must be >= 2 (standard errors), got {args.seeds}")
+    if args.first_seed < 0:
+        parser.error(f"--first-seed must be >= 0, got {args.first_seed}")
     if args.threads < 0:
         parser.error(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
     if args.mpi < 0 or args.mpi == 1:
@@ -1287,7 +1304,7 @@ def main(argv: list[str] | None = None) -> dict:
             if args.calibrate_only:
                 continue
             runs: dict[str, dict[str, list[dict]]] = {m: {budget_key(f): [] for f in budgets} for m in methods}
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 train = regime_of(seed)
                 for f in budgets:
                     for m in methods:  # interleaved: load drift hits every method alike
@@ -1366,6 +1383,8 @@ def launch_ranks(args: argparse.Namespace, stem: str) -> dict:
         args.methods,
         "--seeds",
         args.seeds,
+        "--first-seed",
+        args.first_seed,
         "--budgets",
         args.budgets,
         "--split",

@@ -128,6 +128,30 @@ def test_dedup_loss_rank_ranks_the_kept_rows_by_their_fed_back_losses(bench):
     assert counts[hard].mean() > 3 * counts[sel.keep].mean()  # the hard rows come back often
 
 
+def test_variants_offset_the_seed_and_anneal_loss_rank_over_the_run(bench, monkeypatch):
+    """``seed_offset``: the same method drawn with another seed (random beside random: the
+    A/A control); ``anneal_batches='run'``: loss-rank's pressure decays over the run's steps."""
+    data = bench.load_dataset("digits")
+    monkeypatch.setitem(bench.VARIANTS, "random-b", ("random", {"seed_offset": 1000}))
+    monkeypatch.setitem(bench.VARIANTS, "lr-anneal", ("loss-rank", {"anneal_batches": "run"}))
+    other = bench.make_selector("random-b", data.train, 32, seed=3)
+    assert other.seed == 1003
+    assert (
+        other.plan(0).indices().tolist()
+        == bench.make_selector("random", data.train, 32, seed=1003).plan(0).indices().tolist()
+    )
+    annealed = bench.make_selector("lr-anneal", data.train, 32, seed=3, steps=77)
+    assert annealed.anneal_batches == 77 and annealed.pressure_at(76) == 1.0
+    assert bench.make_selector("loss-rank", data.train, 32, seed=3, steps=77).anneal_batches is None
+    assert bench.VARIANTS["lr-anneal"][1]["anneal_batches"] == "run"  # the variant itself is not rewritten
+    monkeypatch.setitem(bench.VARIANTS, "ib-last", ("infobatch", {"anneal_last_epoch": True}))
+    last = bench.make_selector("ib-last", data.train, 32, seed=3, steps=90)
+    default = bench.make_selector("infobatch", data.train, 32, seed=3, steps=90)
+    assert default.prunes(default.epochs - 1) and not last.prunes(last.epochs - 1) and last.prunes(1)
+    with pytest.raises(SystemExit):
+        bench.main(["--first-seed", "-1"])
+
+
 def test_learning_rate_warms_up_and_ends_at_zero_on_every_budget(bench):
     for steps in (1, 7, 150):
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.4)
