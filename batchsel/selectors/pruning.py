@@ -33,6 +33,12 @@ def _epoch_plan(
     )
 
 
+def _first_of_each(sizes: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """Runs of ``sizes[g]`` slots, one after the other, the first ``firsts[g]`` of each True."""
+    starts = np.cumsum(sizes) - sizes
+    return np.arange(int(sizes.sum())) - np.repeat(starts, sizes) < np.repeat(firsts, sizes)
+
+
 class _PrunedRun(Selector):
     """A run of ``epochs`` epochs whose lengths differ but are known before it starts:
     subclasses give :meth:`epoch_size`, the examples (over all ranks) of each epoch."""
@@ -186,7 +192,7 @@ class InfoBatchSelector(_PrunedRun):
         # a class skips prune_ratio x (its size / the largest class's) of its well-learnt half:
         # InfoBatch's share on balanced data, the rare classes of a long tail hardly pruned
         candidates = sizes // 2
-        skipped = np.array([round(self.prune_ratio * n / sizes.max() * c) for n, c in zip(sizes, candidates)])
+        skipped = np.rint(self.prune_ratio * sizes / sizes.max() * candidates).astype(np.int64)  # as round()
         if not isinstance(rescale, (bool, np.bool_)):
             raise TypeError(f"rescale must be a bool, got {rescale!r}")
         self.rescale = bool(rescale)
@@ -194,11 +200,11 @@ class InfoBatchSelector(_PrunedRun):
         # its learnt candidates the first candidates_g of them: fixed slots, computed once.
         # A small dtype lets numpy's stable sort by group run as a radix sort.
         self._group = group.reshape(-1).astype(np.int16 if len(sizes) < 2**15 else np.int64)
-        self._learnt_slots = np.concatenate([np.arange(size) < c for size, c in zip(sizes, candidates)])
+        self._learnt_slots = _first_of_each(sizes, candidates)
         #: per learnt slot: its group, whether it is among the group's skipped (the first
         #: skipped_g once the group's candidates are shuffled), the weight it keeps otherwise
         self._learnt_group = np.repeat(np.arange(len(sizes), dtype=self._group.dtype), candidates)
-        self._skip_slots = np.concatenate([np.arange(c) < k for c, k in zip(candidates, skipped)])
+        self._skip_slots = _first_of_each(candidates, skipped)
         up = np.where(skipped > 0, candidates / np.maximum(candidates - skipped, 1), 1.0) if self.rescale else 1.0
         self._learnt_weight = np.repeat(np.broadcast_to(up, sizes.shape), candidates).astype(np.float32)
         self._skipped_total = int(skipped.sum())
