@@ -371,3 +371,13 @@ def test_a_plan_asked_for_between_epochs_sees_the_feedback_held_back():
     sampler.set_epoch(1)
     assert sampler.verify() == direct.plan(1).fingerprint()
     assert [[i for i, _ in batch] for batch in sampler] == [bt.tolist() for bt in direct.plan(1).batches(0)]
+
+
+def test_short_runs_anneal_only_when_asked_for_their_last_epoch():
+    # ceil(0.875 * E) == E up to 7 epochs: InfoBatch's default anneals nothing there
+    for epochs in range(2, 8):
+        assert InfoBatchSelector(100, 10, epochs=epochs).prunes(epochs - 1)
+        whole_last = InfoBatchSelector(100, 10, epochs=epochs, anneal=(epochs - 1) / epochs)
+        assert not whole_last.prunes(epochs - 1)
+        assert whole_last.prunes(epochs - 2) == (epochs > 2)  # epoch 0 never prunes
+    assert not InfoBatchSelector(100, 10, epochs=8).prunes(7)

@@ -99,7 +99,9 @@ class InfoBatchSelector(_PrunedRun):
     Each epoch e of a run of ``epochs`` epochs:
 
     - epoch 0 and the last epochs (from ``ceil(anneal * epochs)`` on) train on every
-      example with weight 1 (InfoBatch's annealing: no pruning while the model settles);
+      example with weight 1 (InfoBatch's annealing: no pruning while the model settles;
+      at the default 0.875 a run of up to 7 epochs has no annealing epoch, as in
+      InfoBatch's code: ``anneal=(epochs - 1) / epochs`` keeps its last epoch whole);
     - every other epoch ranks the examples by their last observed loss; the ``floor(N/2)``
       lowest (never observed counts as highest) are the *well-learnt* ones, of which
       ``round(prune_ratio * floor(N/2))`` chosen at random are skipped, and the kept
