@@ -948,7 +948,36 @@ def overview(results: dict, methods: list[str]) -> str:
                 f"| {task}, {regime} | {100 * res['summary']['target']:.1f} %, "
                 f"{_saved_text(rows['random'])} | " + " | ".join(cells) + " |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + chance_line(results, others)
+
+
+def chance_line(results: dict, methods: list[str]) -> str:
+    """How many (task, regime, budget) cells each method has marked W and B, beside the
+    number a method no different from random gets by chance: a paired difference over S
+    seeds lies beyond 2 of its standard errors, on either side, with probability
+    ``t.cdf(-2, S - 1)`` (0.058 at 5 seeds)."""
+    from scipy.stats import t as student_t
+
+    if not methods:
+        return ""
+    counts, seeds, cells = [], set(), 0
+    for m in methods:
+        marked = [
+            c
+            for by_regime in results.values()
+            for res in by_regime.values()
+            for c in res["summary"]["rows"][m]["budgets"].values()
+        ]
+        cells = len(marked)
+        seeds.update(len(c["final_per_seed"]) for c in marked)
+        counts.append(f"{LABELS.get(m, m)} W {sum(c['worse'] for c in marked)}, B {sum(c['better'] for c in marked)}")
+    s = min(seeds)
+    chance = float(student_t.cdf(-2.0, s - 1))
+    return (
+        f"\nCells (task, regime, budget) marked, of {cells} per method: {'; '.join(counts)}. "
+        f"A method no different from random is marked W in about {chance * cells:.1f} of them "
+        f"by chance, and B in as many ({s} seeds: {100 * chance:.1f} % a cell).\n"
+    )
 
 
 def markdown(results: dict, methods: list[str], budgets: list[float]) -> str:

@@ -152,6 +152,24 @@ def test_variants_offset_the_seed_and_anneal_loss_rank_over_the_run(bench, monke
         bench.main(["--first-seed", "-1"])
 
 
+def test_tables_state_how_many_cells_chance_marks(bench):
+    """Under every overview: each method's W and B cells beside what an identical method
+    gets by chance (Student's t, seeds - 1 degrees of freedom, beyond 2 s.e.)."""
+
+    def cell(worse, better, seeds=5):
+        return {"worse": worse, "better": better, "final_per_seed": [0.5] * seeds}
+
+    rows = {"m": {"budgets": {"0.5": cell(True, False), "1": cell(False, False)}}}
+    results = {"task": {"clean": {"summary": {"rows": rows}}, "noise": {"summary": {"rows": rows}}}}
+    line = bench.chance_line(results, ["m"])
+    assert "of 4 per method: m W 2, B 0" in line
+    assert "about 0.2 of them" in line and "5.8 % a cell" in line  # t(4).cdf(-2) = 0.0581
+    rows["m"]["budgets"] = {"1": cell(False, True, seeds=10)}
+    assert "of 2 per method: m W 0, B 2" in bench.chance_line(results, ["m"])
+    assert "3.8 % a cell" in bench.chance_line(results, ["m"])  # t(9).cdf(-2) = 0.0383
+    assert bench.chance_line(results, []) == ""
+
+
 def test_learning_rate_warms_up_and_ends_at_zero_on_every_budget(bench):
     for steps in (1, 7, 150):
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.4)
