@@ -952,10 +952,11 @@ def overview(results: dict, methods: list[str]) -> str:
 
 
 def chance_line(results: dict, methods: list[str]) -> str:
-    """How many (task, regime, budget) cells each method has marked W and B, beside the
-    number a method no different from random gets by chance: a paired difference over S
-    seeds lies beyond 2 of its standard errors, on either side, with probability
-    ``t.cdf(-2, S - 1)`` (0.058 at 5 seeds)."""
+    """How many (task, regime, budget) cells each method has marked W and B, its mean
+    difference to random over them and the cells below random, beside the number of W a
+    method no different from random gets by chance: a paired difference over S seeds lies
+    beyond 2 of its standard errors, on either side, with probability ``t.cdf(-2, S - 1)``
+    (0.058 at 5 seeds)."""
     from scipy.stats import t as student_t
 
     if not methods:
@@ -970,7 +971,11 @@ def chance_line(results: dict, methods: list[str]) -> str:
         ]
         cells = len(marked)
         seeds.update(len(c["final_per_seed"]) for c in marked)
-        counts.append(f"{LABELS.get(m, m)} W {sum(c['worse'] for c in marked)}, B {sum(c['better'] for c in marked)}")
+        diffs = np.array([c["diff_mean"] for c in marked])
+        counts.append(
+            f"{LABELS.get(m, m)} W {sum(c['worse'] for c in marked)}, B {sum(c['better'] for c in marked)}, "
+            f"{100 * diffs.mean():+.2f} pt on average, below random in {int((diffs < 0).sum())}"
+        )
     s = min(seeds)
     chance = float(student_t.cdf(-2.0, s - 1))
     return (

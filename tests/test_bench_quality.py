@@ -156,13 +156,13 @@ def test_tables_state_how_many_cells_chance_marks(bench):
     """Under every overview: each method's W and B cells beside what an identical method
     gets by chance (Student's t, seeds - 1 degrees of freedom, beyond 2 s.e.)."""
 
-    def cell(worse, better, seeds=5):
-        return {"worse": worse, "better": better, "final_per_seed": [0.5] * seeds}
+    def cell(worse, better, seeds=5, diff=0.0):
+        return {"worse": worse, "better": better, "final_per_seed": [0.5] * seeds, "diff_mean": diff}
 
-    rows = {"m": {"budgets": {"0.5": cell(True, False), "1": cell(False, False)}}}
+    rows = {"m": {"budgets": {"0.5": cell(True, False, diff=-0.01), "1": cell(False, False, diff=0.002)}}}
     results = {"task": {"clean": {"summary": {"rows": rows}}, "noise": {"summary": {"rows": rows}}}}
     line = bench.chance_line(results, ["m"])
-    assert "of 4 per method: m W 2, B 0" in line
+    assert "of 4 per method: m W 2, B 0, -0.40 pt on average, below random in 2" in line
     assert "about 0.2 of them" in line and "5.8 % a cell" in line  # t(4).cdf(-2) = 0.0581
     rows["m"]["budgets"] = {"1": cell(False, True, seeds=10)}
     assert "of 2 per method: m W 0, B 2" in bench.chance_line(results, ["m"])
