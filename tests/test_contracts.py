@@ -87,6 +87,8 @@ def changed(name, value, data):
         return value * 2
     if name == "initial_loss":
         return 1.0 if value is None else None
+    if name == "anneal_batches":
+        return 10 if value is None else None
     if name == "metric":
         return "cosine"
     if name == "neighbors":
