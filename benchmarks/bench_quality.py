@@ -415,8 +415,10 @@ def make_selector(
                 # with the labels, as a classifier's user passes them (labels=False: InfoBatch's own rule)
                 labels = {"labels": train.y} if options.get("labels", True) is not False else {}
                 rest = {k: v for k, v in options.items() if k not in ("labels", "anneal_last_epoch")}
-                kind = _LastEpochAnnealed if options.get("anneal_last_epoch") else batchsel.InfoBatchSelector
-                return kind(n, batch_size, epochs=epochs, seed=seed, **labels, **rest)
+                if options.get("anneal_last_epoch"):  # the last epoch never prunes, also in runs of <= 7 epochs
+                    default = batchsel.InfoBatchSelector.__init__.__kwdefaults__["anneal"]
+                    rest["anneal"] = min(rest.get("anneal", default), (epochs - 1) / epochs)
+                return batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **labels, **rest)
             return batchsel.ScorePruningSelector(train.y, batch_size, epochs=epochs, seed=seed, **options)
 
         epochs = 1 if base == "infobatch" else 2  # score pruning: a scoring epoch, then pruned ones
@@ -432,14 +434,6 @@ def make_selector(
         )
         return KeptRows(keep, n, inner, seed=seed)
     raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
-
-
-class _LastEpochAnnealed(batchsel.InfoBatchSelector):
-    """InfoBatch whose last epoch never prunes (the variant option ``anneal_last_epoch``):
-    ``ceil(anneal * epochs)`` is ``epochs`` for runs of up to 7 epochs at anneal 0.875."""
-
-    def prunes(self, epoch: int) -> bool:
-        return super().prunes(epoch) and epoch < self.epochs - 1
 
 
 class KeptRows(batchsel.Selector):

@@ -365,8 +365,9 @@ class ScorePruningSelector(_PrunedRun):
     The kept set is drawn by :func:`coverage_centric_selection` (``strata`` bins, the
     ``hard_cut`` hardest share dropped first) once, when the first pruned epoch is planned,
     from the scores observed until then, identically on every rank (the sampler shares the
-    feedback every ``sync_every`` steps and after each epoch's last batch). Every epoch's length is known before the run: :meth:`num_batches` and
-    :meth:`total_batches` size a learning-rate schedule.
+    feedback every ``sync_every`` steps and after each epoch's last batch). Every epoch's
+    length is known before the run: :meth:`num_batches` and :meth:`total_batches` size a
+    learning-rate schedule.
 
     Parameters
     ----------
