@@ -58,6 +58,9 @@ class IndexedDataset(Dataset):
     {'x': 2.0, 'idx': 1, 'w': 2.0}
     """
 
+    #: takes the ``(index, weight)`` keys of a weighted sampler (the sampler checks it)
+    accepts_weighted_keys = True
+
     def __init__(self, dataset: Any, key: str, weight_key: str = "batchsel_weight") -> None:
         self.dataset = dataset
         self.key = key

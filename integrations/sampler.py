@@ -17,6 +17,7 @@ import itertools
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any, Iterator, cast, overload
 
@@ -44,6 +45,16 @@ def _torch_dist_world() -> tuple[int, int] | None:
     return None
 
 
+def _loader_iterator(caller: Any, sampler: "SelectionBatchSampler") -> Any:
+    """The DataLoader iterator whose ``_next_index`` asked ``sampler`` for its first batch
+    (torch's single- and multi-process iterators both do), None for a loop of its own.
+    Only that one frame's ``self`` is read, and not kept."""
+    if caller is None or caller.f_code.co_name != "_next_index":
+        return None
+    owner = caller.f_locals.get("self")
+    return owner if getattr(owner, "_index_sampler", None) is sampler else None
+
+
 class _EpochSetter:
     """What a framework finds at ``batch_sampler.sampler``: Lightning calls ``set_epoch``
     only there (and on ``loader.sampler``), accelerate there and on the batch sampler; both
@@ -64,7 +75,11 @@ class SelectionBatchSampler:
 
     Use it as ``DataLoader(dataset, batch_sampler=sampler)``; ``num_workers > 0`` works
     (the sampler runs in the main process, where the training loop also calls
-    :meth:`observe`).
+    :meth:`observe`), and its workers' batches ahead count in the feedback lag
+    (``prefetch``). Mistakes in the loop that change what is trained get a warning that
+    names the fix: a pass without :meth:`set_epoch`, a feedback selector given no feedback,
+    a weighted plan yielded without its weights (docs: guide/training-loop.md, "Common
+    mistakes").
 
     Parameters
     ----------
@@ -100,6 +115,10 @@ class SelectionBatchSampler:
         plan's weights (weighted coresets, InfoBatch), instead of plain indices: wrap the
         dataset in :class:`WeightedDataset` to get ``(x, y, w)`` items, or index tensors
         with the batch's ``indices`` and ``weights`` arrays. Offline selectors only.
+        Default ``None``: plain indices, with a warning when the selector's plans carry
+        weights (``weighted_plans``: :class:`~batchsel.InfoBatchSelector`,
+        :class:`~batchsel.CoresetSelector`), whose batches are then trained on without
+        them; ``weighted=False`` drops them knowingly, without the warning.
     drop_last:
         BatchSampler's: drop each rank's last batch when it is short (RandomSelector and
         CoresetSelector, whose batches are full but the last; the same on every rank).
@@ -121,6 +140,12 @@ class SelectionBatchSampler:
         release the GIL, so selection and a torch step can use two cores.
         :meth:`cost` reports what selection cost and what the training thread still
         paid. The rules and their measurements: docs/design/sampler.md.
+
+        A DataLoader with workers asks for ``num_workers * prefetch_factor`` batches ahead
+        of the loop: that window is part of the lag, and the sampler selects only the rest
+        ahead itself. With ``prefetch`` at least the window the batches are those of
+        ``num_workers=0`` with the same ``prefetch``; a smaller one gets the window's lag
+        (the batches of ``num_workers=0`` with ``prefetch`` = the window) and a warning.
 
         Selectors without feedback (random, graph blocks, offline plans) yield exactly the
         batches of ``prefetch=0``. For selectors that use feedback the lag is fixed, never
@@ -176,7 +201,7 @@ class SelectionBatchSampler:
         seed: int | None = None,
         comm: Communicator | None = None,
         sync_every: int = 4,
-        weighted: bool = False,
+        weighted: bool | None = None,
         drop_last: bool = False,
         prefetch: int | None = None,
         timeout: float | None = 1800.0,
@@ -194,6 +219,15 @@ class SelectionBatchSampler:
         self.timeout = None if timeout is None else check_number(timeout, "timeout", low=0.0)
         if self.timeout == 0:
             raise ValueError("timeout must be > 0 seconds (or None: wait as long as it takes), got 0")
+        if weighted is None and selector.weighted_plans:
+            warnings.warn(
+                f"{type(selector).__name__}'s batches carry weights (the loss's up-weights) and this "
+                f"sampler yields plain indices, so training drops them: pass weighted=True (batches "
+                f"with indices and weights; wrap the dataset in WeightedDataset), or weighted=False "
+                f"to train unweighted knowingly",
+                UserWarning,
+                stacklevel=2,
+            )
         self.weighted = bool(weighted)
         if self.weighted and selector.online:
             raise ValueError(
@@ -242,6 +276,12 @@ class SelectionBatchSampler:
         self._background = self._new_background([])
         self._warned_local = False
         self._waited, self._handed = 0.0, 0  # the training thread's seconds in the sampler; batches
+        # the feedback a selector has no other source of (embeddings it was built with; losses
+        # and logits only from observe): an iteration without any is a forgotten observe()
+        self._needed_fields = self._feedback_fields - {"embeddings"} if self._uses_feedback else frozenset()
+        self._fed = 0  # observe() calls of the latest iteration that carried any of them
+        self._passed = False  # whether the latest iteration ran to its end
+        self._warned: set[str] = set()  # the training-loop mistakes warned of (once each)
 
     # -- rank and world size ------------------------------------------------------------
     @property
@@ -368,9 +408,12 @@ class SelectionBatchSampler:
             or (self._comm is None and _torch_dist_world() is not None)
         ):
             self._resolve()
-        self._check_not_resharded(sys._getframe(1))
+        caller = sys._getframe(1)
+        self._check_not_resharded(caller)
+        window = self._check_loader(_loader_iterator(caller, self))
         self._background.stop()  # an earlier iteration left unfinished: its selection ends first
         epoch = self.epoch
+        self._check_previous_pass(epoch)
         start, pending, skip = 0, [], 0
         if self._resume is not None and self._resume["epoch"] == epoch:
             start, pending = self._resume["position"], self._resume["pending"]
@@ -378,23 +421,32 @@ class SelectionBatchSampler:
         self._resume = None
         self._iter_epoch, self._iter_base, self._iter_pending = epoch, start - len(pending), list(pending)
         self._yielded, self._history = self._iter_base - skip, []
-        self._observe_calls = 0
+        self._observe_calls = self._fed = 0
+        self._passed = False
+        # the loop has trained on a batch or two and not said a word of it: observe() forgotten
+        # (the DataLoader's and the sampler's own batches ahead come on top)
+        unfed_after = window + self.prefetch + 8 if self._needed_fields else None
         for _ in range(skip):  # finished batches that the framework skips itself, unseen
             self._yielded += 1
             yield []
         # the replayed batches were drawn before the checkpoint; the selector resumes after them
         source: Any = itertools.chain(((np.asarray(b), None) for b in pending), self._batches(epoch, start))
         source = itertools.islice(source, max(len(self) - self._iter_base, 0))
-        source = self._background.run(source, self.prefetch)
+        # the DataLoader's workers select `window` batches ahead already: the sampler adds the
+        # rest of its lag, so the batches are those of num_workers=0 wherever prefetch covers it
+        source = self._background.run(source, max(self.prefetch - window, 0))
         try:
             while True:
                 asked = time.perf_counter()
                 try:
                     batch, weights = next(source)
                 except StopIteration:
+                    self._passed = True
                     return
                 finally:
                     self._waited += time.perf_counter() - asked
+                if unfed_after is not None and not self._fed and len(self._history) >= unfed_after:
+                    self._warn_unfed(epoch, len(self._history))
                 self._yielded += 1
                 self._handed += 1
                 if self.selector.online or self._uses_feedback:
@@ -402,6 +454,63 @@ class SelectionBatchSampler:
                 yield batch.tolist() if weights is None else WeightedBatch(batch, weights)
         finally:  # a loop that breaks early: the prefetch thread stops now, not at garbage collection
             source.close()
+
+    def _check_previous_pass(self, epoch: int) -> None:
+        """Warn of the training-loop mistakes the iteration before this one shows: it ran
+        to its end and the epoch was not set anew (DistributedSampler repeats the epoch's
+        batches then, silently), or it handed out batches and the loop gave no feedback."""
+        if not self._passed or self._iter_epoch is None:
+            return
+        if self._resume is None and self._iter_epoch == epoch:
+            self._warn_once(
+                "set_epoch",
+                f"this pass repeats epoch {epoch}'s batches: call sampler.set_epoch(epoch) before each "
+                f"epoch (DistributedSampler's contract; Lightning, accelerate and BatchselTrainer call it)",
+            )
+        if self._needed_fields and self._history and not self._fed:
+            self._warn_unfed(self._iter_epoch, len(self._history))
+
+    def _warn_unfed(self, epoch: int, batches: int) -> None:
+        fields = " or ".join(sorted(self._needed_fields))
+        name = type(self.selector).__name__
+        self._warn_once(
+            "observe",
+            f"{name} chooses batches from the {fields} the loop hands to sampler.observe(...), and none came "
+            f"in {batches} batches of epoch {epoch}: its batches do not follow the training. Call "
+            f"sampler.observe(batch, {sorted(self._needed_fields)[0]}=...) after each step",
+        )
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(f"SelectionBatchSampler: {message}", UserWarning, stacklevel=4)
+
+    def _check_loader(self, loader: Any) -> int:
+        """Warn of what a DataLoader iterating this sampler changes, and return how many
+        batches it asks for ahead of the training loop (its workers' prefetch: the feedback
+        lag it adds)."""
+        if loader is None:
+            return 0
+        dataset = getattr(loader, "_dataset", None)
+        if self.weighted and dataset is not None and not getattr(dataset, "accepts_weighted_keys", False):
+            self._warn_once(
+                "weighted_keys",
+                f"weighted=True hands the DataLoader (index, weight) pairs as keys, which "
+                f"{type(dataset).__name__} does not take: wrap the dataset, "
+                f"DataLoader(WeightedDataset(dataset), batch_sampler=sampler), for (x, y, w) items",
+            )
+        workers = int(getattr(loader, "_num_workers", 0) or 0)
+        window = workers * int(getattr(loader, "_prefetch_factor", None) or 0)
+        if window > self.prefetch and self._uses_feedback and self.selector.online:  # offline: plans at the epoch start
+            self._warn_once(
+                "num_workers",
+                f"DataLoader(num_workers={workers}) asks for batches {window} ahead of the training step, so "
+                f"{type(self.selector).__name__} sees the feedback {window} batches late, not {self.prefetch} "
+                f"(prefetch={self.prefetch}): its batches are those of num_workers=0 with prefetch={window}. Pass "
+                f"SelectionBatchSampler(prefetch={window}) for batches that do not depend on num_workers, or "
+                f"load in the main process (num_workers=0) where loading is cheap",
+            )
+        return window
 
     def _check_not_resharded(self, caller: Any) -> None:
         """Refuse to be iterated by accelerate's ``BatchSamplerShard`` over several ranks
@@ -617,6 +726,8 @@ class SelectionBatchSampler:
         obs = observation(indices, self._feedback_fields, losses, logits, embeddings)
         if obs is None:
             return
+        if not self._fed and any(obs.get(name) is not None for name in self._needed_fields):
+            self._fed = 1
         if self.comm is None or self.world_size == 1:
             if self.world_size > 1 and not self._warned_local:
                 logger.warning("no communicator: rank %d's feedback is not shared with the other ranks", self.rank)
@@ -741,6 +852,11 @@ class SelectionBatchSampler:
         state.setdefault("_observe_calls", 0)
         state.setdefault("_waited", 0.0)
         state.setdefault("_handed", 0)
+        uses = state.get("_uses_feedback", False)
+        state.setdefault("_needed_fields", state["_feedback_fields"] - {"embeddings"} if uses else frozenset())
+        state.setdefault("_fed", 0)
+        state.setdefault("_passed", False)
+        state.setdefault("_warned", set())
         self.__dict__.update(state)
         self._background = self._new_background(deferred)
 
@@ -825,6 +941,9 @@ class WeightedDataset:
     >>> WeightedDataset(data)[(0, 7.0)]
     (0.5, 1, np.float32(7.0))
     """
+
+    #: takes the ``(index, weight)`` keys of a weighted sampler (the sampler checks it)
+    accepts_weighted_keys = True
 
     def __init__(self, dataset: Any, weights: Any = None) -> None:
         self.dataset = dataset

@@ -577,3 +577,141 @@ def test_merged_feedback_concatenates_only_runs_a_selector_reads_alike():
     # a bad (negative) index is left for the selector's check to name; empty batches merge
     assert len(merged([obs([0], [1]), obs([-1], [2])])) == 2
     assert [o["indices"].tolist() for o in merged([obs([], []), obs([], [])])] == [[]]
+
+
+# -- common mistakes in the training loop: each gets a warning that names the fix --------
+
+
+def _loader_epoch(sampler, data, feedback=True, **loader_kwargs):
+    out = []
+    for xb, ib in DataLoader(data, batch_sampler=sampler, **loader_kwargs):
+        out.append(ib.tolist())
+        if feedback:
+            sampler.observe(ib, losses=xb.sum(1))
+    return out
+
+
+def _no_warning(fn):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fn()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: InfoBatchSelector(60, 6, epochs=4, seed=0),
+        lambda: CoresetSelector(
+            np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32), None, 6, fraction=0.5
+        ),
+    ],
+    ids=["infobatch", "coreset"],
+)
+def test_a_weighted_plan_without_weighted_warns_and_false_is_a_choice(make):
+    with pytest.warns(UserWarning, match=r"weighted=True .*weighted=False"):
+        plain = SelectionBatchSampler(make(), rank=0, world_size=1)
+    assert not plain.weighted
+    _no_warning(lambda: SelectionBatchSampler(make(), rank=0, world_size=1, weighted=False))
+    _no_warning(lambda: SelectionBatchSampler(make(), rank=0, world_size=1, weighted=True))
+    _no_warning(lambda: SelectionBatchSampler(LossRankSelector(60, 6), rank=0, world_size=1))  # no weights
+
+
+def test_a_loop_that_never_observes_is_warned_within_the_epoch_and_once():
+    sampler = SelectionBatchSampler(LossRankSelector(400, 8, seed=0), rank=0, world_size=1)
+    with pytest.warns(
+        UserWarning, match=r"none came in 8 batches of epoch 0.*sampler\.observe\(batch, losses="
+    ) as seen:
+        for _ in sampler:
+            pass
+        sampler.set_epoch(1)
+        list(sampler)
+    assert sum("observe" in str(w.message) for w in seen) == 1  # once per sampler
+
+
+def test_a_short_epoch_without_feedback_is_warned_when_the_next_starts():
+    sampler = SelectionBatchSampler(InfoBatchSelector(40, 8, epochs=3, seed=0), rank=0, world_size=1, weighted=True)
+    _no_warning(lambda: list(sampler))  # 5 batches: the loop may still be on its way
+    sampler.set_epoch(1)
+    with pytest.warns(UserWarning, match=r"InfoBatchSelector .* losses .*none came in 5 batches of epoch 0"):
+        list(sampler)
+
+
+def test_feedback_or_an_unfinished_peek_is_not_warned():
+    data = TensorDataset(torch.randn(200, 4), torch.arange(200))
+    fed = SelectionBatchSampler(LossRankSelector(200, 8, seed=0), rank=0, world_size=1, prefetch=4)
+
+    def run():
+        for epoch in range(2):
+            fed.set_epoch(epoch)
+            _loader_epoch(fed, data, num_workers=2)  # the workers' batches ahead come unfed at first
+
+    _no_warning(run)
+    peeked = SelectionBatchSampler(LossRankSelector(200, 8, seed=0), rank=0, world_size=1)
+    next(iter(peeked))
+    _no_warning(lambda: next(iter(peeked)))  # a pass that did not end: no mistake shown yet
+
+
+def test_feedback_the_selector_does_not_read_counts_as_none():
+    sampler = SelectionBatchSampler(LossRankSelector(400, 8, seed=0), rank=0, world_size=1)
+    with pytest.warns(UserWarning, match="losses"):
+        for batch in sampler:
+            sampler.observe(batch, logits=np.zeros((len(batch), 3)))  # loss-rank reads losses only
+
+
+def test_a_second_pass_without_set_epoch_is_warned():
+    sampler = SelectionBatchSampler(RandomSelector(40, 8, seed=0), rank=0, world_size=1)
+    first = list(sampler)
+    with pytest.warns(UserWarning, match=r"repeats epoch 0's batches: call sampler\.set_epoch\(epoch\)"):
+        again = list(sampler)
+    assert again == first  # DistributedSampler's behaviour, now said out loud
+    sampler.set_epoch(1)
+    _no_warning(lambda: list(sampler))
+    state = sampler.state_dict(batches_done=2)
+    sampler.load_state_dict(state)
+    _no_warning(lambda: list(sampler))  # a resume of epoch 1 is no repeat
+
+
+def test_infobatch_without_set_epoch_is_warned_before_its_schedule_overruns():
+    sampler = SelectionBatchSampler(InfoBatchSelector(40, 4, epochs=4, seed=0), rank=0, world_size=1, weighted=True)
+    for batch in sampler:
+        sampler.observe(batch.indices, losses=np.ones(len(batch)))
+    with pytest.warns(UserWarning, match="set_epoch"):
+        list(sampler)
+
+
+@pytest.mark.parametrize("prefetch", [4, 6])
+def test_batches_do_not_depend_on_num_workers_when_prefetch_covers_the_window(prefetch):
+    """DataLoader(num_workers=2) asks for 4 batches ahead (2 x prefetch_factor 2): with
+    prefetch >= 4 the sampler selects only the rest ahead, the batches of num_workers=0."""
+    data = TensorDataset(torch.randn(160, 4), torch.arange(160))
+
+    def run(workers):
+        sampler = SelectionBatchSampler(LossRankSelector(160, 8, seed=0), rank=0, world_size=1, prefetch=prefetch)
+        return _loader_epoch(sampler, data, num_workers=workers)
+
+    assert _no_warning(lambda: run(2)) == run(0)
+
+
+def test_num_workers_beyond_prefetch_is_warned_with_the_prefetch_that_matches():
+    data = TensorDataset(torch.randn(160, 4), torch.arange(160))
+
+    def run(workers, prefetch):
+        sampler = SelectionBatchSampler(LossRankSelector(160, 8, seed=0), rank=0, world_size=1, prefetch=prefetch)
+        return _loader_epoch(sampler, data, num_workers=workers)
+
+    with pytest.warns(UserWarning, match=r"num_workers=2\) asks for batches 4 ahead.*prefetch=4"):
+        workers = run(2, 0)
+    assert workers == run(0, 4)  # the documented rule: the window is part of the lag
+    random = SelectionBatchSampler(RandomSelector(160, 8, seed=0), rank=0, world_size=1)
+    _no_warning(lambda: _loader_epoch(random, data, feedback=False, num_workers=2))  # no feedback, no lag
+
+
+def test_weighted_batches_into_an_unwrapped_dataset_are_warned():
+    data = TensorDataset(torch.randn(40, 4), torch.arange(40))
+    sampler = SelectionBatchSampler(InfoBatchSelector(40, 8, epochs=3, seed=0), rank=0, world_size=1, weighted=True)
+    with pytest.warns(UserWarning, match=r"WeightedDataset\(dataset\)"), pytest.raises(IndexError):
+        next(iter(DataLoader(data, batch_sampler=sampler)))
+    x, i, w = _no_warning(lambda: next(iter(DataLoader(WeightedDataset(data), batch_sampler=sampler))))
+    assert w.dtype == torch.float32 and len(w) == 8
