@@ -263,6 +263,9 @@ def check_labels(labels: Any, num_examples: int, name: str = "labels", allow_unl
     if np.issubdtype(y.dtype, np.floating) and y.size and np.abs(y).max() > 2**53:
         # integral floats that large are no class ids (and overflow the int64 cast)
         raise ValueError(f"{name} must hold class ids, found {float(np.abs(y).max()):.3g}")
+    if y.dtype.kind == "u" and y.size and y.max() > np.iinfo(np.int64).max:
+        # the int64 cast would wrap them to negative numbers, reported as such
+        raise ValueError(f"{name} must hold class ids below 2**63 (int64), found {int(y.max())}")
     y = y.astype(np.int64)
     lowest = -1 if allow_unlabeled else 0
     if y.size and y.min() < lowest:

@@ -10,10 +10,12 @@ writing Python, and for inspecting schedules::
 Results (and ``--json``) go to stdout, progress bars and errors to stderr. Exit codes:
 0 success; 2 bad usage or bad input (one line ``batchsel: error: ...`` on stderr, no
 traceback); 1 an internal error (one line, the traceback only with ``--debug``); 130
-Ctrl-C; 143 SIGTERM. Every file is written to a temporary name and renamed (temporary
-files are removed on an error, Ctrl-C or SIGTERM), and an existing file is only replaced
-with ``--force`` (a symlink is written through; devices and other special files are
-refused).
+Ctrl-C; 143 SIGTERM. Every output is checked before the work (a file can be created in
+its folder), written to a temporary name, and renamed with the command's other outputs
+once all are written (temporary files are removed on an error, Ctrl-C or SIGTERM): a
+command leaves all of its files or none. An existing file is only replaced with
+``--force`` (a symlink is written through; devices and other special files are refused).
+Under mpiexec the ranks first check that they run the same command on the same data.
 """
 
 from __future__ import annotations
@@ -25,16 +27,18 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
+import tempfile
 import traceback
 import zipfile
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from . import __version__
 from ._checks import check_graph, check_int, check_labels, check_metric, check_seed, load_embeddings
-from .io import NpyRows, array_shape, atomic_group, atomic_write, load_array, save_npy
+from .io import AtomicGroup, NpyRows, array_digest, array_shape, atomic_group, load_array
 from .plan import load_plans, save_plans
 from .plotting import PLOT_SUFFIXES, plot_reports, require_matplotlib
 from .report import format_report, plan_report
@@ -248,7 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="M",
         help="facility-location --stream: rows of the reference sample (default 1000)",
     )
-    p.set_defaults(run=cmd_select)
+    p.set_defaults(
+        run=cmd_select,
+        oom_hint="for large N use --neighbors N (a sparse similarity) or --stream (one pass in bounded memory)",
+    )
 
     p = sub.add_parser(
         "plan",
@@ -316,7 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fraction", type=float, default=None, metavar="F", help="share of each class kept (default 0.1)")
     p.add_argument("--out", metavar="PLAN.npz", required=True, help="plan file to write")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
-    p.set_defaults(run=cmd_plan)
+    p.set_defaults(
+        run=cmd_plan,
+        oom_hint="for large N give --method coreset --neighbors K (a sparse similarity instead of a dense one "
+        "per class), or --method graph a smaller --neighbors",
+    )
 
     p = sub.add_parser(
         "inspect",
@@ -333,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph", metavar="G.npz", help="N x N graph (scipy.sparse.save_npz)")
     p.add_argument("--plot", metavar="FILE.png", help="draw the figures to FILE (.png, .pdf or .svg)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.set_defaults(run=cmd_inspect)
+    p.set_defaults(run=cmd_inspect, oom_hint=None)
 
     p = sub.add_parser(
         "dedup",
@@ -356,7 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="KEEP.npy", help="save the kept row indices (int64, sorted)")
     p.add_argument("--groups", metavar="GROUPS.npy", help="save, for every row, the row its group keeps")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
-    p.set_defaults(run=cmd_dedup)
+    p.set_defaults(
+        run=cmd_dedup,
+        oom_hint="lower --k (each row's K neighbours are held), or run under mpiexec on several machines "
+        "(each indexes its rows)",
+    )
 
     p = sub.add_parser(
         "audit",
@@ -386,7 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--issues", metavar="FILE.npy", help="save the rows flagged as mislabelled, most likely first")
     p.add_argument("--plot", metavar="FILE.png", help="draw the figures to FILE (.png, .pdf or .svg)")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
-    p.set_defaults(run=cmd_audit)
+    p.set_defaults(
+        run=cmd_audit,
+        oom_hint="lower --k (every row's K neighbours are held), or run under mpiexec on several machines "
+        "(each indexes its rows)",
+    )
     return parser
 
 
@@ -437,6 +456,14 @@ def _input_file(spec: str) -> str:
     return spec
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same name, a symlink (resolved paths, also of a
+    file not written yet) or a hard link (inode)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+
+
 def _check_output(
     path: str | None,
     force: bool,
@@ -454,12 +481,7 @@ def _check_output(
     for option, spec in inputs:
         if spec is None:
             continue
-        source = _input_file(spec)
-        # the same file under another name too: a symlink (resolved paths) or a hard link (inode)
-        same = os.path.realpath(source) == os.path.realpath(path)
-        if not same and os.path.exists(source) and os.path.exists(path):
-            same = os.path.samefile(source, path)
-        if same:
+        if _same_file(_input_file(spec), path):
             raise UsageError(f"{what} {path!r} is the input {option} {spec!r}: write the output to another file")
     if os.path.isdir(path):
         raise UsageError(f"{what} {path!r} is a directory")
@@ -476,19 +498,35 @@ def _check_output(
     if not os.path.isdir(folder):
         problem = "is not a folder" if os.path.exists(folder) else "does not exist"
         raise UsageError(f"cannot write {what} {path!r}: {folder!r} {problem}")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write {what} {path!r}: folder {folder!r} is not writable")
-
-
-def _write(path: str | Sequence[str], write: Callable[[], None]) -> None:
-    """Run an atomic write; an OS error (disk full, permissions) names the file(s)."""
+    # a file created and removed: permission bits (os.access) say yes to root, and on
+    # read-only or special file systems (/proc, /sys), where creating the file fails
     try:
-        write()
+        fd, probe = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {what} {path!r}: cannot create a file in {folder!r} ({exc.strerror or exc})"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _write(paths: Sequence[str | None], write: Callable[[AtomicGroup], None]) -> None:
+    """Write a command's output files (``paths``, None for those not asked for) as one:
+    ``write`` creates each in the group (``group.open`` for a file object, ``group.path``
+    for a writer that takes a name); all are renamed to their names only when every one
+    is written, and the temporary files are removed on an error, Ctrl-C or SIGTERM, so a
+    command leaves all of its outputs or none. An OS error (disk full, permissions) names
+    the files."""
+    names = [p for p in paths if p is not None]
+    if not names:
+        return
+    try:
+        with atomic_group() as group:
+            write(group)
     except OSError as exc:
         if isinstance(exc, FileExistsError):
             raise
-        names = " and ".join(repr(p) for p in ([path] if isinstance(path, str) else path))
-        raise UsageError(f"cannot write {names}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {' and '.join(repr(p) for p in names)}: {exc.strerror or exc}") from None
 
 
 def _progress(iterable: Any, quiet: bool, **kwargs: Any) -> Any:
@@ -559,15 +597,122 @@ def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[in
     return n, sieve.fit(path, chunk_rows=chunk_rows).selection_
 
 
-def _mpi_ranks() -> Any:
+def _mpi_ranks(args: argparse.Namespace, inputs: Sequence[str]) -> Any:
     """The MPI communicator when launched by mpiexec with more than one rank, else None:
-    then the k-NN graph is built sharded over the ranks (batchsel.sharded)."""
+    then the k-NN graph is built sharded over the ranks (batchsel.sharded), once every
+    rank has checked that all run the same command on the same data (``inputs``: the
+    names of ``args`` that are input files; :func:`_check_ranks_agree`)."""
     from .integrations.comm import get_communicator, launched_by_mpi
 
     if not launched_by_mpi():
         return None
     comm = get_communicator("mpi")
-    return comm if comm.size > 1 else None
+    if comm.size == 1:
+        return None
+    _check_ranks_agree(comm, args, inputs)
+    return comm
+
+
+def _option(name: str) -> str:
+    return "EMB" if name == "embeddings" else "--" + name.replace("_", "-")
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+class _RankInput(NamedTuple):
+    """An input file as one rank sees it (sent to the other ranks)."""
+
+    name: str  # of the argument
+    spec: str  # as given: PATH or FILE.npz:NAME
+    shape: tuple[int, ...]
+    identity: tuple[str, int, int, str | None]  # host, device, inode, key: the same file
+
+
+def _check_ranks_agree(comm: Any, args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    """Collective: every rank parses its own command line and reads its own files (another
+    path, another machine's copy), and on one machine rank 0 alone reads the embeddings
+    (batchsel.sharded's ``node_work="leader"``), so a rank with other options or other
+    data would go unnoticed, or fail in a collective as an internal error. Raises the
+    same ``UsageError`` on every rank (one line, exit 2 everywhere) when a rank cannot read
+    an input, or when its options, or the shape or content of an input, differ from
+    rank 0's. Contents are compared by :func:`~batchsel.io.array_digest`, read once per
+    distinct file (the first rank holding it), and not at all when every rank's file is
+    rank 0's (the same machine, device and inode): the usual case costs no read."""
+    # the options as each rank parsed them; input paths may differ (a rank's own copy)
+    options = {
+        k: repr(v)
+        for k, v in vars(args).items()
+        if k not in inputs and k not in ("quiet", "debug") and isinstance(v, (str, int, float, type(None)))
+    }
+    options.update({name: "FILE" if getattr(args, name) is not None else "None" for name in inputs})
+    host = socket.gethostname()
+    files: list[_RankInput] = []
+    error: str | None = None
+    for name in inputs:
+        spec = getattr(args, name)
+        if spec is None:
+            continue
+        try:
+            shape = array_shape(spec)  # the header only, where the format has one
+            info = os.stat(_input_file(spec))
+        except (ValueError, OSError) as exc:
+            error = _one_line(exc)
+            break
+        key = spec[len(_input_file(spec)) + 1 :] or None  # FILE.npz:NAME
+        files.append(_RankInput(name, spec, shape, (host, info.st_dev, info.st_ino, key)))
+    every = comm.allgather((options, files, error))
+    errors = [(r, e) for r, (_, _, e) in enumerate(every) if e is not None]
+    if errors:
+        everywhere = len(errors) == len(every) and len({e for _, e in errors}) == 1
+        raise UsageError(errors[0][1] if everywhere else f"{errors[0][1]} (on rank {errors[0][0]})")
+    differ = sorted(k for k in options if len({o.get(k) for o, _, _ in every}) > 1)
+    if differ:
+        held = "; ".join(
+            f"{_option(k)} " + ", ".join(f"{o.get(k)} on rank {r}" for r, (o, _, _) in enumerate(every)) for k in differ
+        )
+        raise UsageError(f"the ranks were given different options ({held}); every rank must run the same command")
+    held_by = [[f[i] for _, f, _ in every] for i in range(len(files))]  # per input, each rank's
+    for mine, theirs in zip(files, held_by):
+        if any(t.shape != mine.shape for t in theirs):
+            held = "; ".join(f"rank {r}: {t.spec!r} of shape {t.shape}" for r, t in enumerate(theirs))
+            raise UsageError(
+                f"the ranks read {_option(mine.name)} files of different shapes ({held}); "
+                "every rank must read the same data"
+            )
+    # per input, the rank whose digest stands for each rank's file: the first holding it
+    holder = [[next(q for q, o in enumerate(theirs) if o.identity == t.identity) for t in theirs] for theirs in held_by]
+    compare = [i for i in range(len(files)) if len(set(holder[i])) > 1]
+    if not compare:
+        return
+    digests: dict[int, str] = {}
+    for i in compare:
+        if holder[i][comm.rank] == comm.rank:
+            try:
+                digests[i] = array_digest(files[i].spec)
+            except (ValueError, OSError) as exc:
+                error = f"{_one_line(exc)} (on rank {comm.rank})"
+                break
+    gathered = comm.allgather((digests, error))
+    errors = [e for _, e in gathered if e is not None]
+    if errors:
+        raise UsageError(errors[0])
+    for i in compare:
+        ranks_of: dict[str, list[int]] = {}
+        for r, q in enumerate(holder[i]):
+            ranks_of.setdefault(gathered[q][0][i], []).append(r)
+        if len(ranks_of) > 1:
+            theirs = held_by[i]
+            hosts = len({t.identity[0] for t in theirs}) > 1  # the same path on other machines
+            held = "; ".join(
+                f"{_ranks(ranks)}: {theirs[ranks[0]].spec!r}" + (f" on {theirs[ranks[0]].identity[0]}" if hosts else "")
+                for ranks in ranks_of.values()
+            )
+            raise UsageError(
+                f"the ranks read different {_option(files[i].name)} data of the same shape {files[i].shape} "
+                f"({held}); every rank must read the same data"
+            )
 
 
 def cmd_select(args: argparse.Namespace) -> int:
@@ -591,7 +736,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     else:
         # under mpiexec -n W, sparse facility location by exact greedy runs sharded
         comm = (
-            _mpi_ranks()
+            _mpi_ranks(args, ["embeddings"])
             if args.objective == "facility-location"
             and args.neighbors is not None
             and args.optimizer in ("lazy", "naive")
@@ -629,16 +774,15 @@ def cmd_select(args: argparse.Namespace) -> int:
             )
     indices = np.asarray(result.indices, dtype=np.int64)
     gains = np.asarray(result.gains, dtype=np.float64)
-    if args.out:
-        if args.out.lower().endswith(".npy"):
-            _write(args.out, lambda: save_npy(args.out, indices, overwrite=args.force))
-        else:
 
-            def write_npz() -> None:
-                with atomic_write(args.out, "wb", overwrite=args.force) as fh:
-                    np.savez(fh, indices=indices, gains=gains, value=np.float64(result.value))
+    def write_outputs(group: AtomicGroup) -> None:
+        with group.open(args.out, "wb", overwrite=args.force) as fh:
+            if args.out.lower().endswith(".npy"):
+                np.save(fh, indices)
+            else:
+                np.savez(fh, indices=indices, gains=gains, value=np.float64(result.value))
 
-            _write(args.out, write_npz)
+    _write([args.out], write_outputs)
     if args.json:
         _print_json(
             {
@@ -817,13 +961,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # numpy's savez would append .npz to another name; a plan file is read back by its name
     _check_output(args.out, args.force, what="plan", suffixes=(".npz",), inputs=inputs)
     _check_output(args.save_graph, args.force, what="graph", suffixes=(".npz",), inputs=inputs)
-    if args.save_graph is not None and os.path.abspath(args.save_graph) == os.path.abspath(args.out):
+    if args.save_graph is not None and _same_file(args.save_graph, args.out):
         raise UsageError("--save-graph and --out name the same file")
 
     # under mpiexec -n W (W > 1), method graph and the GreedMax partition build the k-NN
     # graph sharded over the ranks (each reads its rows of EMB); rank 0 writes the outputs
     args.comm = (
-        _mpi_ranks()
+        _mpi_ranks(args, ["embeddings", "labels", "losses", "graph"])
         if (args.method == "graph" and args.graph is None)
         or (args.method == "submodular" and args.partition == "submodular")
         else None
@@ -850,18 +994,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for e in _progress(epochs, args.quiet, desc="plan", unit="epoch")
     ]
 
-    def write_outputs() -> None:
-        # one group: the plan is renamed into place only when the graph was written too
-        with atomic_group() as group:
-            with group.open(args.out, "wb", overwrite=args.force) as fh:
-                save_plans(fh, plans)
-            if args.save_graph is not None and built_graph is not None:
-                import scipy.sparse as sp
+    def write_outputs(group: AtomicGroup) -> None:
+        with group.open(args.out, "wb", overwrite=args.force) as fh:
+            save_plans(fh, plans)
+        if args.save_graph is not None and built_graph is not None:
+            import scipy.sparse as sp
 
-                with group.open(args.save_graph, "wb", overwrite=args.force) as fh:
-                    sp.save_npz(fh, built_graph)
+            with group.open(args.save_graph, "wb", overwrite=args.force) as fh:
+                sp.save_npz(fh, built_graph)
 
-    _write(args.out if args.save_graph is None else [args.out, args.save_graph], write_outputs)
+    _write([args.out, args.save_graph], write_outputs)
 
     summary = {
         "out": args.out,
@@ -914,11 +1056,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         plan_report(p, labels, graph)
         for p in _progress(plans, args.quiet or len(plans) < 3, desc="inspect", unit="epoch")
     ]
-    if args.plot:
-        _write(
-            args.plot,
-            lambda: plot_reports(args.plot, reports, source=os.path.basename(args.plan), overwrite=args.force),
-        )
+    _write(
+        [args.plot],
+        # the figure replaces the group's temporary file (overwrite), renamed with the group
+        lambda group: plot_reports(
+            group.path(args.plot, overwrite=args.force), reports, source=os.path.basename(args.plan), overwrite=True
+        ),
+    )
     if args.json:
         _print_json({"plan": args.plan, "epochs": reports, **({"plot": args.plot} if args.plot else {})})
     else:
@@ -942,10 +1086,12 @@ def _check_threshold(value: float) -> None:
         raise UsageError(f"--threshold must be in (0, 1], got {value}")
 
 
-def _sharded_source(path: str) -> tuple[Any, int, Any]:
+def _sharded_source(args: argparse.Namespace, inputs: Sequence[str]) -> tuple[Any, int, Any]:
     """(embeddings, N, communicator): under mpiexec -n W (W > 1) the path of the .npy each
-    rank reads its rows of, and the MPI communicator; else the loaded array and None."""
-    comm = _mpi_ranks()
+    rank reads its rows of, and the MPI communicator (the ranks agree on ``inputs``, see
+    :func:`_mpi_ranks`); else the loaded array and None."""
+    path = args.embeddings
+    comm = _mpi_ranks(args, inputs)
     if comm is None:
         x = _embeddings(path)
         return x, x.shape[0], None
@@ -972,22 +1118,20 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     inputs = [("EMB", args.embeddings)]
     _check_output(args.out, args.force, what="output", suffixes=(".npy",), inputs=inputs)
     _check_output(args.groups, args.force, what="groups", suffixes=(".npy",), inputs=inputs)
-    if args.out is not None and args.groups is not None and os.path.abspath(args.out) == os.path.abspath(args.groups):
+    if args.out is not None and args.groups is not None and _same_file(args.out, args.groups):
         raise UsageError("--out and --groups name the same file")
-    source, _, comm = _sharded_source(args.embeddings)
+    source, _, comm = _sharded_source(args, ["embeddings"])
     result = deduplicate(source, args.threshold, k=args.k, comm=comm, progress=not args.quiet)
     if comm is not None and comm.rank != 0:
         return EXIT_OK  # rank 0 writes and reports
-    outputs = [(path, array) for path, array in ((args.out, result.keep), (args.groups, result.group)) if path]
 
-    def write_outputs() -> None:  # both or neither
-        with atomic_group() as group:
-            for path, array in outputs:
+    def write_outputs(group: AtomicGroup) -> None:
+        for path, array in ((args.out, result.keep), (args.groups, result.group)):
+            if path is not None:
                 with group.open(path, "wb", overwrite=args.force) as fh:
                     np.save(fh, array)
 
-    if outputs:
-        _write([p for p, _ in outputs], write_outputs)
+    _write([args.out, args.groups], write_outputs)
     sizes = np.unique(result.group, return_counts=True)[1]
     report = {
         "embeddings": args.embeddings,
@@ -1033,9 +1177,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     inputs = [("EMB", args.embeddings), ("--labels", args.labels), ("--probabilities", args.probabilities)]
     _check_output(args.issues, args.force, what="issues", suffixes=(".npy",), inputs=inputs)
     _check_plot(args.plot, args.force, inputs)
-    if args.issues is not None and args.plot is not None and os.path.abspath(args.issues) == os.path.abspath(args.plot):
+    if args.issues is not None and args.plot is not None and _same_file(args.issues, args.plot):
         raise UsageError("--issues and --plot name the same file")
-    source, n, comm = _sharded_source(args.embeddings)
+    source, n, comm = _sharded_source(args, ["embeddings", "labels", "probabilities"])
     if n < 2:
         raise UsageError(f"an audit needs at least 2 rows, {args.embeddings!r} has {n}")
     labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None
@@ -1053,13 +1197,21 @@ def cmd_audit(args: argparse.Namespace) -> int:
     )
     if comm is not None and comm.rank != 0:
         return EXIT_OK  # rank 0 writes and reports
-    if args.issues is not None:
-        _write(args.issues, lambda: save_npy(args.issues, report.label_issues, overwrite=args.force))
-    if args.plot is not None:
-        _write(
-            args.plot,
-            lambda: plot_audit(args.plot, report, source=os.path.basename(args.embeddings), overwrite=args.force),
-        )
+
+    def write_outputs(group: AtomicGroup) -> None:
+        if args.issues is not None:
+            with group.open(args.issues, "wb", overwrite=args.force) as fh:
+                np.save(fh, report.label_issues)
+        if args.plot is not None:
+            # the figure replaces the group's temporary file (overwrite), renamed with the group
+            plot_audit(
+                group.path(args.plot, overwrite=args.force),
+                report,
+                source=os.path.basename(args.embeddings),
+                overwrite=True,
+            )
+
+    _write([args.issues, args.plot], write_outputs)
     if args.json:
         _print_json(
             {
@@ -1120,6 +1272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _on_sigterm) or signal.SIG_DFL
     except ValueError:  # not the main thread: keep the default action
         previous = None
+    args = None
     try:
         try:
             args = build_parser().parse_args(argv)
@@ -1157,7 +1310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         if debug:
             traceback.print_exc()
-        sys.stderr.write("batchsel: error: out of memory (for large N use --neighbors, a sparse similarity)\n")
+        hint = getattr(args, "oom_hint", None)  # each command's own options
+        sys.stderr.write(f"batchsel: error: out of memory{f' ({hint})' if hint else ''}\n")
         return EXIT_UNEXPECTED
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         if debug:

@@ -6,7 +6,7 @@ Everything comes from the ``k`` nearest neighbours (cosine) of every row, one se
 (:class:`~batchsel.EmbeddingIndex`, or :class:`~batchsel.sharded.ShardedIndex` over MPI ranks):
 
 - near-duplicates: the share of rows :func:`~batchsel.deduplicate` would remove, at
-  several thresholds;
+  several thresholds (all-zero rows: exact duplicates of one another, with a warning);
 - label noise (with labels): class probabilities of every row from its neighbours' labels
   (leave-one-out: a row never votes for itself), or the out-of-sample ``probabilities`` of
   a model of the user's (cross-validated: what cleanlab takes), then confident learning
@@ -30,7 +30,18 @@ import numpy as np
 
 from ._checks import check_int, check_labels, tensor_to_numpy
 from .communicator import Communicator
-from .dedup import NPROBE, SIMILARITY_SLACK, _pairs, _unique_pairs, check_threshold, cosine_index, groups_of_pairs
+from .dedup import (
+    NPROBE,
+    SIMILARITY_SLACK,
+    _pairs,
+    _unique_pairs,
+    check_threshold,
+    cosine_index,
+    groups_of_pairs,
+    warn_zero_rows,
+    with_zero_pairs,
+    zero_rows,
+)
 from .index import EmbeddingIndex
 
 logger = logging.getLogger(__name__)
@@ -74,6 +85,8 @@ class Audit:
     probability_source: str | None = None  # "neighbours" (leave-one-out votes) or "given" (a model's)
     advice: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: the all-zero rows (no direction: exact duplicates of one another in ``duplicates``)
+    zero_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def imbalance(self) -> float | None:
@@ -93,6 +106,7 @@ class Audit:
             "outliers": self.outliers[:top].tolist(),
             "neighbor_similarity": round(self.neighbor_similarity, 4),
             "random_similarity": round(self.random_similarity, 4),
+            "zero_rows": int(self.zero_rows.size),
             "seconds": round(self.seconds, 3),
             "advice": self.advice,
         }
@@ -248,6 +262,13 @@ def _advice(a: Audit) -> list[str]:
             f"ended 2-38 points below it; keep random batches (shorter runs did best), or clean the "
             f"flagged labels first"
         )
+    if a.zero_rows.size:
+        tips.append(
+            f"{a.zero_rows.size} rows are all zero (rows {a.zero_rows[:5].tolist()}"
+            f"{', ...' if a.zero_rows.size > 5 else ''}): cosine similarity is undefined for them, so they "
+            f"count as exact duplicates of one another (one kept) and of no other row; drop them, or embed "
+            f"their inputs again if the zeros mark failed or empty ones"
+        )
     removed = a.duplicates.get(a.threshold, 0.0)
     if removed >= 0.05:
         tips.append(
@@ -285,7 +306,11 @@ def audit(
 ) -> Audit:
     """Audit ``embeddings`` (``N x d`` array, tensor or ``.npy`` path) and, if given, integer
     ``labels`` (length N): see the module docstring. ``threshold`` is the near-duplicate
-    threshold of the groups returned (and of the advice); ``thresholds`` the curve's.
+    threshold of the groups returned (and of the advice); ``thresholds`` the curve's (a
+    sequence of numbers in (0, 1], or one number). All-zero rows have no direction: they
+    count as exact duplicates of one another (one kept) at every threshold and of no other
+    row, as in :func:`~batchsel.deduplicate`; a warning and the advice give their count
+    (``zero_rows``).
     With ``comm`` the search runs sharded over its ranks and every rank returns the same.
     ``probabilities``: ``N x C`` out-of-sample class probabilities of the labels' model
     (column c = label c; rows summing to 1), for the label-noise estimate and the flagged
@@ -302,7 +327,7 @@ def audit(
     (True, True)
     """
     threshold = check_threshold(threshold)
-    curve = sorted({check_threshold(t, "thresholds") for t in thresholds} | {threshold})
+    curve = sorted({check_threshold(t, "thresholds") for t in _threshold_list(thresholds)} | {threshold})
     k = check_int(k, "k", minimum=1)
     start = time.perf_counter()
     index, comm = cosine_index(embeddings, comm, nprobe, progress, seed)
@@ -319,7 +344,9 @@ def audit(
         parts = comm.allgather((S, I))
         S, I = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     # near-duplicates at every threshold, from the same pairs
-    i, j, s = _unique_pairs(*_pairs(S, I, 0, curve[0]), n)
+    zeros = zero_rows(index, S, I, 0)
+    warn_zero_rows(zeros, n, "audit")
+    i, j, s = _unique_pairs(*with_zero_pairs(*_pairs(S, I, 0, curve[0]), zeros), n)
     duplicates, group = {}, np.arange(n)
     for t in curve:
         at = s >= t - SIMILARITY_SLACK
@@ -339,6 +366,7 @@ def audit(
     a_, b_ = rng.integers(0, n, (2, min(20_000, n * 4)))
     random_sim = float(np.mean(_cosine_rows(index, a_, b_)))
     result = Audit(n, d, duplicates, threshold, group, score, outliers, float(mean_sim.mean()), random_sim)
+    result.zero_rows = zeros
     if y is not None:
         classes, positions = np.unique(y, return_inverse=True)
         positions = positions.reshape(-1)
@@ -356,6 +384,15 @@ def audit(
     result.seconds = time.perf_counter() - start
     logger.info("audit of %d x %d in %.1f s", n, d, result.seconds)
     return result
+
+
+def _threshold_list(thresholds: Any) -> list[Any]:
+    """``thresholds`` as a list: a sequence (or array) of numbers, or one number."""
+    if isinstance(thresholds, (int, float, np.integer, np.floating)) and not isinstance(thresholds, (bool, np.bool_)):
+        return [thresholds]
+    if isinstance(thresholds, (str, bytes)) or not hasattr(thresholds, "__iter__"):
+        raise TypeError(f"thresholds must be a sequence of numbers in (0, 1] or one number, got {thresholds!r}")
+    return list(np.asarray(thresholds).reshape(-1)) if isinstance(thresholds, np.ndarray) else list(thresholds)
 
 
 def check_probabilities(probabilities: Any, labels: np.ndarray | None, num_examples: int) -> np.ndarray:

@@ -7,7 +7,8 @@ Two rows are near-duplicates when the cosine similarity of their embeddings is a
 with :class:`~batchsel.sharded.ShardedIndex`, which returns the same neighbours). Groups are
 the connected components of those pairs, and each group keeps its row of smallest index:
 a deterministic rule that needs no order of processing, so one process and any number of
-ranks keep the same rows. Every removed row saves a step in every epoch.
+ranks keep the same rows. Every removed row saves a step in every epoch. All-zero rows,
+whose cosine similarity is undefined, are exact duplicates of one another (with a warning).
 """
 
 from __future__ import annotations
@@ -106,6 +107,48 @@ def _unique_pairs(i: np.ndarray, j: np.ndarray, s: np.ndarray, n: int) -> tuple[
     return key // n, key % n, s
 
 
+def zero_rows(index: EmbeddingIndex, D: np.ndarray, I: np.ndarray, first_row: int) -> np.ndarray:
+    """The all-zero rows (global ids, sorted) among rows ``first_row ..`` whose neighbour
+    lists are ``(D, I)`` (cosine). The index leaves a zero row as it is, so its similarity
+    to every row is 0: only the rows with no positive similarity are read back and checked."""
+    maybe = np.flatnonzero(~((I >= 0) & (D > 0)).any(axis=1)) + first_row
+    if not maybe.size:
+        return maybe.astype(np.int64)
+    rows = np.asarray(index._rows_of(maybe))  # float32, as the index saw them
+    return maybe[~rows.any(axis=1)].astype(np.int64)
+
+
+def with_zero_pairs(
+    i: np.ndarray, j: np.ndarray, s: np.ndarray, zeros: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs ``(i, j, s)`` plus the all-zero rows ``zeros`` (sorted) as exact
+    duplicates of one another: each paired with the next at similarity 1, so they form one
+    group, kept by its first row, in the graph of pairs at every threshold."""
+    if zeros.size < 2:
+        return i, j, s
+    return (
+        np.concatenate([i, zeros[:-1]]),
+        np.concatenate([j, zeros[1:]]),
+        np.concatenate([s, np.ones(zeros.size - 1, np.float32)]),
+    )
+
+
+def warn_zero_rows(zeros: np.ndarray, n: int, caller: str) -> None:
+    """Log a warning naming the all-zero rows ``zeros`` of ``n``, if any."""
+    if zeros.size:
+        logger.warning(
+            "%s: %d of %d rows are all zero (rows %s%s): cosine similarity is undefined for them, so they "
+            "count as exact duplicates of one another (row %d kept) and of no other row; drop them, or "
+            "embed their inputs again if the zeros mark failed or empty ones",
+            caller,
+            zeros.size,
+            n,
+            zeros[:5].tolist(),
+            ", ..." if zeros.size > 5 else "",
+            int(zeros[0]),
+        )
+
+
 def groups_of_pairs(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
     """For each of ``n`` rows, the smallest row of its connected component in the graph of
     pairs ``(i, j)``.
@@ -162,7 +205,10 @@ def deduplicate(
         Cosine similarity at or above which two rows are near-duplicates, in (0, 1]
         (1: exact duplicates up to rounding). Groups are transitive: ``a ~ b`` and
         ``b ~ c`` put ``a``, ``b`` and ``c`` in one group even when ``a`` and ``c`` are
-        below the threshold.
+        below the threshold. All-zero rows have no direction (their cosine similarity
+        is undefined): they are taken as exact duplicates of one another, one group whose
+        first row is kept (pairs of consecutive zero rows, similarity 1.0, in ``pairs``),
+        and of no other row; a warning gives their count (``extra["zero_rows"]``).
     k:
         Neighbours searched per row: a row with more than ``k`` near-duplicates still
         joins their group through them, but the pairs listed are at most ``k`` per row.
@@ -193,10 +239,12 @@ def deduplicate(
         return Deduplication(rows, rows.copy(), empty, threshold, k, time.perf_counter() - start)
     D, I = index.neighbors(k)
     i, j, s = _pairs(D, I, index._first_row, threshold)
+    zeros = zero_rows(index, D, I, index._first_row)
     if comm is not None:  # every rank groups all pairs: the same result everywhere
-        parts = comm.allgather((i, j, s))
-        i, j, s = (np.concatenate([p[c] for p in parts]) for c in range(3))
-    i, j, s = _unique_pairs(i, j, s, n)
+        parts = comm.allgather((i, j, s, zeros))
+        i, j, s, zeros = (np.concatenate([p[c] for p in parts]) for c in range(4))
+    warn_zero_rows(zeros, n, "deduplicate")
+    i, j, s = _unique_pairs(*with_zero_pairs(i, j, s, zeros), n)
     group = groups_of_pairs(i, j, n)
     keep = np.flatnonzero(group == np.arange(n)).astype(np.int64)
     seconds = time.perf_counter() - start
@@ -216,7 +264,7 @@ def deduplicate(
         threshold,
         k,
         seconds,
-        extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None)},
+        extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None), "zero_rows": int(zeros.size)},
     )
 
 

@@ -67,16 +67,27 @@ def _check_logits(logits: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
     if not np.isfinite(z).all():
         row = int(np.argwhere(~np.isfinite(z))[0, 0])
         raise ValueError(f"logits contain NaN or inf (first at row {row}): has training diverged?")
+    return z, check_class_ids(labels, z.shape)
+
+
+def check_class_ids(labels: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """``labels`` as int64 class ids of the rows of logits of ``shape`` (n x classes): one
+    per row, each a column of the logits (``ValueError`` naming the shapes or the label
+    out of range, ``TypeError`` for labels that are not integers)."""
     y = np.asarray(tensor_to_numpy(labels))
-    if y.ndim != 1 or y.shape[0] != z.shape[0]:
-        raise ValueError(f"labels must be 1-D with one entry per row of logits ({z.shape[0]}), got shape {y.shape}")
+    if y.ndim != 1 or y.shape[0] != shape[0]:
+        raise ValueError(
+            f"labels must be 1-D with one entry per row of logits (shape {tuple(shape)}), got shape {y.shape}"
+        )
     if y.size and not np.issubdtype(y.dtype, np.integer):
         raise TypeError(f"labels must be integer class ids, got dtype {y.dtype}")
-    y = y.astype(np.int64)
-    if y.size and (y.min() < 0 or y.max() >= z.shape[1]):
-        bad = y[(y < 0) | (y >= z.shape[1])][0]
-        raise ValueError(f"labels must be in [0, {z.shape[1]}) (the logits' classes), found {int(bad)}")
-    return z, y
+    # the range is checked before the int64 cast, which wraps uint64 ids >= 2**63 to negatives
+    if y.size and (y.min() < 0 or y.max() >= shape[1]):
+        bad = y[(y < 0) | (y >= shape[1])][0]
+        raise ValueError(
+            f"labels must be in [0, {shape[1]}) (the classes of logits of shape {tuple(shape)}), found {int(bad)}"
+        )
+    return y.astype(np.int64)
 
 
 def _log_softmax(z: np.ndarray) -> np.ndarray:
@@ -408,11 +419,13 @@ class CandidateFilter:
         """This filter's ``score`` of the candidates ``indices`` (dataset indices) from
         their ``logits`` and ``labels`` (and ``hidden`` for ``"gradnorm"``)."""
         if self.score == "gradnorm":
-            return gradnorm_scores(logits, labels, hidden)
-        losses = loss_scores(logits, labels)
-        if self.score == "loss":
-            return losses
-        return losses - self.irreducible_weight_ * self._irreducible_of(_check_candidates(indices, len(losses)))
+            s = gradnorm_scores(logits, labels, hidden)
+        else:
+            s = loss_scores(logits, labels)
+        idx = _check_candidates(indices, len(s))  # one row of logits per candidate
+        if self.score == "rho":
+            s = s - self.irreducible_weight_ * self._irreducible_of(idx)
+        return s
 
     def _irreducible_of(self, idx: np.ndarray) -> np.ndarray:
         il = self._scored_il
@@ -464,7 +477,7 @@ class CandidateFilter:
         if logits.dtype.is_complex or logits.dtype == torch.bool:
             raise TypeError(f"logits must be numeric, got dtype {logits.dtype}")
         if logits.shape[0] != n:
-            raise ValueError(f"scores has shape ({logits.shape[0]},), expected ({n},): one score per candidate")
+            _check_candidates(idx, logits.shape[0])  # names logits and the count of indices
         y = labels if hasattr(labels, "detach") else torch.as_tensor(np.asarray(labels))
         if y.ndim != 1 or y.shape[0] != n:
             raise ValueError(f"labels must be 1-D with one entry per row of logits ({n}), got shape {tuple(y.shape)}")
@@ -491,7 +504,10 @@ class CandidateFilter:
             raise ValueError(f"logits contain NaN or inf (first at row {row}): has training diverged?")
         if label < n:
             bad = int(y[label])
-            raise ValueError(f"labels must be in [0, {logits.shape[1]}) (the logits' classes), found {bad}")
+            raise ValueError(
+                f"labels must be in [0, {logits.shape[1]}) (the classes of logits of shape "
+                f"{tuple(logits.shape)}), found {bad}"
+            )
         if hid < n:
             raise ValueError("hidden contains NaN or inf")
         keep = np.sort(np.concatenate([uniform, host[: k - m]]).astype(np.int64))
@@ -690,7 +706,7 @@ def _check_candidates(indices: Any, count: int | None = None) -> np.ndarray:
     if idx.min() < 0:
         raise ValueError(f"indices must be >= 0, found {int(idx.min())}")
     if count is not None and len(idx) != count:
-        raise ValueError(f"{len(idx)} indices for {count} rows of logits")
+        raise ValueError(f"logits has {count} rows but {len(idx)} indices were given: one row per candidate")
     return idx.astype(np.int64, copy=False)
 
 

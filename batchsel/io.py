@@ -1,13 +1,15 @@
 """Reading arrays from files and writing files atomically.
 
-Every file batchsel writes goes through :func:`atomic_write`: the content is written to a
-temporary name in the same folder, flushed to disk, then renamed over the final name, so
-a crash or Ctrl-C never leaves a half-written file under the name a user asked for.
+Every file batchsel writes goes through :func:`atomic_write` (or :func:`atomic_group`, for
+files written as one): the content is written to a temporary name in the same folder,
+flushed to disk, then renamed over the final name, so a crash or Ctrl-C never leaves a
+half-written file under the name a user asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pickle
 import stat
@@ -58,31 +60,66 @@ def _target(path: str | os.PathLike, overwrite: bool) -> str:
 
 
 class AtomicGroup:
-    """Files written as one (see :func:`atomic_group`): :meth:`open` gives each a
-    temporary file beside it; the group renames them all only when its block succeeds."""
+    """Files written as one (see :func:`atomic_group`): :meth:`open` and :meth:`path` give
+    each a temporary file beside it; the group renames them all only when its block
+    succeeds."""
 
     def __init__(self) -> None:
         self._pending: list[tuple[str, str]] = []  # (temporary, final) names
+        self._by_name: list[str] = []  # temporaries written by name: synced at the commit
+
+    def _reserve(self, path: str | os.PathLike, overwrite: bool, suffix: str) -> tuple[int, str]:
+        """A new temporary file beside ``path`` (its descriptor and name), registered."""
+        target = _target(path, overwrite)
+        folder = os.path.dirname(os.path.abspath(target))
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=suffix, dir=folder)
+        self._pending.append((tmp, target))  # registered first: removed whatever fails next
+        try:
+            # mkstemp makes the file 0600; give it the mode a plain open() would (or keep
+            # the replaced file's), so plans stay readable by the other ranks / users.
+            try:
+                os.fchmod(fd, stat.S_IMODE(os.stat(target).st_mode))
+            except FileNotFoundError:
+                os.fchmod(fd, 0o666 & ~_umask())
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, tmp
 
     @contextlib.contextmanager
     def open(self, path: str | os.PathLike, mode: str = "wb", overwrite: bool = True) -> Iterator[IO]:
         """A temporary file for ``path``, flushed to disk when the ``with`` block ends."""
-        path = _target(path, overwrite)
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-        self._pending.append((tmp, path))  # registered first: removed whatever fails next
+        fd, _ = self._reserve(path, overwrite, ".tmp")
         with os.fdopen(fd, mode) as f:
-            # mkstemp makes the file 0600; give it the mode a plain open() would (or keep
-            # the replaced file's), so plans stay readable by the other ranks / users.
-            try:
-                os.fchmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
-            except FileNotFoundError:
-                os.fchmod(f.fileno(), 0o666 & ~_umask())
             yield f
             f.flush()
             os.fsync(f.fileno())
 
+    def path(self, path: str | os.PathLike, overwrite: bool = True) -> str:
+        """The name of a temporary file for ``path``, for writers that take a file name
+        (a figure's ``savefig``): it ends with ``path``'s suffix, since such writers pick
+        the format from it (or append their own); it is flushed to disk and renamed with
+        the group.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> with atomic_group() as group:
+        ...     np.save(group.path(os.path.join(folder, "x.npy")), np.arange(3))
+        >>> os.listdir(folder), np.load(os.path.join(folder, "x.npy")).tolist()
+        (['x.npy'], [0, 1, 2])
+        """
+        fd, tmp = self._reserve(path, overwrite, ".tmp" + os.path.splitext(os.fspath(path))[1])
+        os.close(fd)
+        self._by_name.append(tmp)
+        return tmp
+
     def _commit(self) -> None:
+        for tmp in self._by_name:  # the writer closed them; on disk before any rename
+            fd = os.open(tmp, os.O_RDWR)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         for tmp, path in self._pending:
             os.replace(tmp, path)
 
@@ -257,6 +294,46 @@ def array_shape(path: str | os.PathLike, key: str | None = None) -> tuple[int, .
         except (OSError, ValueError, EOFError, zipfile.BadZipFile):
             pass  # load_array names the problem
     return tuple(np.shape(load_array(path, key)))
+
+
+def array_digest(path: str | os.PathLike, key: str | None = None, chunk_bytes: int = 1 << 24) -> str:
+    """A SHA-256 digest of the array :func:`load_array` would return (dtype, shape and
+    values in C order), to tell whether two files hold the same data. A C-order ``.npy``
+    file is read once, ``chunk_bytes`` at a time with plain reads (neither loaded nor
+    memory-mapped); other files are loaded. Raises ``ValueError`` as ``load_array`` does,
+    and for a truncated ``.npy`` file.
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    >>> np.save(os.path.join(folder, "x.npy"), x)
+    >>> np.savez(os.path.join(folder, "x.npz"), x=x)
+    >>> array_digest(os.path.join(folder, "x.npy")) == array_digest(os.path.join(folder, "x.npz"))
+    True
+    """
+    path = os.fspath(path)
+    if key is None and not os.path.exists(path) and ":" in os.path.basename(path):
+        path, key = path.rsplit(":", 1)  # FILE.npz:NAME
+    a = load_array(path, key)
+    digest = hashlib.sha256(repr((np.dtype(a.dtype).str, tuple(a.shape))).encode())
+    if isinstance(a, np.memmap) and a.flags.c_contiguous:
+        offset, remaining = a.offset, a.nbytes
+        del a  # the map: the data is read with plain reads below
+        buffer = memoryview(bytearray(min(chunk_bytes, max(remaining, 1))))
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            while remaining:
+                got = fh.readinto(buffer[: min(len(buffer), remaining)])
+                if not got:
+                    raise ValueError(f"{path!r} is truncated ({remaining} bytes of data missing)")
+                digest.update(buffer[:got])
+                remaining -= got
+        return digest.hexdigest()
+    a = np.asarray(a)
+    rows = max(1, chunk_bytes // max(a.itemsize * int(np.prod(a.shape[1:], dtype=np.int64)), 1))
+    for start in range(0, a.shape[0] if a.ndim else 1, rows):  # C order, a block of rows at a time
+        digest.update(np.ascontiguousarray(a[start : start + rows] if a.ndim else a).tobytes())
+    return digest.hexdigest()
 
 
 class NpyRows:

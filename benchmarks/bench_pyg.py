@@ -13,8 +13,12 @@ full-batch training (the ceiling).
 2. Scale: ``ClusterData`` of a generated 1M-node, 10M-edge graph (time and peak memory in a
    child process), and one epoch of ``ClusterLoader`` next to one of ``RandomNodeLoader``
    (the anchor) over the same graph.
+3. GraphSAINT on graphs of N nodes of which only 7 have edges (issue 46): the node
+   sampler's normalization (``sample_coverage=50``) and the random-walk sampler's batches,
+   whose cost should not grow with N.
 
-Run: ``python benchmarks/bench_pyg.py`` (``--quick``: smaller, about a minute).
+Run: ``python benchmarks/bench_pyg.py`` (``--quick``: smaller, about a minute;
+``--saint-only``: section 3 alone).
 """
 
 from __future__ import annotations
@@ -258,11 +262,37 @@ def bench_scale(args) -> dict:
     return r
 
 
+def bench_saint(args) -> dict:
+    from torch_geometric.data import Data
+
+    from batchsel.integrations.pyg import GraphSAINTNodeSampler, GraphSAINTRandomWalkSampler
+
+    sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
+    print("\n== 3. GraphSAINT on N nodes of which 7 have edges (a ring): cost per N ==")
+    print(f"{'N':>10}{'node sampler norm s':>22}{'walk batches ms / batch':>26}")
+    ring = torch.arange(7)
+    out = {}
+    for n in sizes:
+        data = Data(x=torch.zeros(n, 4), edge_index=torch.stack([ring, (ring + 1) % 7]), num_nodes=n)
+        t = time.perf_counter()
+        GraphSAINTNodeSampler(data, batch_size=100, sample_coverage=50, log=False)
+        norm = time.perf_counter() - t
+        walks = GraphSAINTRandomWalkSampler(data, batch_size=100, walk_length=2, num_steps=500, log=False, rank=0)
+        t = time.perf_counter()
+        for _ in walks:
+            pass
+        batch = (time.perf_counter() - t) / 500
+        print(f"{n:>10,}{norm:>22.3f}{1e3 * batch:>26.3f}")
+        out[n] = {"norm_s": norm, "batch_s": batch}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--saint-only", action="store_true", help="only section 3 (GraphSAINT cost per N)")
     parser.add_argument("--scale-child", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.scale_child:
@@ -271,7 +301,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}")
-    results = {"threads": torch.get_num_threads(), "training": bench_training(args), "scale": bench_scale(args)}
+    results: dict = {"threads": torch.get_num_threads()}
+    if not args.saint_only:
+        results.update(training=bench_training(args), scale=bench_scale(args))
+    results["saint"] = bench_saint(args)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

@@ -87,6 +87,10 @@ def _decode_headers(headers: np.ndarray) -> list[tuple[np.dtype, tuple]] | None:
 # this many bytes, so objects past 2 GiB (a 10M-row graph's indices) gather too
 _GATHER_CHUNK_BYTES = 1 << 30
 _GATHER_TAG = 0x6A7  # messages of one (source, tag) arrive in order: the chunks stay in sequence
+# A rank whose interpreter exits sends a message of this tag to the next rank of each of its
+# communicators: a rank waiting in MPIComm.wait_for_ranks for one that is gone fails at once
+_LEFT_TAG = 0x6A8
+_LEFT_SEND_WAIT = 1.0  # seconds an exiting rank waits for its notice to go out
 
 
 # TorchDistComm.allgather's message: a head of _HEADER_LEN + 1 int64 words (the array
@@ -194,7 +198,9 @@ def install_mpi_abort_hook() -> None:
     Without it, the failing rank's interpreter waits in ``MPI_Finalize`` while the other
     ranks wait in their next collective: the job hangs instead of failing. The hook
     prints the traceback as usual, then calls ``MPI_Abort`` (what ``python -m mpi4py``
-    does). Installing it twice is a no-op.
+    does). Installing it twice is a no-op. ``sys.exit`` raises ``SystemExit``, which no
+    excepthook sees: a rank that exits so tells the next rank instead (:class:`MPIComm`),
+    and one waiting for it in :meth:`MPIComm.wait_for_ranks` raises, naming it.
     """
     global _abort_hook_installed
     if _abort_hook_installed:
@@ -224,11 +230,53 @@ def install_mpi_abort_hook() -> None:
     _abort_hook_installed = True
 
 
+_exit_notices: list = []  # (MPI module, communicator): told at exit that this rank left
+
+
+def _notify_at_exit(MPI: Any, comm: Any) -> None:
+    """Have :func:`_tell_next_rank_this_one_left` cover ``comm`` when the interpreter exits."""
+    if not _exit_notices:
+        atexit.register(_tell_next_rank_this_one_left)
+    if not any(c == comm for _, c in _exit_notices):
+        _exit_notices.append((MPI, comm))
+
+
+def _tell_next_rank_this_one_left() -> None:
+    """At exit, whatever the exit code (``sys.exit`` raises ``SystemExit``, which no
+    excepthook sees): send this rank's number to the next rank of each multi-rank
+    communicator built here. Only ranks waiting in :meth:`MPIComm.wait_for_ranks` look
+    for it; there it means a rank that will never arrive, so they fail at once instead
+    of after their timeout (this rank meanwhile waits in ``MPI_Finalize`` for the others).
+
+    One message per communicator, to the next rank only: every rank still running ends
+    up waiting for the missing one, so the first of them after a run of exited ranks (in
+    rank order, cyclically) hears of it; its failure ends the job (the abort hook) or
+    exits it, which tells the next. In a normal end nobody receives the notices: one small
+    unreceived message per rank, dropped by ``MPI_Finalize``.
+    """
+    for MPI, comm in _exit_notices:
+        try:
+            if MPI.Is_finalized():
+                return
+            rank, size = comm.Get_rank(), comm.Get_size()
+            note = np.array([rank], dtype=np.int64)
+            request = comm.Isend([note, MPI.INT64_T], dest=(rank + 1) % size, tag=_LEFT_TAG)
+            deadline = time.monotonic() + _LEFT_SEND_WAIT
+            # a message this small leaves at once (eager); never let the exit wait on it
+            while not request.Test() and time.monotonic() < deadline:
+                time.sleep(1e-3)
+        except Exception:  # noqa: BLE001 (a communicator the program freed: nothing to tell)
+            logger.debug("no exit notice on %r", comm, exc_info=True)
+
+
 class MPIComm(_Comm):
     """A communicator over mpi4py (``MPI.COMM_WORLD`` unless ``comm`` is given).
 
     ``abort_on_exception`` (default True) installs :func:`install_mpi_abort_hook`, so a
-    rank that raises ends the job instead of leaving the others waiting forever.
+    rank that raises ends the job instead of leaving the others waiting forever. A rank
+    whose interpreter exits otherwise (``sys.exit`` with any code, the end of its script)
+    tells the next rank at exit, so a rank waiting for it in :meth:`wait_for_ranks` fails
+    at once, naming it, instead of after the timeout.
     Arrays are all-gathered with ``Allgatherv`` on their raw bytes; other objects pickled.
     :meth:`gather` sends every rank's bytes (an array's raw, anything else pickled) to the
     root in messages of at most 1 GiB, so it has no 2 GiB limit.
@@ -242,6 +290,8 @@ class MPIComm(_Comm):
         self.abort_on_exception = bool(abort_on_exception)
         if self.abort_on_exception and self.size > 1:
             install_mpi_abort_hook()
+        if self.size > 1:
+            _notify_at_exit(self._MPI, self.comm)
 
     def broadcast(self, obj: Any, root: int = 0) -> Any:
         return self.comm.bcast(obj, root=_check_root(root, self.size))
@@ -312,7 +362,9 @@ class MPIComm(_Comm):
     def wait_for_ranks(self, what: str, timeout: float | None) -> None:
         """A non-blocking barrier polled until ``timeout`` (MPI's own collectives wait
         forever): ``RuntimeError`` naming ``what`` if a rank has not arrived by then, which
-        the abort hook turns into the end of the job. Costs one small collective."""
+        the abort hook turns into the end of the job. Costs one small collective. A rank
+        whose interpreter has exited (``sys.exit``, the end of its script) never arrives:
+        told so at its exit, the next rank raises at once, naming it."""
         if self.size == 1 or timeout is None:  # the collective itself then waits as long as it takes
             return
         request = self.comm.Ibarrier()
@@ -327,8 +379,24 @@ class MPIComm(_Comm):
                     f"not arrive (a rank stopped, or called it fewer times than the others)"
                 )
             if now > spin_until:  # spinning first, as MPI's blocking calls do: a sleep costs >= 50 us
+                self._raise_if_a_rank_left(what, request)
                 time.sleep(pause)
                 pause = min(2 * pause, 1e-2)  # a long wait costs little CPU
+
+    def _raise_if_a_rank_left(self, what: str, request: Any) -> None:
+        """``RuntimeError`` naming the rank if one has told this rank that it exited
+        (:func:`_tell_next_rank_this_one_left`) and the barrier ``request`` is still open."""
+        status = self._MPI.Status()
+        if not self.comm.Iprobe(source=self._MPI.ANY_SOURCE, tag=_LEFT_TAG, status=status):
+            return
+        if request.Test():  # every rank arrived before that one left: the notice is for a later wait
+            return
+        left = np.empty(1, dtype=np.int64)
+        self.comm.Recv([left, self._MPI.INT64_T], source=status.Get_source(), tag=_LEFT_TAG)
+        raise RuntimeError(
+            f"{what}: rank {int(left[0])} exited (sys.exit or the end of its script) while rank "
+            f"{self.rank} waited for it; the job cannot go on without it"
+        )
 
     def abort(self, errorcode: int = 1) -> None:
         sys.stderr.flush()

@@ -89,6 +89,7 @@ class _Subgraphs:
     def __init__(self, data: Any) -> None:
         src, dst, n = _edges(data)
         self.data, self.num_nodes = data, n
+        self.sources = src  # of every edge, in data's order
         self.edge_order = np.argsort(src, kind="stable")  # edge ids by source node
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).astype(np.int64)
         self.targets = dst[self.edge_order]
@@ -101,17 +102,29 @@ class _Subgraphs:
         pos = np.repeat(starts - first, counts) + np.arange(int(counts.sum()))
         return pos, np.repeat(np.arange(len(nodes)), counts)
 
-    def local_ids(self, nodes: np.ndarray) -> np.ndarray:
-        """Position of every node of the graph in ``nodes``, -1 for the others."""
-        local = np.full(self.num_nodes, -1, dtype=np.int64)
-        local[nodes] = np.arange(len(nodes))
-        return local
+    def local_ids(self, nodes: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The position in ``nodes`` (distinct node ids) of each of ``ids``, -1 where absent.
+
+        A table of the graph's N nodes when N is small or the batch large next to it; else a
+        binary search in the sorted ``nodes``, so that a small sample of a large graph
+        (GraphSAINT draws many) costs in proportion to it, not to N."""
+        # (filling a table of up to 2**15 nodes costs about what the search's calls cost)
+        if self.num_nodes <= max(1 << 15, 8 * (len(nodes) + len(ids))):
+            local = np.full(self.num_nodes, -1, dtype=np.int64)
+            local[nodes] = np.arange(len(nodes))
+            return local[ids]
+        if not len(nodes):
+            return np.full(len(ids), -1, dtype=np.int64)
+        order = np.argsort(nodes, kind="stable")
+        ordered = nodes[order]
+        at = np.minimum(np.searchsorted(ordered, ids), len(nodes) - 1)
+        return np.where(ordered[at] == ids, order[at], -1)
 
     def edges_of(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(edge ids, local edge_index) of the subgraph induced by ``nodes`` (distinct ids):
         every edge whose two ends are in ``nodes``, numbered by position in ``nodes``."""
         pos, row = self.out_edges(nodes)
-        col = self.local_ids(nodes)[self.targets[pos]]
+        col = self.local_ids(nodes, self.targets[pos])
         keep = col >= 0
         return self.edge_order[pos[keep]], np.stack([row[keep], col[keep]])
 
@@ -254,7 +267,7 @@ class ClusterData(torch.utils.data.Dataset):
         sub = self._subgraphs
         pos, rows = sub.out_edges(nodes)
         targets = sub.targets[pos]
-        cols = sub.local_ids(nodes)[targets]
+        cols = sub.local_ids(nodes, targets)
         outside = cols < 0
         cols[outside] = targets[outside]
         out.edge_index = torch.from_numpy(np.stack([rows, cols]))
@@ -398,10 +411,15 @@ class GraphSAINTSampler(DataLoader):
     by (seed, epoch, rank, step), so ranks draw different subgraphs and a run repeats.
 
     ``sample_coverage > 0`` estimates PyG's normalization first, from samples drawn until
-    every node was drawn ``sample_coverage`` times on average: ``node_norm`` (per node:
-    samples / (its count * N)) and ``edge_norm`` (per edge: its source node's count /
-    the edge's count, clamped to [0, 1e4], 0.1 where the edge was never drawn), sliced into
-    every batch as in PyG."""
+    every node a sample can hold was drawn ``sample_coverage`` times on average:
+    ``node_norm`` (per node: samples / (its count * N)) and ``edge_norm`` (per edge: its
+    source node's count / the edge's count, clamped to [0, 1e4], 0.1 where the edge was
+    never drawn), sliced into every batch as in PyG. The nodes a sample can hold are all N
+    for random walks (their roots are drawn over every node) and, for the node sampler, the
+    N' nodes with out-edges: PyG counts all N there, so on a graph with nodes that have no
+    out-edges it draws N / N' times as many samples (7 nodes with edges among 10,000: over
+    1,400 times as many) for estimates of the same expectation. Each sample costs in
+    proportion to its nodes and their edges, not to N."""
 
     def __init__(
         self,
@@ -482,6 +500,10 @@ class GraphSAINTSampler(DataLoader):
     def _nodes(self, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
 
+    def _drawable(self) -> int:
+        """How many nodes a sample can hold (the normalization's coverage counts them)."""
+        return self.N
+
     def _draw(self, rng: np.random.Generator) -> np.ndarray:
         return np.unique(self._nodes(rng))
 
@@ -498,15 +520,15 @@ class GraphSAINTSampler(DataLoader):
         node_count = np.zeros(self.N)
         edge_count = np.zeros(self.E)
         rng = np.random.default_rng([self.seed, 0x5A1])  # the same estimate on every rank
-        samples, drawn = 0, 0
-        while drawn < self.N * self.sample_coverage:
+        samples, drawn, target = 0, 0, self._drawable() * self.sample_coverage
+        while drawn < target:
             nodes = self._draw(rng)
             edge_ids, _ = sub.edges_of(nodes)
             node_count[nodes] += 1
             edge_count[edge_ids] += 1
             drawn += len(nodes)
             samples += 1
-        source = self.data.edge_index[0].cpu().numpy()
+        source = sub.sources
         with np.errstate(divide="ignore", invalid="ignore"):
             edge_norm = np.clip(node_count[source] / edge_count, 0, 1e4)
         edge_norm[~np.isfinite(edge_norm) | (edge_count == 0)] = 0.1
@@ -553,8 +575,11 @@ class GraphSAINTNodeSampler(GraphSAINTSampler):
     """
 
     def _nodes(self, rng: np.random.Generator) -> np.ndarray:
-        src = self.data.edge_index[0].cpu().numpy()
-        return src[rng.integers(0, self.E, self.sample_size)]
+        return self._subgraphs.sources[rng.integers(0, self.E, self.sample_size)]
+
+    def _drawable(self) -> int:
+        """The nodes with out-edges: the others are never a drawn edge's source."""
+        return int(np.count_nonzero(np.diff(self._subgraphs.indptr)))
 
 
 class GraphSAINTRandomWalkSampler(GraphSAINTSampler):

@@ -164,7 +164,8 @@ class SelectionBatchSampler:
         Seconds a feedback all-gather waits for every rank (default 1800, torch's
         process-group default) before it raises ``RuntimeError`` naming the collective;
         under mpiexec the abort hook then ends every rank, so a rank that stopped calling
-        :meth:`observe` ends the job instead of hanging it. ``None``: wait as long as it
+        :meth:`observe` ends the job instead of hanging it; one that exited (``sys.exit``)
+        tells the waiting ranks at once, which raise then, naming it. ``None``: wait as long as it
         takes. Over torch.distributed the process group's own ``timeout`` applies. Each
         all-gather also checks that every rank is at the same :meth:`observe` call of
         the same epoch (``RuntimeError`` naming each rank's call otherwise).

@@ -240,3 +240,41 @@ def test_cli_takes_a_models_probabilities(files):
     x, y, p = (np.load(files / f) for f in ("emb.npy", "y.npy", "p.npy"))
     expected = audit(x, y, progress=False, probabilities=p)
     assert report["probability_source"] == "given" and report["noise_rate"] == round(expected.noise_rate, 4)
+
+
+# -- issue 46 --------------------------------------------------------------------------------
+def test_all_zero_rows_count_as_duplicates_of_one_another_with_a_warning(caplog):
+    # as deduplicate removes them; before: 10 identical zero rows, 0 % near-duplicates, no word
+    with caplog.at_level("WARNING", logger="batchsel.dedup"):
+        report = audit(np.zeros((10, 4), np.float32), progress=False)
+    assert set(report.duplicates.values()) == {0.9} and report.duplicate_group.tolist() == [0] * 10
+    assert report.zero_rows.tolist() == list(range(10)) and report.to_dict()["zero_rows"] == 10
+    assert "audit: 10 of 10 rows are all zero" in caplog.text
+    assert any("10 rows are all zero" in tip and "drop them" in tip for tip in report.advice)
+    x, y, _ = mixture(n=300, noise=0.0)
+    x[[5, 50, 250]] = 0.0
+    mixed = audit(x, y, progress=False)
+    assert mixed.zero_rows.tolist() == [5, 50, 250] and mixed.duplicates[1.0] == pytest.approx(2 / 300)
+    assert mixed.duplicate_group[[5, 50, 250]].tolist() == [5, 5, 5]
+    assert audit(x[:5] + 1.0, progress=False).to_dict()["zero_rows"] == 0
+
+
+def test_thresholds_may_be_one_number_and_anything_else_is_refused_by_name():
+    x, _, _ = mixture(n=200)
+    assert sorted(audit(x, thresholds=0.9, progress=False).duplicates) == [0.9, 0.95]  # was: not iterable
+    assert sorted(audit(x, thresholds=np.float32(0.75), threshold=0.75, progress=False).duplicates) == [0.75]
+    assert sorted(audit(x, thresholds=np.array([0.9, 1.0]), progress=False).duplicates) == [0.9, 0.95, 1.0]
+    for bad in ("0.9", None, True):
+        with pytest.raises(TypeError, match="thresholds must be a sequence of numbers"):
+            audit(x, thresholds=bad, progress=False)
+    with pytest.raises(ValueError, match="thresholds must be"):
+        audit(x, thresholds=[0.9, 1.5], progress=False)
+
+
+def test_unsigned_labels_past_the_int64_range_are_refused_with_their_value():
+    x, y, _ = mixture(n=200)
+    big = y.astype(np.uint64)
+    big[3] = 2**63  # was reported as "labels must be >= 0, found -9223372036854775808"
+    with pytest.raises(ValueError, match="below 2\\*\\*63 .*found 9223372036854775808"):
+        audit(x, big, progress=False)
+    assert audit(x, y.astype(np.uint64), progress=False).class_counts == audit(x, y, progress=False).class_counts

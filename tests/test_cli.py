@@ -4,8 +4,10 @@ inside (an unexpected exception, Ctrl-C during a write) call ``main()`` in-proce
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -728,3 +730,117 @@ def test_select_offers_every_optimizer_and_metric_of_maximize(data, tmp_path, ca
     x = np.load(data / "emb.npy")
     expected = batchsel.maximize(batchsel.GraphCut.from_embeddings(x, metric), 7, optimizer, seed=0)
     np.testing.assert_array_equal(np.load(out), expected.indices)
+
+
+# -- all outputs or none, checked before the work; out-of-memory hints (issue 46) ---------
+
+
+def test_audit_writes_issues_and_plot_together_or_neither(work, monkeypatch, capsys):
+    # was: issues.npy written, then the figure failed (exit 2), and a rerun refused issues.npy
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    def disk_full(self, file, **kwargs):
+        file.write(b"half a figure")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", disk_full)
+    monkeypatch.chdir(work)
+    before = sorted(p.name for p in work.iterdir())
+    code = cli.main(["audit", "emb.npy", "--labels", "labels.npy", "--issues", "issues.npy", "--plot", "audit.png"])
+    captured = capsys.readouterr()
+    check_one_line_error(code, captured.out, captured.err, work, before)  # no issues.npy, no temporary file
+    assert "'issues.npy' and 'audit.png'" in captured.err and "No space left" in captured.err
+
+
+def _no_file_can_be_created_in_proc() -> bool:
+    try:
+        open("/proc/batchsel-probe", "wb").close()
+    except OSError:
+        return os.path.isdir("/proc")
+    os.unlink("/proc/batchsel-probe")
+    return False
+
+
+@pytest.mark.skipif(not _no_file_can_be_created_in_proc(), reason="needs /proc, where no file can be created")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["audit", "emb.npy", "--labels", "labels.npy", "--issues", "issues.npy", "--plot", "/proc/audit.png"],
+        ["dedup", "emb.npy", "--out", "keep.npy", "--groups", "/proc/groups.npy"],
+        ["select", "emb.npy", "--k", "5", "--out", "/proc/picked.npy"],
+        ["plan", "emb.npy", "--batch-size", "8", "--workers", "2", "--out", "/proc/plan.npz"],
+        ["inspect", "plan.npz", "--plot", "/proc/plan.png"],
+    ],
+)
+def test_an_output_folder_where_no_file_can_be_created_is_refused_before_the_work(work, monkeypatch, capsys, argv):
+    # os.access says a folder is writable to root, /proc included: the work ran, then the
+    # write failed after the outputs before it (audit's issues.npy) were written
+    def work_started(*args, **kwargs):
+        raise RuntimeError("the work started")
+
+    monkeypatch.chdir(work)
+    batchsel.RandomSelector(N, 50).plan(0, 2).save("plan.npz")
+    for name in ("_embeddings", "_num_rows", "_sharded_source", "load_plans"):
+        monkeypatch.setattr(cli, name, work_started)
+    before = sorted(p.name for p in work.iterdir())
+    code = cli.main([*argv, "--quiet"])
+    captured = capsys.readouterr()
+    check_one_line_error(code, captured.out, captured.err, work, before)
+    assert "cannot create a file in '/proc'" in captured.err, captured.err
+
+
+def test_two_outputs_that_are_one_file_through_a_symlink_are_refused(work, monkeypatch, capsys):
+    # was: both renamed onto keep.npy, the groups replacing the kept rows, exit 0
+    monkeypatch.chdir(work)
+    os.symlink("keep.npy", "groups.npy")
+    before = sorted(p.name for p in work.iterdir())
+    code = cli.main(["dedup", "emb.npy", "--out", "keep.npy", "--groups", "groups.npy", "--force", "--quiet"])
+    captured = capsys.readouterr()
+    check_one_line_error(code, captured.out, captured.err, work, before)
+    assert "name the same file" in captured.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["select", "emb.npy", "--k", "5"],
+        ["plan", "emb.npy", "--batch-size", "8", "--workers", "2", "--out", "plan.npz"],
+        ["inspect", "plan.npz"],
+        ["dedup", "emb.npy"],
+        ["audit", "emb.npy"],
+    ],
+)
+def test_out_of_memory_hints_name_only_the_commands_own_options(work, monkeypatch, capsys, argv):
+    # was: dedup and audit suggested --neighbors, an option they do not have
+    def out_of_memory(args):
+        raise MemoryError
+
+    monkeypatch.setattr(cli, f"cmd_{argv[0]}", out_of_memory)
+    monkeypatch.chdir(work)
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("batchsel: error: out of memory") and len(err.splitlines()) == 1, err
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    own = {s for action in sub.choices[argv[0]]._actions for s in action.option_strings}
+    named = set(re.findall(r"--[a-z][a-z-]*", err))
+    assert named <= own, (named - own, err)
+    assert named or argv[0] == "inspect", err  # a hint where an option lowers the memory
+
+
+def test_ranks_reading_one_file_compare_it_without_reading_it(work, monkeypatch):
+    # leader mode reads rank 0's file only: the check that every rank's file holds the
+    # same data must not read it again when every rank's file is that very file (inode)
+    class Twin:  # rank 0 of 2, rank 1 holding exactly what rank 0 holds
+        rank, size = 0, 2
+
+        def allgather(self, obj):
+            return [obj, obj]
+
+    def read(*args, **kwargs):
+        raise AssertionError("the file was read for a digest")
+
+    monkeypatch.setattr(cli, "array_digest", read)
+    monkeypatch.chdir(work)
+    args = cli.build_parser().parse_args(["audit", "emb.npy", "--labels", "labels.npy"])
+    cli._check_ranks_agree(Twin(), args, ["embeddings", "labels", "probabilities"])

@@ -73,6 +73,86 @@ def test_data_without_near_duplicates_keeps_every_row():
     assert np.array_equal(result.keep, np.arange(40)) and result.pairs[0].size == 0 and result.groups() == []
 
 
+def with_zero_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """200 random rows, 12 of them (in both halves) set to all zeros; returns x and those rows."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((200, 16)).astype(np.float32)
+    zeros = np.sort(rng.choice(200, 12, replace=False))
+    x[zeros] = 0.0
+    x[zeros[3]] = -0.0  # a negative zero is zero too
+    return x, zeros
+
+
+def test_all_zero_rows_are_exact_duplicates_of_one_another_with_a_warning(caplog):
+    # cosine similarity is undefined for zero rows (the index saw 0 for every pair): before,
+    # 10 identical zero rows were all kept, with no word about them
+    with caplog.at_level("WARNING", logger="batchsel.dedup"):
+        only = deduplicate(np.zeros((10, 4), np.float32), progress=False)
+    assert only.keep.tolist() == [0] and only.group.tolist() == [0] * 10 and only.extra["zero_rows"] == 10
+    assert "10 of 10 rows are all zero" in caplog.text and "drop them" in caplog.text
+    x, zeros = with_zero_rows()
+    result = deduplicate(x, 0.9, progress=False)
+    assert np.all(result.group[zeros] == zeros[0]) and result.removed_fraction == pytest.approx(11 / 200)
+    assert not np.isin(result.group[np.setdiff1d(np.arange(200), zeros)], zeros).any()  # no other row joins
+    i, j, s = result.pairs
+    assert {(a, b) for a, b in zip(zeros[:-1].tolist(), zeros[1:].tolist())} <= set(zip(i.tolist(), j.tolist()))
+    assert np.all(s[np.isin(i, zeros)] == 1.0)
+    assert deduplicate(np.eye(4, dtype=np.float32), progress=False).extra["zero_rows"] == 0
+
+
+class ThreadComm:
+    """A Communicator over threads of one process (every collective: a slot per rank and a barrier)."""
+
+    def __init__(self, rank, shared):
+        self.rank, self.size, self._shared = rank, len(shared["slots"]), shared
+
+    def allgather(self, obj):
+        slots, barrier = self._shared["slots"], self._shared["barrier"]
+        slots[self.rank] = obj
+        barrier.wait()
+        out = list(slots)
+        barrier.wait()
+        return out
+
+    def broadcast(self, obj, root=0):
+        return self.allgather(obj)[root]
+
+    def gather(self, obj, root=0):
+        out = self.allgather(obj)
+        return out if self.rank == root else None
+
+    def allreduce(self, array, op="sum"):
+        return {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op](self.allgather(array), axis=0)
+
+    def barrier(self):
+        self.allgather(None)
+
+    def abort(self, errorcode=1):
+        raise SystemExit(errorcode)
+
+
+def test_zero_rows_in_several_shards_are_one_group_on_every_rank():
+    import threading
+
+    x, zeros = with_zero_rows(seed=1)
+    assert zeros.min() < 100 <= zeros.max()  # in both ranks' rows
+    shared = {"slots": [None, None], "barrier": threading.Barrier(2)}
+    results = [None, None]
+
+    def rank(r):
+        results[r] = deduplicate(x, 0.9, comm=ThreadComm(r, shared), progress=False)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    alone = deduplicate(x, 0.9, progress=False)
+    for r in results:
+        assert np.array_equal(r.group, alone.group) and r.extra["zero_rows"] == 12
+        assert all(np.array_equal(a, b) for a, b in zip(r.pairs, alone.pairs))
+
+
 @pytest.mark.slow
 def test_the_ivf_path_finds_the_planted_groups():
     x, root = planted(60_000, d=32, share=0.05)

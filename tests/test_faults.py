@@ -182,9 +182,19 @@ def test_a_rank_that_skips_an_observe_call_fails_naming_the_calls():
 
 @needs_mpi
 def test_a_rank_that_stops_observing_ends_the_job_after_the_timeout():
-    rc, output, seconds = mpi_case("observe-stop")
+    rc, output, seconds = mpi_case("observe-stop")  # rank 1 stops, alive
     assert rc != 0 and "feedback all-gather" in output and "waited 3 s" in output, output[-3000:]
     assert seconds < 60, seconds
+
+
+@needs_mpi
+@pytest.mark.parametrize("case", ["exit-3", "exit-0"])
+def test_a_rank_that_calls_sys_exit_mid_epoch_ends_the_job_at_once_naming_it(case):
+    # SystemExit never reaches the abort hook: rank 0 waited in the feedback all-gather for
+    # the sampler's timeout (1800 s), rank 1 in MPI_Finalize. The launcher is killed well before.
+    rc, output, seconds = mpi_case(case, timeout=60)
+    assert rc != 0 and "feedback all-gather" in output and "rank 1 exited" in output, output[-3000:]
+    assert "waited 1800 s" not in output and seconds < 60, seconds
 
 
 def test_accelerate_prepare_of_the_sampler_is_refused_before_the_first_step():
@@ -517,3 +527,82 @@ def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
     assert seconds < 60, (seconds, output[-3000:])
     assert "survived" not in output
     assert ",1]" in output and "Exit code:    3" in output, output[-3000:]  # Open MPI names rank 1
+
+
+# -- under mpiexec, ranks given other files or options: exit 2 on every rank (issue 46) ----
+
+
+def cli_on_two_ranks(folder: Path, argv0: list[str], argv1: list[str], timeout: float = 120) -> tuple[int, str]:
+    """``batchsel`` under mpiexec, rank 0 with ``argv0`` and rank 1 with ``argv1`` (an MPMD
+    launch: each rank its own command line, as each of several machines its own files)."""
+    import signal
+
+    def app(argv: list[str]) -> list[str]:
+        return ["-n", "1", sys.executable, "-m", "batchsel", *argv, "--quiet"]
+
+    cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", *app(argv0), ":", *app(argv1)]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=folder,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"{cmd} hung for {timeout} s:\n{proc.communicate()[0][-3000:]}")
+    return proc.returncode, output
+
+
+def _rank_inputs(folder: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((60, 4)).astype(np.float32)
+    np.save(folder / "emb.npy", x)
+    np.save(folder / "emb_short.npy", x[:50])  # another shape
+    other = x.copy()
+    other[37, 2] += 1.0  # the same shape, one value changed
+    np.save(folder / "emb_other.npy", other)
+    y = np.arange(60) % 3
+    np.save(folder / "labels.npy", y)
+    np.save(folder / "labels_other.npy", np.roll(y, 1))
+
+
+DEDUP = ["dedup", "{emb}", "--out", "keep.npy", "--groups", "groups.npy"]
+AUDIT = ["audit", "emb.npy", "--labels", "{labels}", "--issues", "issues.npy"]
+SELECT = ["select", "{emb}", "--k", "5", "--neighbors", "5", "--out", "picked.npy"]
+PLAN = ["plan", "{emb}", "--method", "graph", "--batch-size", "10", "--workers", "2", "--out", "plan.npz"]
+
+
+@needs_mpi
+@pytest.mark.parametrize(
+    "argv, rank1, match",
+    [
+        # was: "internal error: RuntimeError: the ranks disagree ...", exit 1
+        (DEDUP, {"emb": "emb_short.npy"}, "EMB files of different shapes (rank 0: 'emb.npy' of shape (60, 4); rank 1"),
+        (SELECT, {"emb": "emb_short.npy"}, "EMB files of different shapes"),
+        # was: exit 0, rank 1's file never read (rank 0 alone reads the rows on one machine)
+        (DEDUP, {"emb": "emb_other.npy"}, "different EMB data of the same shape (60, 4) (rank 0: 'emb.npy'; rank 1"),
+        (PLAN, {"emb": "emb_other.npy"}, "different EMB data of the same shape"),
+        # was: exit 0, each rank with its own labels
+        (AUDIT, {"labels": "labels_other.npy"}, "different --labels data of the same shape (60,)"),
+        # was: exit 2 on rank 1 only (rank 0 killed without a word)
+        (DEDUP, {"emb": "nowhere.npy"}, "no such file 'nowhere.npy' (on rank 1)"),
+        (DEDUP, {"extra": ["--k", "5"]}, "different options (--k 8 on rank 0, 5 on rank 1)"),
+    ],
+)
+def test_ranks_given_other_files_or_options_exit_2_on_every_rank(tmp_path, argv, rank1, match):
+    _rank_inputs(tmp_path)
+    fill = {"emb": "emb.npy", "labels": "labels.npy"}
+    argv0 = [a.format(**fill) for a in argv]
+    argv1 = [a.format(**{**fill, **rank1}) for a in argv] + rank1.get("extra", [])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc, output = cli_on_two_ranks(tmp_path, argv0, argv1)
+    said = [line for line in output.splitlines() if line.startswith("batchsel")]
+    assert rc == 2 and len(said) == 2 and said[0] == said[1], output[-3000:]  # the same line on each rank
+    assert said[0].startswith("batchsel: error: ") and match in said[0], said
+    assert "Traceback" not in output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output

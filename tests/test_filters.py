@@ -714,3 +714,27 @@ def test_cuda_logits_are_filtered_on_the_device():
     z, y = torch.randn(32, 4), torch.randint(0, 4, (32,))
     keep = filt(np.arange(32), z.cuda(), y.cuda())
     assert np.array_equal(keep, ref(np.arange(32), z.numpy(), y.numpy()))
+
+
+# -- issue 46 --------------------------------------------------------------------------------
+@pytest.mark.parametrize("score", ["loss", "gradnorm", "rho"])
+def test_logits_and_indices_of_different_lengths_are_named_as_such(score):
+    # no scores were passed: the message was "scores has shape (8,), expected (7,)"
+    extra = {"irreducible_losses": np.zeros(20)} if score == "rho" else {}
+    filt = CandidateFilter(2, 4, score, **extra)
+    z, y = np.zeros((8, 3)), np.arange(8) % 3
+    for call in (
+        lambda: filt(np.arange(7), z, y),
+        lambda: filt.scores(np.arange(7), z, y),
+        lambda: filt._call_on_device(np.arange(7), torch.from_numpy(z), torch.from_numpy(y), None),
+    ):
+        with pytest.raises(ValueError, match="logits has 8 rows but 7 indices were given"):
+            call()
+    assert filt.steps_ == 0
+
+
+def test_unsigned_labels_out_of_range_are_reported_with_their_value():
+    z = np.zeros((2, 3))
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 3\) .*shape \(2, 3\)\), found 9223372036854775808"):
+        loss_scores(z, np.array([0, 2**63], dtype=np.uint64))
+    assert loss_scores(z, np.array([0, 2], dtype=np.uint64)).shape == (2,)

@@ -15,8 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from common import run_command  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_integrations_mp import MPIEXEC, TIMEOUT, clean_env  # puts tests/mp_scripts on sys.path
+
+# isort: split
+from common import run_command  # (in tests/mp_scripts: after the import that puts it on sys.path)
 
 from batchsel import InfoBatchSelector, ScorePruningSelector, coverage_centric_selection, gradnorm_scores
 from batchsel.integrations import SelectionBatchSampler
@@ -381,3 +385,91 @@ def test_short_runs_anneal_only_when_asked_for_their_last_epoch():
         assert not whole_last.prunes(epochs - 1)
         assert whole_last.prunes(epochs - 2) == (epochs > 2)  # epoch 0 never prunes
     assert not InfoBatchSelector(100, 10, epochs=8).prunes(7)
+
+
+# -- issue 46: forgetting's labels, CCS's cost and range -------------------------------------
+def test_forgetting_refuses_labels_past_the_logits_columns_as_el2n_does():
+    # a class-2 example is never the argmax of 2 columns: it would score as never learnt
+    y = np.array([0, 1, 2, 2])
+    for score in ("el2n", "forgetting"):
+        sel = ScorePruningSelector(y, 2, epochs=3, score=score, score_epochs=2)
+        with pytest.raises(ValueError, match=r"labels must be in \[0, 2\) .*shape \(4, 2\)\), found 2"):
+            sel.observe(np.arange(4), logits=np.zeros((4, 2)))
+        assert not sel.observed_.any()  # nothing recorded
+        sel.observe(np.arange(4), logits=np.zeros((4, 3)))  # 3 columns: accepted
+        assert sel.observed_.tolist() == [1, 1, 1, 1]
+
+
+def _ccs_before_issue_46(scores, count, strata=50, hard_cut=0.0, seed=0):
+    """coverage_centric_selection as it was (one pass over the pool per stratum): the
+    reference its rewrite must agree with on ordinary scores."""
+    s = np.asarray(scores, dtype=np.float64)
+    order = np.argsort(s, kind="stable")
+    pool = order[: len(s) - int(np.floor(hard_cut * len(s)))]
+    rng = np.random.default_rng([seed, 7])
+    low, high = s[pool].min(initial=0.0), s[pool].max(initial=0.0)
+    width = (high - low) / strata
+    stratum = (
+        np.minimum(((s[pool] - low) / width).astype(np.int64), strata - 1)
+        if width > 0
+        else np.zeros(len(pool), dtype=np.int64)
+    )
+    bins = [pool[stratum == k] for k in range(strata)]
+    bins = [b for b in bins if len(b)]
+    picked, left = [], count
+    for i, b in enumerate(sorted(bins, key=len)):
+        take = min(len(b), left // (len(bins) - i))
+        picked.append(rng.choice(b, size=take, replace=False))
+        left -= take
+    return np.sort(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    n=st.integers(1, 300),
+    kind=st.sampled_from(["normal", "ties", "positive", "negative", "tiny", "constant"]),
+    strata=st.integers(1, 80),
+    hard_cut=st.sampled_from([0.0, 0.1, 0.5]),
+    share=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**16),
+)
+def test_coverage_centric_selection_picks_what_the_per_stratum_rule_picked(n, kind, strata, hard_cut, share, seed):
+    rng = np.random.default_rng(seed)
+    scores = {
+        "normal": rng.normal(size=n),
+        "ties": rng.integers(0, 4, n).astype(float),
+        "positive": rng.random(n) * 1e3 + 5.0,  # (the bins start at min(0, scores))
+        "negative": -rng.exponential(size=n),
+        "tiny": rng.random(n) * 1e-300,
+        "constant": np.full(n, 3.0),
+    }[kind]
+    pool = n - int(np.floor(hard_cut * n))
+    count = int(share * pool)
+    got = coverage_centric_selection(scores, count, strata=strata, hard_cut=hard_cut, seed=seed)
+    assert np.array_equal(got, _ccs_before_issue_46(scores, count, strata, hard_cut, seed))
+
+
+def test_coverage_centric_selection_bins_scores_near_the_float_limit():
+    # their range (3.6e308) overflows as one difference: the bins are those of the same scores
+    # scaled down by a power of two (exact), so the picks are too
+    base = np.r_[-1.0, 1.0, np.random.default_rng(0).uniform(-1.0, 1.0, 500)]  # range 2**1024 once scaled
+    with np.errstate(all="raise"):
+        huge = coverage_centric_selection(base * 2.0**1023, 100, strata=10, seed=3)
+    assert np.array_equal(huge, coverage_centric_selection(base, 100, strata=10, seed=3))
+    per_stratum = np.bincount(((base[huge] + 1) * 5).astype(int).clip(0, 9), minlength=10)
+    assert per_stratum.min() >= 8  # spread over the range, not all in one stratum
+    assert len(coverage_centric_selection([-1.7e308, 0.0, 1.7e308], 3, strata=3)) == 3
+
+
+def test_coverage_centric_selection_does_not_pass_over_every_stratum():
+    # memory (and time) do not grow with strata: before, one array per stratum, empty or not
+    import tracemalloc
+
+    scores = np.random.default_rng(0).random(100)
+    tracemalloc.start()
+    try:
+        picked = coverage_centric_selection(scores, 50, strata=1_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(picked) == 50 and peak < 2_000_000  # (one empty array per stratum: ~100 MB)

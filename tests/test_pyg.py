@@ -293,3 +293,50 @@ def test_graphsaint_resume_mid_epoch_is_exact():
     assert len(list(resumed)) == 5  # the next epoch is whole again
     with pytest.raises(ValueError, match="seed=3"):
         GraphSAINTRandomWalkSampler(data, batch_size=10, walk_length=2, log=False).load_state_dict(state)
+
+
+def few_connected(n: int, connected: int, edges: int, seed: int = 0) -> Data:
+    """``n`` nodes of which only the first ``connected`` have edges (``edges`` random ones)."""
+    rng = np.random.default_rng(seed)
+    return Data(x=torch.zeros(n, 1), edge_index=torch.from_numpy(rng.integers(0, connected, (2, edges))), num_nodes=n)
+
+
+def test_graphsaint_costs_in_proportion_to_the_samples_not_to_the_isolated_nodes(monkeypatch):
+    import tracemalloc
+
+    # the normalization draws until the nodes a sample can hold were drawn sample_coverage times
+    # on average: for the node sampler, the nodes with out-edges (PyG: all N, so 10,000 nodes of
+    # which 7 have edges took N * 50 / 7 samples, and 1,000,000 nodes 100 times as many)
+    drawn: dict[int, int] = {}
+    draw = GraphSAINTNodeSampler._draw
+
+    def counted(self, rng):
+        drawn[self.N] = drawn.get(self.N, 0) + 1
+        assert drawn[self.N] <= 5000, f"over 5000 samples to normalize a graph of {self.N} nodes, 7 with edges"
+        return draw(self, rng)
+
+    monkeypatch.setattr(GraphSAINTNodeSampler, "_draw", counted)
+    small, large = (
+        GraphSAINTNodeSampler(few_connected(n, 7, 14), batch_size=20, sample_coverage=50, log=False)
+        for n in (10_000, 1_000_000)
+    )
+    sources = np.unique(few_connected(10, 7, 14).edge_index[0].numpy())
+    assert drawn[10_000] == drawn[1_000_000] <= sources.size * 50  # the same draws, whatever N
+    assert torch.equal(small.edge_norm, large.edge_norm)
+    assert np.allclose(small.node_norm[sources].numpy() * 1e4, large.node_norm[sources].numpy() * 1e6)
+    monkeypatch.undo()
+    # a batch's memory is the sample's (before: a table of all N node ids per sample, 8 MB here),
+    # and it is still the subgraph its nodes induce
+    data = few_connected(1_000_000, 2000, 10_000, seed=1)
+    sampler = GraphSAINTNodeSampler(data, batch_size=100, num_steps=10, log=False)
+    tracemalloc.start()
+    try:
+        batches = list(sampler)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000
+    for b in batches[:3]:
+        want = subgraph(b.n_id, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes)[0]
+        assert b.edge_index.size(1) > 0
+        assert sorted(zip(*b.edge_index.tolist())) == sorted(zip(*want.tolist()))

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._checks import check_indices, check_int, check_labels, check_number, check_rows, check_seed, tensor_to_numpy
 from .._state import from_portable, to_portable
-from ..filters import gradnorm_scores
+from ..filters import check_class_ids, gradnorm_scores
 from ..plan import EpochPlan
 from .base import Selector, epoch_rng, even_split, shard_length, split_batches
 
@@ -301,6 +301,23 @@ class InfoBatchSelector(_PrunedRun):
 SCORES = ("el2n", "forgetting")
 
 
+def _strata(values: np.ndarray, strata: int) -> np.ndarray:
+    """The stratum of each of ``values`` (finite): ``strata`` bins of equal width
+    from ``min(0, values)`` to ``max(0, values)``, the top edge in the last bin."""
+    low, high = values.min(initial=0.0), values.max(initial=0.0)
+    with np.errstate(over="ignore"):
+        width = (high - low) / strata
+    scale = 1.0
+    if not np.isfinite(width):
+        # high - low overflows float64 (scores near +-1e308): the same bins from the halves,
+        # whose differences are exact halves and stay finite
+        scale = 0.5
+        width = (high * scale - low * scale) / strata
+    if not width > 0:  # all tie (or a range too narrow to cut): one stratum
+        return np.zeros(len(values), dtype=np.int64)
+    return np.minimum(((values * scale - low * scale) / width).astype(np.int64), strata - 1)
+
+
 def coverage_centric_selection(
     scores: Any, count: int, *, strata: int = 50, hard_cut: float = 0.0, seed: int = 0
 ) -> np.ndarray:
@@ -312,7 +329,9 @@ def coverage_centric_selection(
     they are mostly mislabelled or ambiguous); the rest are cut into ``strata`` bins of equal
     score width, and the budget is spread evenly: the least populated bin takes all of its
     examples or its even share of what is left, whichever is smaller, then the next, each
-    bin's examples drawn at random. Returns the chosen indices, sorted.
+    bin's examples drawn at random. Returns the chosen indices, sorted. It costs a sort of
+    the scores and a pass over them, whatever ``strata``; any finite scores are binned (up
+    to +-1.8e308: their range is not taken as one difference, which would overflow).
 
     >>> picked = coverage_centric_selection(np.arange(100.0), 20, strata=4, hard_cut=0.2)
     >>> len(picked), int(picked.max()) < 80, np.bincount(picked // 20).tolist()
@@ -332,15 +351,10 @@ def coverage_centric_selection(
     pool = order[: len(s) - int(math.floor(hard_cut * len(s)))]
     count = check_int(count, "count", minimum=0, maximum=len(pool))
     rng = np.random.default_rng([check_seed(seed), 7])
-    low, high = s[pool].min(initial=0.0), s[pool].max(initial=0.0)
-    width = (high - low) / strata
-    stratum = (
-        np.minimum(((s[pool] - low) / width).astype(np.int64), strata - 1)
-        if width > 0
-        else np.zeros(len(pool), dtype=np.int64)
-    )
-    bins = [pool[stratum == k] for k in range(strata)]
-    bins = [b for b in bins if len(b)]
+    stratum = _strata(s[pool], strata)
+    # pool is in score order, so every stratum is a run of it: cut where the stratum changes
+    # (the non-empty strata, in order, with no pass over the empty ones)
+    bins = np.split(pool, np.flatnonzero(np.diff(stratum)) + 1) if len(pool) else []
     picked, left = [], count
     for i, b in enumerate(sorted(bins, key=len)):  # stable: equal sizes stay in score order
         take = min(len(b), left // (len(bins) - i))
@@ -473,6 +487,9 @@ class ScorePruningSelector(_PrunedRun):
         if self.score == "el2n":
             np.add.at(self.score_sum_, idx, gradnorm_scores(z, y))
         else:
+            # el2n's check (in gradnorm_scores): a label past the logits' columns is never
+            # the argmax, and its example would score as never learnt
+            check_class_ids(y, z.shape)
             correct = z.argmax(axis=1) == y
             forgot = self.correct_[idx] & ~correct  # (an index twice in one batch: the last counts)
             np.add.at(self.score_sum_, idx, forgot)

@@ -5,17 +5,18 @@
 Each case gives the ranks data or calls that disagree. A rank prints
 ``rank R raised: <message>`` when the library raises and exits 0, so the test can check
 that every rank got the same error; a case that must end the job through the abort hook
-(a timeout) lets the exception go.
+(a timeout, a rank that exited) lets the exception go.
 """
 
 import sys
+import time
 
 import numpy as np
 
 from batchsel.functions import FacilityLocation
 from batchsel.integrations import MPIComm, SelectionBatchSampler
 from batchsel.optimizers import greedi_facility_location, maximize
-from batchsel.selectors import LossRankSelector
+from batchsel.selectors import InfoBatchSelector, LossRankSelector
 from batchsel.sharded import ShardedIndex, facility_location
 
 
@@ -60,13 +61,23 @@ def main() -> None:
                     if case == "observe-skip" and r == 1 and epoch == 0 and step == 2:
                         continue  # rank 1 forgets one call
                     if case == "observe-stop" and r == 1 and step == 3:
-                        sys.exit(0)  # rank 1 stops early: rank 0 would wait forever
+                        time.sleep(60)  # rank 1 stops early, alive: rank 0 would wait forever
+                    sampler.observe(batch, losses=np.ones(len(batch)))
+        elif case in ("exit-0", "exit-3"):  # rank 1 calls sys.exit mid-epoch; the timeout stays at 1800 s
+            sampler = SelectionBatchSampler(
+                InfoBatchSelector(64, 4, epochs=2), comm=MPIComm(), sync_every=1, weighted=False
+            )
+            for epoch in range(2):
+                sampler.set_epoch(epoch)
+                for step, batch in enumerate(sampler):
+                    if r == 1 and epoch == 0 and step == 3:
+                        sys.exit(int(case[-1]))
                     sampler.observe(batch, losses=np.ones(len(batch)))
         else:
             raise SystemExit(f"unknown case {case}")
     except (RuntimeError, ValueError) as exc:
-        if case == "observe-stop":
-            raise  # the timeout must end the job through the abort hook
+        if case in ("observe-stop", "exit-0", "exit-3"):
+            raise  # the job must end through the abort hook
         print(f"rank {r} raised {type(exc).__name__}: {exc}", flush=True)
         return
     print(f"rank {r} finished", flush=True)
