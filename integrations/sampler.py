@@ -185,12 +185,13 @@ class SelectionBatchSampler:
     >>> from batchsel import RandomSelector
     >>> sampler = SelectionBatchSampler(RandomSelector(10, batch_size=4, seed=0), rank=0, world_size=2)
     >>> sampler.set_epoch(1)
-    >>> len(sampler), [len(b) for b in sampler]
+    >>> batches = list(sampler)
+    >>> len(sampler), [len(b) for b in batches]
     (2, [4, 1])
     >>> state = sampler.state_dict()     # resume point: here, the end of epoch 1
     >>> ahead = SelectionBatchSampler(RandomSelector(10, batch_size=4, seed=0), rank=0, world_size=2, prefetch=1)
     >>> ahead.set_epoch(1)
-    >>> list(ahead) == list(sampler)     # selected in a background thread: the same batches
+    >>> list(ahead) == batches           # selected in a background thread: the same batches
     True
     """
 
