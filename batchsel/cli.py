@@ -7,7 +7,9 @@ writing Python, and for inspecting schedules::
     batchsel plan emb.npy --batch-size 64 --workers 4 --epochs 3 --out plan.npz
     batchsel inspect plan.npz --labels y.npy --plot plan.png
 
-Results (and ``--json``) go to stdout, progress bars and errors to stderr. Exit codes:
+Results (and ``--json``) go to stdout, progress bars and errors to stderr; progress bars
+only when stderr is a terminal (none in a pipe, a log file or under mpiexec, whose ranks
+write to pipes), and no colour or other escape codes anywhere. Exit codes:
 0 success; 2 bad usage or bad input (one line ``batchsel: error: ...`` on stderr, no
 traceback); 1 an internal error (one line, the traceback only with ``--debug``); 130
 Ctrl-C; 143 SIGTERM. Every output is checked before the work (a file can be created in
@@ -21,11 +23,13 @@ Under mpiexec the ranks first check that they run the same command on the same d
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import linecache
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -38,7 +42,7 @@ import numpy as np
 
 from . import __version__
 from ._checks import check_graph, check_int, check_labels, check_metric, check_seed, load_embeddings
-from .io import AtomicGroup, NpyRows, array_digest, array_shape, atomic_group, load_array
+from .io import AtomicGroup, NpyRows, array_digest, array_shape, atomic_group, conversion_hint, load_array
 from .plan import load_plans, save_plans
 from .plotting import PLOT_SUFFIXES, plot_reports, require_matplotlib
 from .report import format_report, plan_report
@@ -94,7 +98,8 @@ np.save('emb.npy', load_digits().data.astype('float32'))"
   # one pass over a large file in bounded memory (sieve streaming)
   batchsel select big.npy --k 100 --objective feature-based --stream --chunk-rows 65536
 
-  stdout (text): one line per selected example, in selection order: INDEX<TAB>GAIN
+  stdout (text): one line per selected example, in selection order: INDEX<TAB>GAIN;
+  with --out only one line saying what was written (--json still prints the JSON).
   --out FILE.npy saves the indices (int64); FILE.npz saves indices, gains and value.
   EMB may be FILE.npy (memory-mapped), FILE.npz or FILE.npz:NAME, FILE.pt or FILE.pt:NAME.
 """
@@ -127,10 +132,11 @@ examples:
 print([e['fingerprint'] for e in json.load(sys.stdin)['epochs']])"
 
   Reports per epoch: the fingerprint, coverage (share of the examples that appear),
-  duplicates (repeats beyond the first, e.g. padding), per-rank batch and example
-  counts; with --labels the label entropy of each batch (bits; -1 = unlabeled, ignored);
-  with --graph the share of the graph's edge weight that lies inside batches, next to
-  what random batches of the same sizes would keep.
+  duplicates (repeats beyond the first, named as DistributedSampler-style padding where
+  they only even out the ranks; --json: "padding"), per-rank batch and example counts;
+  with --labels the label entropy of each batch (bits; -1 = unlabeled, ignored); with
+  --graph the share of the graph's edge weight that lies inside batches, next to what
+  random batches of the same sizes would keep.
 """
 
 DEDUP_EXAMPLE = """\
@@ -184,11 +190,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     parser.add_argument("--version", action="version", version=f"batchsel {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bars (shown only when stderr is a terminal)"
+    )
     parser.add_argument("--debug", action="store_true", help="print the traceback of errors")
     # The same flags after the command name; SUPPRESS keeps a value given before it.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+    common.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="no progress bars (shown only when stderr is a terminal)",
+    )
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="print the traceback of errors")
     force = argparse.ArgumentParser(add_help=False)
     force.add_argument("--force", action="store_true", help="replace output files that exist")
@@ -233,7 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the stochastic optimizers (default 0)")
     p.add_argument(
-        "--out", metavar="FILE", help="also save the indices to FILE.npy (or indices, gains and value to FILE.npz)"
+        "--out",
+        metavar="FILE",
+        help="save the indices to FILE.npy (or indices, gains and value to FILE.npz) instead of printing them",
     )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument(
@@ -442,6 +458,12 @@ def _graph(path: str, num_examples: int) -> Any:
         raise UsageError(f"graph {path!r} is a directory, not a file")
     if not os.path.exists(path):
         raise UsageError(f"no such graph file {path!r}")
+    if not zipfile.is_zipfile(path):  # not an .npz (a CSV edge list, a .npy)
+        npz = os.path.splitext(path)[0] + ".npz"
+        raise UsageError(
+            f"cannot read graph {path!r}: not a scipy.sparse.save_npz file; save the N x N matrix with "
+            f"scipy.sparse.save_npz({npz!r}, matrix)"
+        )
     try:
         graph = sp.load_npz(path)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
@@ -581,7 +603,9 @@ def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[in
     if ":" in os.path.basename(path) and not os.path.exists(path):
         path, key = path.rsplit(":", 1)
     if key is not None or not path.endswith(".npy"):
-        raise UsageError(f"--stream reads .npy files (chunk by chunk), got {args.embeddings!r}")
+        raise UsageError(
+            f"--stream reads .npy files (chunk by chunk), got {args.embeddings!r}; {conversion_hint(path)}"
+        )
     n = NpyRows(path).shape[0]
     if args.k > n:
         raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
@@ -799,6 +823,13 @@ def cmd_select(args: argparse.Namespace) -> int:
                 "gains": gains.tolist(),
             }
         )
+    elif args.out is not None:
+        # the selection is in the file: one line says what was written where
+        saved = "indices" if args.out.lower().endswith(".npy") else "indices, gains and value"
+        print(
+            f"wrote {args.out}: {saved} of {indices.size} of {n} examples "
+            f"({args.objective}{', sieve streaming' if args.stream else ''}, value {float(result.value):.8g})"
+        )
     else:
         sys.stdout.write("".join(f"{i}\t{g:.8g}\n" for i, g in zip(indices.tolist(), gains.tolist())))
     return EXIT_OK
@@ -977,6 +1008,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         x = _embeddings(args.embeddings)
         n = x.shape[0]
+    if args.batch_size > n and args.method != "random":
+        # the selectors' own check (batch_size <= N), before any graph is built, in the
+        # command's terms; random batches take a larger B, as torch's BatchSampler does
+        raise UsageError(
+            f"--batch-size {args.batch_size} is larger than the {n} examples of {args.embeddings!r}: "
+            f"--method {args.method} needs a batch size of at most {n}"
+        )
     labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None
     losses = None
     if args.losses:
@@ -994,6 +1032,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for e in _progress(epochs, args.quiet, desc="plan", unit="epoch")
     ]
 
+    sizes = [b.size for p in plans for r in range(p.world_size) for b in p.batches(r)]
+    if not sizes:  # nothing to train on: refused before it is written
+        dropped = " with --drop-last, which drops them all (use fewer workers, or leave --drop-last out)"
+        raise UsageError(
+            f"the plan holds no batch: {args.workers} workers for {n} examples{dropped if args.drop_last else ''}"
+        )
+
     def write_outputs(group: AtomicGroup) -> None:
         with group.open(args.out, "wb", overwrite=args.force) as fh:
             save_plans(fh, plans)
@@ -1005,6 +1050,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     _write([args.out, args.save_graph], write_outputs)
 
+    if max(sizes) < args.batch_size:
+        # said, not refused: the selectors (RandomSelector as torch's DistributedSampler +
+        # BatchSampler) cut a batch larger than a worker's share of the epoch to that share
+        share = max(p.indices(r).size for p in plans for r in range(p.world_size))
+        sys.stderr.write(
+            f"batchsel: note: --batch-size {args.batch_size} is more than the {share} examples each of the "
+            f"{args.workers} worker(s) gets an epoch: the batches hold {max(sizes)} at most\n"
+        )
     summary = {
         "out": args.out,
         "method": args.method,
@@ -1018,7 +1071,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(summary)
     else:
-        sizes = [b.size for p in plans for r in range(p.world_size) for b in p.batches(r)]
         print(
             f"wrote {args.out}: {len(plans)} epoch(s) x {args.workers} worker(s) x {plans[0].num_batches} "
             f"batches of {min(sizes)}..{max(sizes)} examples (method {args.method}, seed {args.seed}, "
@@ -1032,6 +1084,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 # inspect
 # --------------------------------------------------------------------------------------
+
+
+def _padding(plan: Any, duplicates: int) -> int | None:
+    """How many of a plan's ``duplicates`` (examples drawn more than once) are
+    DistributedSampler-style padding, which repeats examples so that every rank gets as
+    many as the others: the batches at the end of a rank that repeat an earlier batch
+    (ranks evened out batch by batch: batch i of rank r comes after the batches before i
+    and batch i of the ranks before r), and fewer than one example per rank beyond them
+    (the wrap-around of DistributedSampler's split). None when the plan repeats more than
+    that (a selector that draws examples again, e.g. by loss rank): padding, if any, is
+    then not told apart."""
+    batches = [plan.batches(r) for r in range(plan.world_size)]
+    first: dict[bytes, tuple[int, int]] = {}
+    for r, rank in enumerate(batches):
+        for i, b in enumerate(rank):
+            key = b.tobytes()
+            first[key] = min(first.get(key, (i, r)), (i, r))
+    repeated = 0
+    for r, rank in enumerate(batches):
+        for i in range(len(rank) - 1, -1, -1):
+            if first[rank[i].tobytes()] == (i, r):
+                break
+            repeated += rank[i].size
+    rest = duplicates - repeated
+    return duplicates if 0 <= rest < plan.world_size else None
+
+
+def _duplicates(report: dict[str, Any]) -> str:
+    """The duplicates of an epoch's report, with what they are."""
+    duplicates, padding = report["duplicates"], report["padding"]
+    if not duplicates:
+        return "0"
+    if padding is None:
+        return f"{duplicates} (examples drawn more than once: the method repeats examples)"
+    same = "examples" if len({rank["examples"] for rank in report["ranks"]}) == 1 else "batches"
+    return f"{duplicates} (DistributedSampler-style padding, so that every rank has the same number of {same})"
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -1056,6 +1144,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         plan_report(p, labels, graph)
         for p in _progress(plans, args.quiet or len(plans) < 3, desc="inspect", unit="epoch")
     ]
+    for p, rep in zip(plans, reports):
+        rep["padding"] = _padding(p, rep["duplicates"])
     _write(
         [args.plot],
         # the figure replaces the group's temporary file (overwrite), renamed with the group
@@ -1066,7 +1156,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"plan": args.plan, "epochs": reports, **({"plot": args.plot} if args.plot else {})})
     else:
-        print(format_report(args.plan, reports))
+        print(format_report(args.plan, [{**rep, "duplicates": _duplicates(rep)} for rep in reports]))
         if args.plot:
             print(f"wrote {args.plot}")
     return EXIT_OK
@@ -1226,9 +1316,40 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# a terminal's control sequences (numba's error messages carry colour codes)
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = " ".join(_ESCAPES.sub("", str(exc)).split()) or type(exc).__name__
     return text
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or closed
+        return False
+
+
+def _colour_reset_at_exit() -> bool:
+    """Whether colorama's exit handler is registered. numba builds an error message at
+    import of one of its modules (``numba.cpython.listobj``, loaded with the first
+    compiled kernel, also from the cache) and formats it with colorama, whose ``init()``
+    registers a handler that writes ESC[0m to stdout at exit when stdout is a terminal.
+    Under mpiexec it is one (each rank's stdout is a pseudo-terminal, which mpiexec copies
+    to its own stdout, a pipe or a file), so the code landed after the command's output."""
+    initialise = sys.modules.get("colorama.initialise")
+    return initialise is not None and bool(getattr(initialise, "atexit_done", False))
+
+
+def _drop_colour_reset_at_exit() -> None:
+    """Unregister colorama's exit handler (:func:`_colour_reset_at_exit`): the command
+    writes no colour, so it has none to reset."""
+    initialise: Any = sys.modules.get("colorama.initialise")
+    if initialise is not None and hasattr(initialise, "reset_all"):
+        atexit.unregister(initialise.reset_all)
+        initialise.atexit_done = False  # a later init() registers it again
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -1262,6 +1383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    colour_reset_before = _colour_reset_at_exit()
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         stream=sys.stderr,
@@ -1278,6 +1400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # --help / --version
             return int(exc.code or 0)
+        # progress bars redraw their line with \r: on a terminal only, not into a pipe or a
+        # log file (nor under mpiexec, where every rank's stderr is a pipe)
+        args.quiet = args.quiet or not _is_terminal(sys.stderr)
         return args.run(args)
     except (UsageError, FileExistsError) as exc:
         if debug:
@@ -1324,6 +1449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if not colour_reset_before and _colour_reset_at_exit():
+            _drop_colour_reset_at_exit()
 
 
 if __name__ == "__main__":

@@ -263,7 +263,28 @@ def load_array(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
         if str(exc).startswith(repr(path)) or path in str(exc):
             raise ValueError(str(exc)) from None
         raise ValueError(f"cannot read {path!r}: {exc}") from None
-    raise ValueError(f"{path!r}: unknown file type (expected .npy, .npz or .pt)")
+    raise ValueError(f"{path!r}: unknown file type (expected .npy, .npz or .pt); {conversion_hint(path)}")
+
+
+def conversion_hint(path: str) -> str:
+    """How to turn ``path``, a file of another format, into the ``.npy`` file batchsel
+    reads: a command to run for text tables (``.csv``, ``.tsv``, ``.txt``) and Parquet,
+    else the numpy call that saves an array.
+
+    >>> print(conversion_hint("emb.csv"))
+    convert it to .npy first: python -c "import numpy as np; np.save('emb.npy', np.loadtxt('emb.csv', delimiter=',', dtype='float32'))" (skiprows=1 skips a header line)
+    """
+    stem, ext = os.path.splitext(path)
+    npy = stem + ".npy"
+    delimiter = {".csv": ", delimiter=','", ".tsv": ", delimiter='\\t'", ".txt": ""}.get(ext.lower())
+    if delimiter is not None:
+        imports, read = "numpy as np", f"np.loadtxt({path!r}{delimiter}, dtype='float32')"
+        after = " (skiprows=1 skips a header line)"
+    elif ext.lower() == ".parquet":
+        imports, read, after = "numpy as np, pandas as pd", f"pd.read_parquet({path!r}).to_numpy('float32')", ""
+    else:
+        return f"save the array with numpy.save({npy!r}, array)"
+    return f'convert it to .npy first: python -c "import {imports}; np.save({npy!r}, {read})"{after}'
 
 
 def array_shape(path: str | os.PathLike, key: str | None = None) -> tuple[int, ...]:

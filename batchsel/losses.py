@@ -119,6 +119,8 @@ class GraphRegularizedLoss(torch.nn.Module):
         Summed over batches of equal size it is the full objective with the CE reweighted
         per batch and the other terms divided by B.
 
+    Notes
+    -----
     After each call, ``last_parts`` holds floats for logging: ``ce``, ``graph``,
     ``entropy`` (reduced as the loss, so ``total = ce + mu * graph - nu * entropy``),
     ``total``, ``num_labeled`` and ``num_edges`` (stored entries inside the batch).

@@ -5,6 +5,7 @@ inside (an unexpected exception, Ctrl-C during a write) call ``main()`` in-proce
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -844,3 +845,255 @@ def test_ranks_reading_one_file_compare_it_without_reading_it(work, monkeypatch)
     monkeypatch.chdir(work)
     args = cli.build_parser().parse_args(["audit", "emb.npy", "--labels", "labels.npy"])
     cli._check_ranks_agree(Twin(), args, ["embeddings", "labels", "probabilities"])
+
+
+# -- issue 51: output that is not a terminal; quiet --out; padding; B > N; other formats --------
+
+ESCAPE, FRAME = "\x1b", "\r"
+
+
+def test_no_progress_frames_or_escape_codes_when_output_is_not_a_terminal(work):
+    # was: tqdm's \r frames in a pipe or a log file (stderr not a terminal)
+    for argv in (
+        ["plan", "emb.npy", "--method", "loss", "--batch-size", "8", "--workers", "2", "--epochs", "3"],
+        ["select", "emb.npy", "--k", "5"],
+    ):
+        argv += ["--out", "plan.npz"] if argv[0] == "plan" else []
+        # bytes: text mode would read each \r as a newline
+        out = subprocess.run([sys.executable, "-m", "batchsel", *argv], cwd=work, capture_output=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip()
+        for stream in (out.stdout, out.stderr):
+            assert b"\r" not in stream and b"\x1b" not in stream, stream[-500:]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bars_still_shown_on_a_terminal(work, monkeypatch, capsys):
+    monkeypatch.chdir(work)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    argv = ["plan", "emb.npy", "--batch-size", "8", "--workers", "2", "--epochs", "3", "--out", "plan.npz"]
+    assert cli.main(argv) == 0
+    assert "plan:" in terminal.getvalue() and FRAME in terminal.getvalue()
+    shown = len(terminal.getvalue())
+    assert cli.main([*argv, "--force", "--quiet"]) == 0  # --quiet still turns them off
+    assert terminal.getvalue()[shown:] == ""
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_stdout_on_a_terminal_gets_no_colour_reset_at_exit(work):
+    # was: ESC[0m at exit, from colorama's exit handler (registered by numba as its first
+    # kernel loads) whenever stdout is a terminal -- under mpiexec, where each rank's stdout
+    # is a pseudo-terminal, it landed after the results in mpiexec's pipe or file
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "batchsel", "select", "emb.npy", "--k", "5"],
+        cwd=work,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 0, err
+    out = b"".join(chunks).decode()
+    assert len(out.splitlines()) == 5 and ESCAPE not in out, repr(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "emb.npy", "--method", "loss", "--batch-size", "8", "--workers", "2", "--out", "plan.npz"],
+        ["plan", "emb.npy", "--method", "submodular", "--batch-size", "32", "--workers", "2", "--out", "plan.npz"],
+        ["select", "emb.npy", "--k", "5", "--neighbors", "5"],  # sharded over the ranks, with progress bars
+    ],
+)
+def test_under_mpiexec_no_escape_codes_or_progress_frames(work, argv):
+    from test_integrations_mp import MPIEXEC, clean_env
+
+    if not MPIEXEC.exists():
+        pytest.skip("no mpiexec")
+    cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, "-m", "batchsel"]
+    # --force: every rank runs a command that is not sharded, and writes its (same) plan
+    out = subprocess.run([*cmd, *argv, "--force"], cwd=work, capture_output=True, timeout=300, env=clean_env())
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.strip(), out.stderr.decode()
+    for stream in (out.stdout, out.stderr):
+        assert b"\x1b" not in stream and b"\r" not in stream, stream[-500:]
+
+
+def test_one_line_errors_carry_no_escape_codes(work, monkeypatch, capsys):
+    def coloured(args):
+        raise RuntimeError("\x1b[1mFailed in nopython mode\x1b[0m")  # numba's messages are coloured
+
+    monkeypatch.setattr(cli, "cmd_select", coloured)
+    assert cli.main(["select", "emb.npy", "--k", "5"]) == 1
+    err = capsys.readouterr().err
+    assert ESCAPE not in err and "Failed in nopython mode" in err
+
+
+@pytest.mark.parametrize("out_name, saved", [("picked.npy", "indices"), ("picked.npz", "indices, gains and value")])
+def test_select_with_out_prints_one_line_saying_what_was_written(work, monkeypatch, capsys, out_name, saved):
+    # was: every one of the K index / gain lines, also with --out
+    monkeypatch.chdir(work)
+    assert cli.main(["select", "emb.npy", "--k", "15", "--out", out_name, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [out.splitlines()[0]], out
+    assert out.startswith(f"wrote {out_name}: {saved} of 15 of {N} examples (facility-location, value ")
+    picked = np.load(out_name) if out_name.endswith(".npy") else np.load(out_name)["indices"]
+    assert picked.size == 15
+    # without --out the selection is the output: one line per example
+    assert cli.main(["select", "emb.npy", "--k", "15", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [int(line.split("\t")[0]) for line in lines] == picked.tolist()
+
+
+def test_inspect_names_padding_as_padding(work, monkeypatch, capsys):
+    # was: "duplicates 2" (or 64) with no word of what they are
+    monkeypatch.chdir(work)
+    graph = sp.load_npz("graph.npz")
+    plans = {
+        # N = 400 over 3 ranks: DistributedSampler pads 2 examples
+        "random.npz": (batchsel.RandomSelector(N, 32).plan(0, 3), 2, "examples"),
+        # 7 batches of 64 over 2 ranks: one batch repeated
+        "graph.npz": (batchsel.GraphBlockSelector(graph, 64).plan(0, 2), 64, "batches"),
+        "drop_last.npz": (batchsel.RandomSelector(N, 32, drop_last=True).plan(0, 3), 0, None),
+    }
+    for name, (plan, padding, same) in plans.items():
+        path = f"plan_{name}"
+        plan.save(path)
+        assert cli.main(["inspect", path, "--json", "--quiet"]) == 0
+        rep = json.loads(capsys.readouterr().out)["epochs"][0]
+        assert rep["duplicates"] == rep["padding"] == padding, name
+        assert cli.main(["inspect", path, "--quiet"]) == 0
+        epoch_line = capsys.readouterr().out.splitlines()[1]
+        if same is None:
+            assert epoch_line.endswith("duplicates 0"), epoch_line
+        else:
+            assert epoch_line.endswith(
+                f"duplicates {padding} (DistributedSampler-style padding, so that every rank has the same number "
+                f"of {same})"
+            ), epoch_line
+    # loss-rank draws examples again: those repeats are not called padding
+    batchsel.LossRankSelector(N, 32).plan(0, 2).save("loss.npz")
+    assert cli.main(["inspect", "loss.npz", "--json", "--quiet"]) == 0
+    rep = json.loads(capsys.readouterr().out)["epochs"][0]
+    assert rep["duplicates"] > 2 and rep["padding"] is None
+    assert cli.main(["inspect", "loss.npz", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "padding" not in out and "drawn more than once" in out
+
+
+def test_padding_told_apart_from_repeats():
+    def plan(*ranks):
+        return batchsel.EpochPlan([[np.array(b) for b in rank] for rank in ranks], num_examples=6)
+
+    # a rank evened out with its own first batch; DistributedSampler's wrap-around of 1
+    assert cli._padding(plan([[0, 1], [2, 3]], [[4, 5], [0, 1]]), 2) == 2
+    assert cli._padding(plan([[0, 1], [2]], [[3, 4], [0]]), 1) == 1
+    # batches of one example drawn again and again (the last one a copy): not padding alone
+    assert cli._padding(plan([[0], [0], [1], [0]], [[2], [2], [3], [3]]), 4) is None
+    assert cli._padding(plan([[0, 1]], [[2, 3]]), 0) == 0
+
+
+def test_batch_larger_than_a_workers_share_is_said_larger_than_n_refused_where_the_api_refuses(
+    work, monkeypatch, capsys
+):
+    # was: plan --batch-size 1000 on 400 rows silently made batches of 200 (random), or
+    # "batch_size must be <= ..." in the API's words (the other methods)
+    monkeypatch.chdir(work)
+    argv = ["plan", "emb.npy", "--batch-size", "1000", "--workers", "2", "--out", "plan.npz", "--quiet"]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "batchsel: note: --batch-size 1000 is more than the 200 examples each of the 2 worker(s) gets an epoch: "
+        "the batches hold 200 at most\n"
+    )
+    assert "batches of 200..200 examples" in captured.out
+    # the Python API takes it too (torch's DistributedSampler + BatchSampler): the same plan
+    expected = batchsel.RandomSelector(N, 1000).plan(0, 2)
+    assert batchsel.EpochPlan.load("plan.npz").fingerprint() == expected.fingerprint()
+    # a batch within a worker's share: nothing to say
+    assert cli.main(["plan", "emb.npy", "--batch-size", "200", "--workers", "2", "--out", "p200.npz", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+    before = sorted(p.name for p in work.iterdir())
+    # more workers than examples with --drop-last: no batch at all (was: exit 1 on max() of
+    # no batch sizes, the empty plan written)
+    for extra in ([], ["--json"]):
+        code = cli.main(
+            ["plan", "emb.npy", "--batch-size", "4", "--workers", "500", "--drop-last", "--out", "e.npz", *extra]
+        )
+        captured = capsys.readouterr()
+        check_one_line_error(code, captured.out, captured.err, work, before)
+        assert f"no batch: 500 workers for {N} examples with --drop-last" in captured.err
+    for method, build in (
+        ("loss", lambda: batchsel.LossRankSelector(N, 1000)),
+        ("submodular", lambda: batchsel.SubmodularSelector(load_x(work), 1000)),
+        ("graph", lambda: batchsel.GraphBlockSelector(sp.load_npz("graph.npz"), 1000)),
+    ):
+        with pytest.raises(ValueError, match="batch_size"):  # the API refuses it
+            build()
+        code = cli.main([*argv[:-3], "--out", "other.npz", "--method", method, "--quiet"])
+        captured = capsys.readouterr()
+        check_one_line_error(code, captured.out, captured.err, work, before)
+        assert f"--batch-size 1000 is larger than the {N} examples of 'emb.npy'" in captured.err, captured.err
+
+
+def test_other_file_types_get_a_conversion_hint(work, monkeypatch, capsys):
+    # was: "'emb.csv': unknown file type (expected .npy, .npz or .pt)", no hint how to convert it
+    monkeypatch.chdir(work)
+    x = load_x(work)
+    np.savetxt("table.csv", x, delimiter=",")
+    np.savetxt("table.tsv", x, delimiter="\t")
+    np.savetxt("table.txt", x)
+    np.savetxt("labels.csv", np.load("labels.npy"), delimiter=",", fmt="%d")
+    (work / "table.h5").write_bytes(b"\x89HDF\r\n\x1a\n")
+    (work / "graph.csv").write_text("0,1\n1,2\n")
+    cases = {
+        "csv": (["select", "table.csv", "--k", "3"], "np.loadtxt('table.csv', delimiter=',', dtype='float32')"),
+        "tsv": (["select", "table.tsv", "--k", "3"], "np.loadtxt('table.tsv', delimiter='\\t', dtype='float32')"),
+        "txt": (["dedup", "table.txt"], "np.loadtxt('table.txt', dtype='float32')"),
+        "csv, rows only": (
+            ["plan", "table.csv", "--batch-size", "8", "--workers", "2", "--out", "plan.npz"],
+            "np.loadtxt('table.csv'",
+        ),
+        "csv labels": (
+            ["plan", "emb.npy", "--method", "coreset", "--labels", "labels.csv", "--batch-size", "8", "--workers", "2"]
+            + ["--out", "plan.npz"],
+            "np.save('labels.npy', np.loadtxt('labels.csv', delimiter=','",
+        ),
+        "csv streamed": (["select", "table.csv", "--k", "3", "--stream"], "np.loadtxt('table.csv'"),
+        "hdf5": (["select", "table.h5", "--k", "3"], "save the array with numpy.save('table.npy', array)"),
+        "csv graph": (
+            ["plan", "emb.npy", "--method", "graph", "--graph", "graph.csv", "--batch-size", "8", "--workers", "2"]
+            + ["--out", "plan.npz"],
+            "scipy.sparse.save_npz('graph.npz', matrix)",
+        ),
+    }
+    before = sorted(p.name for p in work.iterdir())
+    for case, (argv, hint) in cases.items():
+        code = cli.main([*argv, "--quiet"])
+        captured = capsys.readouterr()
+        check_one_line_error(code, captured.out, captured.err, work, before)
+        assert hint in captured.err, (case, captured.err)
+    # the hint runs as given and the command then reads the file
+    code = cli.main(["select", "table.tsv", "--k", "3", "--quiet"])
+    command = re.search(r'python -c "(.*)"', capsys.readouterr().err).group(1)
+    subprocess.run([sys.executable, "-c", command], cwd=work, check=True, timeout=120)
+    np.testing.assert_array_equal(np.load("table.npy"), x)
+    assert cli.main(["select", "table.npy", "--k", "3", "--quiet"]) == 0
