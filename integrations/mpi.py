@@ -73,10 +73,10 @@ def init_torch_distributed_from_mpi(
     a process group exists already just returns its rank and size. On several nodes set
     ``GLOO_SOCKET_IFNAME`` if gloo picks the wrong network interface.
 
-    Example (one process)::
-
-        >>> rank, world = init_torch_distributed_from_mpi()    # doctest: +SKIP
-        >>> model = torch.nn.parallel.DistributedDataParallel(model)  # doctest: +SKIP
+    Examples
+    --------
+    >>> rank, world = init_torch_distributed_from_mpi()    # doctest: +SKIP
+    >>> model = torch.nn.parallel.DistributedDataParallel(model)  # doctest: +SKIP
     """
     import torch.distributed as dist
 
