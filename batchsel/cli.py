@@ -47,6 +47,8 @@ from .plan import load_plans, save_plans
 from .plotting import PLOT_SUFFIXES, plot_reports, require_matplotlib
 from .report import format_report, plan_report
 
+logger = logging.getLogger(__name__)
+
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_TERMINATED = 0, 1, 2, 130, 141, 143
 
 OBJECTIVES = ("facility-location", "feature-based", "graph-cut", "sum-redundancy", "saturated-coverage")
@@ -637,6 +639,20 @@ def _mpi_ranks(args: argparse.Namespace, inputs: Sequence[str]) -> Any:
     return comm
 
 
+def _rank_zero_alone(args: argparse.Namespace, inputs: Sequence[str]) -> bool:
+    """Under mpiexec -n W (W > 1), work that does not shard runs on rank 0 alone: once the
+    ranks agree on the command (:func:`_mpi_ranks`), True on the other ranks, which then
+    exit 0 without output (every rank writing the same files raced for them)."""
+    comm = _mpi_ranks(args, inputs)
+    if comm is None:
+        return False
+    if comm.rank == 0:
+        logger.info(
+            "--method / options that do not shard: rank 0 does the work, the other %d ranks wait", comm.size - 1
+        )
+    return comm.rank != 0
+
+
 def _option(name: str) -> str:
     return "EMB" if name == "embeddings" else "--" + name.replace("_", "-")
 
@@ -756,17 +772,20 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise UsageError(f"--epsilon must be in (0, 1), got {args.epsilon}")
     _check_output(args.out, args.force, suffixes=(".npy", ".npz"), inputs=[("EMB", args.embeddings)])
     if args.stream:
+        if _rank_zero_alone(args, ["embeddings"]):
+            return EXIT_OK
         n, result = _select_stream(args, metric, seed)
     else:
         # under mpiexec -n W, sparse facility location by exact greedy runs sharded
-        comm = (
-            _mpi_ranks(args, ["embeddings"])
-            if args.objective == "facility-location"
+        sharded = (
+            args.objective == "facility-location"
             and args.neighbors is not None
             and args.optimizer in ("lazy", "naive")
             and metric in ("euclidean", "cosine")
-            else None
         )
+        comm = _mpi_ranks(args, ["embeddings"]) if sharded else None
+        if not sharded and _rank_zero_alone(args, ["embeddings"]):
+            return EXIT_OK
         x = _embeddings(args.embeddings) if comm is None else None
         n = x.shape[0] if comm is None else _num_rows(args.embeddings)
         if args.k > n:
@@ -997,12 +1016,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     # under mpiexec -n W (W > 1), method graph and the GreedMax partition build the k-NN
     # graph sharded over the ranks (each reads its rows of EMB); rank 0 writes the outputs
-    args.comm = (
-        _mpi_ranks(args, ["embeddings", "labels", "losses", "graph"])
-        if (args.method == "graph" and args.graph is None)
-        or (args.method == "submodular" and args.partition == "submodular")
-        else None
+    plan_inputs = ["embeddings", "labels", "losses", "graph"]
+    sharded = (args.method == "graph" and args.graph is None) or (
+        args.method == "submodular" and args.partition == "submodular"
     )
+    args.comm = _mpi_ranks(args, plan_inputs) if sharded else None
+    if not sharded and _rank_zero_alone(args, plan_inputs):
+        return EXIT_OK
     if args.method == "random" or args.comm is not None:
         x, n = None, _num_rows(args.embeddings)
     else:

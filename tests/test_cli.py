@@ -928,12 +928,16 @@ def test_under_mpiexec_no_escape_codes_or_progress_frames(work, argv):
     if not MPIEXEC.exists():
         pytest.skip("no mpiexec")
     cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, "-m", "batchsel"]
-    # --force: every rank runs a command that is not sharded, and writes its (same) plan
-    out = subprocess.run([*cmd, *argv, "--force"], cwd=work, capture_output=True, timeout=300, env=clean_env())
+    out = subprocess.run([*cmd, *argv], cwd=work, capture_output=True, timeout=300, env=clean_env())
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.strip(), out.stderr.decode()
     for stream in (out.stdout, out.stderr):
         assert b"\x1b" not in stream and b"\r" not in stream, stream[-500:]
+    if "--out" in argv:  # work that does not shard runs on rank 0 alone: one report, one writer
+        assert out.stdout.decode().count("epoch 0") <= 1, out.stdout.decode()
+        # a second run refuses to replace the plan without --force: no rank raced another for it
+        again = subprocess.run([*cmd, *argv], cwd=work, capture_output=True, timeout=300, env=clean_env())
+        assert again.returncode == 2 and b"--force" in again.stderr, again.stderr.decode()
 
 
 def test_one_line_errors_carry_no_escape_codes(work, monkeypatch, capsys):
