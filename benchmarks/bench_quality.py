@@ -415,9 +415,13 @@ def make_selector(
                 # with the labels, as a classifier's user passes them (labels=False: InfoBatch's own rule)
                 labels = {"labels": train.y} if options.get("labels", True) is not False else {}
                 rest = {k: v for k, v in options.items() if k not in ("labels", "anneal_last_epoch")}
-                if options.get("anneal_last_epoch"):  # the last epoch never prunes, also in runs of <= 7 epochs
+                if options.get("anneal_last_epoch"):
+                    # infobatch_last_epoch_val's variant: the paper's rule (the default then) with the
+                    # last epoch whole, also in runs of <= 7 epochs; the default rule (InfoBatch's code)
+                    # keeps the last epoch whole anyway, with these plans in runs of up to 8 epochs
                     default = batchsel.InfoBatchSelector.__init__.__kwdefaults__["anneal"]
                     rest["anneal"] = min(rest.get("anneal", default), (epochs - 1) / epochs)
+                    rest.setdefault("anneal_rule", "paper")
                 return batchsel.InfoBatchSelector(n, batch_size, epochs=epochs, seed=seed, **labels, **rest)
             return batchsel.ScorePruningSelector(train.y, batch_size, epochs=epochs, seed=seed, **options)
 

@@ -147,7 +147,10 @@ def test_variants_offset_the_seed_and_anneal_loss_rank_over_the_run(bench, monke
     monkeypatch.setitem(bench.VARIANTS, "ib-last", ("infobatch", {"anneal_last_epoch": True}))
     last = bench.make_selector("ib-last", data.train, 32, seed=3, steps=90)
     default = bench.make_selector("infobatch", data.train, 32, seed=3, steps=90)
-    assert default.prunes(default.epochs - 1) and not last.prunes(last.epochs - 1) and last.prunes(1)
+    monkeypatch.setitem(bench.VARIANTS, "ib-paper", ("infobatch", {"anneal_rule": "paper"}))
+    paper = bench.make_selector("ib-paper", data.train, 32, seed=3, steps=90)
+    assert paper.prunes(paper.epochs - 1) and not default.prunes(default.epochs - 1)  # InfoBatch's rule
+    assert not last.prunes(last.epochs - 1) and last.prunes(1) and last.anneal_rule == "paper"
     with pytest.raises(SystemExit):
         bench.main(["--first-seed", "-1"])
 

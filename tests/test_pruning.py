@@ -1,14 +1,16 @@
 """Pruning with epoch lengths known before the run.
 
 InfoBatch dynamic pruning: the pruned share is the one asked for, the kept examples'
-weights keep every example's expected weight at 1, epoch lengths and the run's total are
-known before the run (a OneCycleLR sized from them ends with the run), bad input is
+weights keep every example's expected weight at 1, the epochs that prune, the counts and the
+weights are those of InfoBatch's own code (its rules restated, over 1-24 epochs, six deltas
+and five prune ratios), epoch lengths and the run's total are known before the run (a OneCycleLR sized from them ends with the run), bad input is
 refused, and the sampler resumes mid-epoch exactly, in one process and on 2 MPI ranks.
 Score-based pruning (EL2N / forgetting + coverage-centric selection): the scores are the
 ones defined, the kept set covers the score range, and the same loop guarantees hold."""
 
 import io
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -95,7 +97,7 @@ def test_with_labels_every_class_is_pruned_in_proportion_to_its_size(interleaved
 
 def test_first_and_annealing_epochs_train_on_everything_and_lengths_are_known_ahead():
     sel = InfoBatchSelector(100, 10, epochs=8, seed=0)
-    assert [sel.prunes(e) for e in range(8)] == [False] + [True] * 6 + [False]  # 7 = ceil(0.875 * 8)
+    assert [sel.prunes(e) for e in range(8)] == [False] + [True] * 6 + [False]  # while e + 1 <= 0.875 * 8
     lengths = [sel.num_batches(epoch=e) for e in range(8)]
     assert lengths == [10, 8, 8, 8, 8, 8, 8, 10] and sel.total_batches() == sum(lengths)
     # the lengths do not depend on the losses: known before the run
@@ -167,7 +169,8 @@ def test_sampler_lengths_total_and_exact_mid_epoch_resume():
     for e in range(epochs):
         sampler.set_epoch(e)
         lengths.append(len(sampler))
-    assert len(full) == sum(lengths) == sampler.total_batches(epochs) == 13 + 10 * 5
+    # epochs 1-4 prune (e + 1 <= 0.875 * 6 = 5.25): 101 candidates, int(0.5 * 101) = 50 kept
+    assert len(full) == sum(lengths) == sampler.total_batches(epochs) == 13 + 10 * 4 + 13
     first, state = run(make(), epochs, stop=13 + 10 + 4, losses_of=losses_of)  # mid-epoch 2
     resumed = make()
     resumed.load_state_dict(torch.load(io.BytesIO(state), weights_only=True))
@@ -175,7 +178,7 @@ def test_sampler_lengths_total_and_exact_mid_epoch_resume():
     assert len(first) + len(rest) == len(full)
     for (i, w), (j, v) in zip(first + rest, full):
         assert np.array_equal(i, j) and np.array_equal(w, v)
-    assert resumed.selector.pruned_share_[5] == pytest.approx(round(0.5 * 101) / n)
+    assert resumed.selector.pruned_share_[4] == pytest.approx(51 / n) and resumed.selector.pruned_share_[5] == 0
 
 
 @pytest.mark.parametrize("labels", [False, True])
@@ -377,14 +380,148 @@ def test_a_plan_asked_for_between_epochs_sees_the_feedback_held_back():
     assert [[i for i, _ in batch] for batch in sampler] == [bt.tolist() for bt in direct.plan(1).batches(0)]
 
 
-def test_short_runs_anneal_only_when_asked_for_their_last_epoch():
-    # ceil(0.875 * E) == E up to 7 epochs: InfoBatch's default anneals nothing there
+def test_short_runs_keep_their_last_epoch_whole_unless_the_papers_rule_is_asked_for():
+    # InfoBatch's code: epoch e prunes while e + 1 <= 0.875 * E, so the last never does; the
+    # paper's reading (e < 0.875 * E) prunes the last epoch of every run of up to 7 epochs
     for epochs in range(2, 8):
-        assert InfoBatchSelector(100, 10, epochs=epochs).prunes(epochs - 1)
-        whole_last = InfoBatchSelector(100, 10, epochs=epochs, anneal=(epochs - 1) / epochs)
-        assert not whole_last.prunes(epochs - 1)
-        assert whole_last.prunes(epochs - 2) == (epochs > 2)  # epoch 0 never prunes
-    assert not InfoBatchSelector(100, 10, epochs=8).prunes(7)
+        reference = InfoBatchSelector(100, 10, epochs=epochs)
+        paper = InfoBatchSelector(100, 10, epochs=epochs, anneal_rule="paper")
+        assert [reference.prunes(e) for e in range(epochs)] == [False] + [True] * (epochs - 2) + [False]
+        assert [paper.prunes(e) for e in range(epochs)] == [False] + [True] * (epochs - 1)
+        assert paper.total_batches() == reference.total_batches() - (10 - 8)
+    # the issue's case: 10 epochs, delta 0.875 (8.75): epoch 8 whole in InfoBatch's code
+    assert [InfoBatchSelector(100, 10, epochs=10).prunes(e) for e in range(10)] == [False] + [True] * 7 + [False] * 2
+    assert InfoBatchSelector(100, 10, epochs=10, anneal_rule="paper").prunes(8)
+    assert InfoBatchSelector(100, 10, epochs=8, anneal_rule="paper").total_batches() == 68  # 7.0: the same
+    with pytest.raises(ValueError, match="anneal_rule must be one of .*'paper'.*got 'code'"):
+        InfoBatchSelector(100, 10, epochs=8, anneal_rule="code")
+    # the paper's rule is batchsel's earlier one, 0 < e < ceil(delta * E), over the issue's grid
+    for delta in (0.5, 0.7, 0.8, 0.875, 0.9, 1.0):
+        for epochs in range(1, 25):
+            paper = InfoBatchSelector(100, 10, epochs=epochs, anneal=delta, anneal_rule="paper")
+            earlier = [0 < e < math.ceil(delta * epochs) for e in range(epochs)]
+            assert [paper.prunes(e) for e in range(epochs)] == earlier, (delta, epochs)
+
+
+# -- issue 50: InfoBatch's own code, rule by rule -------------------------------------------
+def infobatch_reference(losses, epochs, delta, prune_ratio):
+    """What InfoBatch's code (NUS-HPC-AI-Lab/InfoBatch, ``infobatch/infobatch.py`` at commit
+    8bbb012) does in one process, per epoch, when every example's loss is ``losses`` in every
+    epoch: its rules restated, not its code. Returns, per epoch, (the examples trained, the
+    well-learnt candidates or None where it does not prune, how many of them are kept, their
+    weight, and in an annealing epoch the (count, weight) of the up-weights the last pruned
+    epoch left where they are not reset, else None).
+
+    - ``InfoBatch.__init__`` (l. 76, 80-81): ``keep_ratio = min(1, max(0.1, 1 - prune_ratio))``;
+      every score starts at 3, every weight at 1;
+    - ``InfoBatch.stop_prune`` (l. 160-161): ``num_epochs * delta``;
+    - ``IBSampler.__init__`` (l. 168-174) calls ``reset()`` once, and every epoch's ``__iter__``
+      (l. 198-200) calls it again; ``reset()`` (l. 179-190): while the counter <= stop_prune
+      it prunes (``InfoBatch.prune``), else it trains on everything, the weights set back to 1
+      only when the counter == stop_prune + 1; then the counter goes up by 1;
+    - ``InfoBatch.prune`` (l. 119-136): the candidates are the scores below their mean;
+      ``int(keep_ratio * len(candidates))`` of them, drawn at random, are kept at weight
+      ``1 / keep_ratio`` (every other weight 1), the other candidates skipped;
+    - ``InfoBatch.update`` (l. 92-109): every trained example's loss becomes its score and is
+      multiplied by its weight (float32: ``torch.ones``).
+    """
+    n = len(losses)
+    keep_ratio = min(1.0, max(1e-1, 1.0 - prune_ratio))
+    stop_prune = epochs * delta
+    scores = np.full(n, 3.0)
+    counter, stale = 0, None
+
+    def reset():
+        nonlocal counter, stale
+        if counter > stop_prune:
+            if counter == stop_prune + 1:
+                stale = None
+            result = (n, None, 0, None, stale)
+        else:
+            learnt = np.flatnonzero(scores < scores.mean())
+            kept = int(keep_ratio * len(learnt))
+            up = np.float32(1 / keep_ratio)
+            stale = (kept, up) if kept else None
+            result = (n - len(learnt) + kept, learnt, kept, up, None)
+        counter += 1
+        return result
+
+    reset()  # the sampler, built once: the scores are all 3, nothing is below their mean
+    out = []
+    for _ in range(epochs):
+        out.append(reset())
+        scores[:] = losses  # trained ones: their loss; skipped ones kept theirs, the same loss
+    return out
+
+
+# the issue's grid: epochs 1-24 x six deltas x five prune ratios
+DELTAS = (0.5, 0.7, 0.8, 0.875, 0.9, 1.0)
+RATIOS = (0.3, 1 / 3, 0.5, 0.7, 0.95)
+
+
+@pytest.mark.parametrize("n, batch", [(2000, 64), (1001, 10)])
+def test_infobatch_epochs_counts_and_weights_are_infobatchs_own(n, batch):
+    """Over the grid, on fixed losses whose mean splits them in halves (so InfoBatch's
+    below-the-mean candidates are batchsel's lower half): the same epochs prune, the same
+    candidates, as many skipped, the same weights, every epoch's steps and the run's total.
+    The one documented difference: where ``delta * epochs`` is not whole, InfoBatch's
+    annealing epochs keep the last pruned epoch's up-weights; batchsel's weigh 1."""
+    losses = np.random.default_rng(0).permutation(n).astype(np.float64)  # 0..n-1: mean (n-1)/2
+    learnt = np.flatnonzero(losses < losses.mean())
+    assert len(learnt) == n // 2  # mean and median split the same candidates
+    stale_epochs = 0
+    for prune_ratio in RATIOS:
+        for delta in DELTAS:
+            for epochs in range(1, 25):
+                ref = infobatch_reference(losses, epochs, delta, prune_ratio)
+                sel = InfoBatchSelector(n, batch, epochs=epochs, prune_ratio=prune_ratio, anneal=delta, seed=epochs)
+                case = (n, prune_ratio, delta, epochs)
+                steps = [-(-size // batch) for size, *_ in ref]
+                assert [sel.num_batches(epoch=e) for e in range(epochs)] == steps, case
+                assert sel.total_batches(epochs=epochs) == sum(steps), case
+                sel.observe(np.arange(n), losses=losses)  # epoch 0's feedback: the same in every epoch
+                for e, (size, candidates, kept, up, stale) in enumerate(ref):
+                    assert sel.prunes(e) == (size < n) == (candidates is not None and len(candidates) > 0), case
+                    assert sel.prunes(e) == (e > 0 and candidates is not None), case  # epoch 0: all scores 3
+                    assert sel.epoch_size(e) == size, case
+                    if stale is not None:  # InfoBatch's own bug, documented: up-weights left in annealing
+                        assert not sel.prunes(e) and delta * epochs != int(delta * epochs) and stale[0] > 0, case
+                        stale_epochs += 1
+                    if e > 0 and sel.prunes(e) == sel.prunes(e - 1):
+                        continue  # on fixed losses an epoch like the one before: its plan checked there
+                    plan = sel.plan(epoch=e)
+                    got, weights = plan.indices(), np.concatenate(plan.weights(0))
+                    trained = np.bincount(got, minlength=n)
+                    assert trained.max() == 1 and len(got) == size, case  # each example at most once
+                    if size == n:  # epoch 0 (no candidates) and the annealing epochs: weight 1
+                        assert (weights == 1).all(), case
+                        continue
+                    assert np.array_equal(candidates, learnt), case
+                    is_candidate = np.zeros(n, dtype=bool)
+                    is_candidate[candidates] = True
+                    assert (trained[~is_candidate] == 1).all() and trained[candidates].sum() == kept, case
+                    up_here = is_candidate[got]
+                    assert (weights[up_here] == up).all() and (weights[~up_here] == 1).all(), case
+                    assert weights.dtype == np.float32
+    assert stale_epochs > 0  # the documented difference did occur in the grid
+
+
+def test_infobatch_caps_the_pruned_share_at_0_9_and_rounds_the_kept_count_down():
+    # the issue's numbers: 2,000 examples, 1,000 below the mean
+    losses = np.arange(2000.0)
+    for prune_ratio, kept, weight in [(0.95, 100, 10.0), (1 / 3, 666, 1.5), (0.5, 500, 2.0)]:
+        _, _, ref_kept, ref_up, _ = infobatch_reference(losses, 2, 1.0, prune_ratio)[1]  # epoch 1
+        assert (ref_kept, ref_up) == (kept, np.float32(weight))
+        sel = InfoBatchSelector(2000, 100, epochs=2, prune_ratio=prune_ratio, anneal=1.0)
+        sel.observe(np.arange(2000), losses=losses)
+        plan = sel.plan(epoch=1)
+        weights = np.concatenate(plan.weights(0))
+        assert len(plan.indices()) == 1000 + kept and (weights == np.float32(weight)).sum() == kept
+    # with labels the share is capped likewise (the largest class's is prune_ratio's)
+    y = np.arange(2000) % 2
+    sel = InfoBatchSelector(2000, 100, epochs=2, prune_ratio=0.95, anneal=1.0, labels=y)
+    sel.observe(np.arange(2000), losses=losses)
+    assert sel.epoch_size(1) == 2000 - 2 * 450 and set(np.concatenate(sel.plan(1).weights(0)).tolist()) == {1.0, 10.0}
 
 
 # -- issue 46: forgetting's labels, CCS's cost and range -------------------------------------

@@ -93,31 +93,57 @@ class _PrunedRun(Selector):
             )
 
 
+#: :class:`InfoBatchSelector`'s ``anneal_rule``: InfoBatch's code's annealing, or the paper's
+ANNEAL_RULES = ("reference", "paper")
+
+
 class InfoBatchSelector(_PrunedRun):
     """InfoBatch's dynamic pruning, with epoch lengths known before the run.
 
-    Each epoch e of a run of ``epochs`` epochs:
+    Each epoch e (from 0) of a run of ``epochs`` epochs:
 
-    - epoch 0 and the last epochs (from ``ceil(anneal * epochs)`` on) train on every
-      example with weight 1 (InfoBatch's annealing: no pruning while the model settles;
-      at the default 0.875 a run of up to 7 epochs has no annealing epoch, as in
-      InfoBatch's code: ``anneal=(epochs - 1) / epochs`` keeps its last epoch whole);
-    - every other epoch ranks the examples by their last observed loss; the ``floor(N/2)``
-      lowest (never observed counts as highest) are the *well-learnt* ones, of which
-      ``round(prune_ratio * floor(N/2))`` chosen at random are skipped, and the kept
-      well-learnt examples get weight ``C / (C - P)`` (C candidates, P skipped), so every
-      example's expected weight is 1 and the expected gradient that of the full epoch.
-      With ``labels``, the same within every class (the lower half of each class's
-      losses), class c skipping ``prune_ratio * n_c / n_largest`` of it: on balanced data
-      InfoBatch's share in every class, on a long tail the rare classes hardly pruned.
+    - epoch 0 and the annealing epochs train on every example with weight 1. With the
+      default ``anneal_rule="reference"`` (InfoBatch's code, ``infobatch/infobatch.py``)
+      epoch e >= 1 prunes while ``e + 1 <= anneal * epochs``: at the default 0.875 a run
+      of 2 to 8 epochs prunes every epoch but its first and last, and a run of 10 prunes
+      epochs 1-7. ``anneal_rule="paper"`` prunes while ``e < anneal * epochs`` (the
+      paper's "the first delta x epochs"; batchsel's earlier default): one epoch more
+      wherever ``anneal * epochs`` is not whole, so at 0.875 a run of up to 7 epochs
+      never anneals;
+    - every other epoch ranks the examples by their last observed loss; the C =
+      ``floor(N/2)`` lowest (never observed counts as highest) are the *well-learnt* ones,
+      of which ``int(keep * C)`` chosen at random are kept (``keep = 1 - prune_ratio``, at
+      least 0.1: InfoBatch's cap, a ratio above 0.9 prunes 0.9) and the rest skipped; the
+      kept well-learnt examples get weight ``1 / keep`` (InfoBatch's rescaling), so every
+      example's expected weight is 1 up to the rounding down of the count kept (it is
+      ``int(keep * C) / (keep * C)``) and the expected gradient that of the full epoch.
+    - With ``labels``, the same within every class (the lower half of each class's
+      losses), class c skipping ``round(r_c * C_c)`` of its C_c candidates, ``r_c =
+      prune_ratio * n_c / n_largest`` (at most 0.9), and its kept ones weighted
+      ``C_c / (C_c - P_c)`` (P_c skipped: expected weight exactly 1): on balanced data
+      InfoBatch's share in every class, on a long tail the rare classes hardly pruned (to
+      the nearest, so a rare class's few candidates are not rounded into pruning).
       Without labels InfoBatch's rule prunes the rare classes' examples once they are
-      learnt, and their recall falls (``benchmarks/results/quality/budget/pruning_val_longtail.md``):
-      pass labels.
+      learnt, and their recall falls
+      (``benchmarks/results/quality/budget/pruning_val_longtail.md``): pass labels.
 
-    InfoBatch draws its candidates below the *mean* loss, a number that changes from epoch
-    to epoch; the median used here prunes the same number of examples every pruned epoch,
-    so every epoch's length, and the run's total (:meth:`total_batches`), are known before
-    the run: a ``OneCycleLR`` or cosine schedule sized from it ends where the run ends.
+    Without labels the epochs that prune, the number skipped, the weights and so every
+    epoch's length are InfoBatch's (its single-process sampler; tested against its rules
+    for 1-24 epochs, six deltas and five prune ratios), but for these documented
+    differences:
+
+    - InfoBatch draws its candidates below the *mean* loss, a number that changes from
+      epoch to epoch (an example never observed counts as loss 3 there); the median used
+      here prunes the same number of examples every pruned epoch, so every epoch's length,
+      and the run's total (:meth:`total_batches`), are known before the run: a
+      ``OneCycleLR`` or cosine schedule sized from it ends where the run ends. Where the
+      mean splits the losses in halves (as it does symmetric ones) the candidates are the
+      same;
+    - after the last pruned epoch InfoBatch resets the weights to 1 only when
+      ``anneal * epochs`` is a whole number; otherwise its annealing epochs keep the last
+      pruned epoch's ``1 / keep`` on the examples it kept (a bug of its code: the paper
+      trains them on the full data unweighted). Here they always have weight 1;
+    - which examples are skipped is drawn from batchsel's seed, not NumPy's global one.
 
     Feed it the per-example, *unweighted* losses of each batch (``sampler.observe(idx,
     losses=...)``); the batches carry the weights: use
@@ -138,9 +164,14 @@ class InfoBatchSelector(_PrunedRun):
         The run's number of epochs (the annealing phase depends on it).
     prune_ratio:
         The share of the well-learnt examples skipped per pruned epoch, in [0, 1)
-        (InfoBatch's default, 0.5, skips a quarter of the data).
+        (InfoBatch's default, 0.5, skips a quarter of the data); above 0.9 it prunes 0.9,
+        as InfoBatch does.
     anneal:
-        The share of the epochs after which pruning stops (InfoBatch's delta, 0.875).
+        InfoBatch's delta (0.875): pruning stops after about this share of the epochs
+        (exactly when: ``anneal_rule``).
+    anneal_rule:
+        ``"reference"`` (InfoBatch's code: epoch e prunes while ``e + 1 <= anneal *
+        epochs``) or ``"paper"`` (while ``e < anneal * epochs``); epoch 0 never prunes.
     rescale:
         Up-weight the kept well-learnt examples (InfoBatch's rescaling); False trains on
         the kept ones with weight 1 (the unweighted ablation).
@@ -159,6 +190,8 @@ class InfoBatchSelector(_PrunedRun):
     >>> plan = sel.plan(epoch=1)
     >>> len(plan.indices()), sel.pruned_share_[1], sorted(set(np.concatenate(plan.weights(0)).tolist()))
     (75, 0.25, [1.0, 2.0])
+    >>> [InfoBatchSelector(100, 10, epochs=10, anneal_rule=rule).prunes(8) for rule in ("reference", "paper")]
+    [False, True]
     """
 
     weighted_plans = True
@@ -172,6 +205,7 @@ class InfoBatchSelector(_PrunedRun):
         epochs: int,
         prune_ratio: float = 0.5,
         anneal: float = 0.875,
+        anneal_rule: str = "reference",
         rescale: bool = True,
         labels: Any = None,
         seed: int = 0,
@@ -191,10 +225,26 @@ class InfoBatchSelector(_PrunedRun):
         if self.prune_ratio >= 1.0:  # nothing left of the well-learnt half
             raise ValueError(f"prune_ratio must be in [0, 1), got {prune_ratio!r}")
         self.anneal = check_number(anneal, "anneal", 0.0, 1.0)
-        # a class skips prune_ratio x (its size / the largest class's) of its well-learnt half:
-        # InfoBatch's share on balanced data, the rare classes of a long tail hardly pruned
+        if anneal_rule not in ANNEAL_RULES:
+            raise ValueError(f"anneal_rule must be one of {ANNEAL_RULES}, got {anneal_rule!r}")
+        self.anneal_rule = anneal_rule
         candidates = sizes // 2
-        skipped = np.rint(self.prune_ratio * sizes / sizes.max() * candidates).astype(np.int64)  # as round()
+        if self.labels is None:
+            # InfoBatch's counts (infobatch/infobatch.py, InfoBatch.__init__ and prune): keep =
+            # 1 - prune_ratio, at least 0.1 (a share above 0.9 prunes 0.9); int(keep x the
+            # candidates) of them kept, each with weight 1 / keep
+            keep = min(1.0, max(0.1, 1.0 - self.prune_ratio))
+            skipped = candidates - (keep * candidates).astype(np.int64)  # int() rounds down
+            up: Any = 1.0 / keep
+        else:
+            # a class skips prune_ratio x (its size / the largest class's) of its well-learnt
+            # half, capped at 0.9 as InfoBatch caps it: InfoBatch's share on balanced data, the
+            # rare classes of a long tail hardly pruned. Rounded to the nearest (a rare class's
+            # few candidates are not rounded into pruning), the kept ones at C / (C - P): every
+            # expected weight exactly 1
+            share = np.minimum(self.prune_ratio * sizes / sizes.max(), 0.9)
+            skipped = np.rint(share * candidates).astype(np.int64)  # as round()
+            up = np.where(skipped > 0, candidates / np.maximum(candidates - skipped, 1), 1.0)
         if not isinstance(rescale, (bool, np.bool_)):
             raise TypeError(f"rescale must be a bool, got {rescale!r}")
         self.rescale = bool(rescale)
@@ -207,7 +257,8 @@ class InfoBatchSelector(_PrunedRun):
         #: skipped_g once the group's candidates are shuffled), the weight it keeps otherwise
         self._learnt_group = np.repeat(np.arange(len(sizes), dtype=self._group.dtype), candidates)
         self._skip_slots = _first_of_each(candidates, skipped)
-        up = np.where(skipped > 0, candidates / np.maximum(candidates - skipped, 1), 1.0) if self.rescale else 1.0
+        if not self.rescale:
+            up = 1.0
         self._learnt_weight = np.repeat(np.broadcast_to(up, sizes.shape), candidates).astype(np.float32)
         self._skipped_total = int(skipped.sum())
         #: the latest loss observed of every example (inf: never observed)
@@ -218,9 +269,17 @@ class InfoBatchSelector(_PrunedRun):
 
     # -- the schedule -----------------------------------------------------------------
     def prunes(self, epoch: int) -> bool:
-        """Whether ``epoch`` skips examples (not the first, nor the annealing epochs)."""
+        """Whether ``epoch`` skips examples (not the first, nor the annealing epochs).
+
+        InfoBatch's sampler prunes while its counter ``<= num_epochs * delta``; the counter
+        is 1 in epoch 0 (the sampler resets once when it is built), so epoch e >= 1 prunes
+        while ``e + 1 <= epochs * anneal`` (the same float product). The paper's rule:
+        while ``e < epochs * anneal``."""
         epoch = self._check_epoch(epoch)
-        return 0 < epoch < math.ceil(self.anneal * self.epochs) and self._skipped_total > 0
+        if epoch == 0 or self._skipped_total == 0:
+            return False
+        stop = self.epochs * self.anneal  # InfoBatch's stop_prune
+        return epoch + 1 <= stop if self.anneal_rule == "reference" else epoch < stop
 
     def epoch_size(self, epoch: int) -> int:
         """Examples trained on in ``epoch`` (over all ranks, before padding)."""

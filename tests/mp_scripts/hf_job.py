@@ -111,7 +111,7 @@ def infobatch(epochs: int = 4):
 
 
 def run_pruned(root: str, step: int) -> tuple[Recording, Recording]:
-    """InfoBatch (epochs of 10, 8, 8, 8 batches on one process) under a linear schedule
+    """InfoBatch (epochs of 10, 8, 8, 10 batches on one process) under a linear schedule
     sized by the Trainer, then resumed from checkpoint-``step`` (an epoch that prunes)."""
     kw = {"lr_scheduler_type": "linear", "learning_rate": 0.1}
     first = Recording(
