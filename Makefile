@@ -1,11 +1,11 @@
-# Two commands on a fresh machine: `make demo` and `make test`.
+# Two commands on a fresh machine: `make demo` (or the shorter `make demo-quick`) and `make test`.
 # Each creates .venv when it is missing and installs the project with its extras.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test pytest lint docs bench venv clean
+.PHONY: demo demo-quick test pytest lint docs bench venv clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
+
+# the same demo on less: random and loss-rank only, a smaller budget comparison
+demo-quick: $(STAMP)
+	$(PY) examples/demo.py --quick
 
 # CI (.ci/run) runs exactly this: lint, the strict docs build, then the tests
 test: lint docs pytest

@@ -45,18 +45,33 @@ def compile_seconds() -> float:
         return _clock.total + running
 
 
-def warmup() -> float:
+def warmup(*selectors: Any) -> float:
     """Run loss-rank and SMDL once on tiny data so their kernels compile now, not in step 1.
-
     The kernels are cached on disk (numba's ``cache=True``, in ``__pycache__`` beside the
     modules, or ``NUMBA_CACHE_DIR``), so after the first run of an installation this
     only loads them. Returns the seconds it took.
 
-    >>> seconds = warmup()
+    Parameters
+    ----------
+    *selectors : Selector or Selector subclass
+        Compile only what these use (a run's selector): loss-rank's kernels for a
+        :class:`~batchsel.LossRankSelector`, SMDL's for a :class:`~batchsel.SubmodularSelector`,
+        nothing for the others (random batches and offline plans compile nothing). None
+        given: both.
+
+    Examples
+    --------
+    >>> from batchsel import LossRankSelector
+    >>> seconds = warmup(LossRankSelector(100, 10))   # loss-rank's kernels only
     >>> seconds >= 0
     True
     """
     from .selectors import LossRankSelector, SubmodularSelector
+
+    def uses(kind: type) -> bool:
+        return not selectors or any(
+            issubclass(s, kind) if isinstance(s, type) else isinstance(s, kind) for s in selectors
+        )
 
     start = time.perf_counter()
     rng = np.random.default_rng(0)
@@ -64,16 +79,18 @@ def warmup() -> float:
     # one process and a rank of several: a rank's shard is a strided view, which numba
     # compiles apart; float32 feedback as torch gives it
     for world_size in (1, 2):
-        loss_rank = LossRankSelector(64, batch_size=8, seed=0)
-        batches = loss_rank.iter_batches(epoch=0, rank=0, world_size=world_size)
-        first = next(batches)
-        loss_rank.observe(first, losses=rng.random(len(first)).astype(np.float32))
-        next(batches)
-        smdl = SubmodularSelector(x, batch_size=8, seed=0)
-        batches = smdl.iter_batches(epoch=0, rank=0, world_size=world_size)
-        first = next(batches)
-        smdl.observe(first, logits=np.zeros((len(first), 3), np.float32))
-        next(batches)
+        if uses(LossRankSelector):
+            loss_rank = LossRankSelector(64, batch_size=8, seed=0)
+            batches = loss_rank.iter_batches(epoch=0, rank=0, world_size=world_size)
+            first = next(batches)
+            loss_rank.observe(first, losses=rng.random(len(first)).astype(np.float32))
+            next(batches)
+        if uses(SubmodularSelector):
+            smdl = SubmodularSelector(x, batch_size=8, seed=0)
+            batches = smdl.iter_batches(epoch=0, rank=0, world_size=world_size)
+            first = next(batches)
+            smdl.observe(first, logits=np.zeros((len(first), 3), np.float32))
+            next(batches)
     return time.perf_counter() - start
 
 

@@ -83,10 +83,10 @@ def train(args: argparse.Namespace) -> dict:
     # compiling alongside. Random batches and offline plans compile nothing: no warmup.
     compile_seconds = 0.0
     if selector.online:
-        compile_seconds = batchsel.warmup() if rank == 0 else 0.0
+        compile_seconds = batchsel.warmup(selector) if rank == 0 else 0.0
         torch.distributed.barrier()
         if rank != 0:
-            batchsel.warmup()
+            batchsel.warmup(selector)
     history, step = [], 0
     start = time.perf_counter()
     for epoch in range(args.epochs):
