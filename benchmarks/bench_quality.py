@@ -916,7 +916,7 @@ def print_table(task: str, regime: str, summary: dict, methods: list[str], budge
         beyond = rows[m]["beyond_random"]
         print(
             f"{LABELS.get(m, m):<20}" + "".join(f"{c:>30}" for c in cells) + f"{_saved_text(rows[m]):>12}"
-            f"{'-' if beyond is None else f'{100 * beyond:+.0f} pt':>15}"
+            f"{'-' if beyond is None else f'{100 * beyond:+.0f} % wall':>15}"
         )
 
 
@@ -939,7 +939,7 @@ def overview(results: dict, methods: list[str]) -> str:
                 row = rows[m]
                 text = _saved_text(row)
                 if row["beyond_random"] is not None:
-                    text += f" ({100 * row['beyond_random']:+.0f})"
+                    text += f" ({100 * row['beyond_random']:+.0f} % beyond random)"
                 tag = ("W" if row["worse_at"] else "") + ("B" if row["better_at"] else "")
                 cells.append(text + (f" **{tag}**" if tag else ""))
             lines.append(
