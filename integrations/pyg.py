@@ -10,12 +10,14 @@ distributed sampler. Change one import::
 
 - :class:`ClusterData` partitions the graph (Chiang et al., KDD 2019, "Cluster-GCN");
   :class:`ClusterLoader` yields the subgraph induced by ``batch_size`` random clusters:
-  node attributes sliced, edge attributes sliced, ``edge_index`` renumbered, and ``n_id``
-  the nodes' ids in the full graph. With ``rank`` / ``world_size`` (or under DDP or
+  node attributes sliced, edge attributes sliced, ``edge_index`` renumbered and sorted by
+  (row, col) as PyG's (``sparse_format="csc"``: by (col, row)), and ``n_id`` the nodes'
+  ids in the full graph. With ``rank`` / ``world_size`` (or under DDP or
   mpiexec) each rank gets disjoint clusters that together cover the graph every epoch, in
   the same number of batches; ``state_dict`` resumes mid-epoch exactly.
-- :class:`GraphSAINTNodeSampler` and :class:`GraphSAINTRandomWalkSampler` (Zeng et al.,
-  ICLR 2020): random node or random-walk subgraphs, with PyG's ``sample_coverage``
+- :class:`GraphSAINTNodeSampler`, :class:`GraphSAINTEdgeSampler` and
+  :class:`GraphSAINTRandomWalkSampler` (Zeng et al., ICLR 2020): random node, edge or
+  random-walk subgraphs, edges sorted by (row, col), with PyG's ``sample_coverage``
   normalization (``node_norm``, ``edge_norm``); each rank draws its own from (seed, epoch,
   rank, step).
 
@@ -82,20 +84,36 @@ def _edges(data: Any) -> tuple[np.ndarray, np.ndarray, int]:
     return ei[0], ei[1], int(n)
 
 
-class _Subgraphs:
-    """Induced subgraphs of ``data`` by node ids: edges sorted by source once (CSR
-    positions give each node's out-edges), then per batch only the nodes' own edges are read."""
+def _sort_pairs(major: np.ndarray, minor: np.ndarray, bound: int) -> np.ndarray:
+    """The order that sorts the pairs by (major, minor), ties in their order (``minor`` in
+    ``[0, bound)``): one stable sort of a combined key, 15 times faster than lexsort on 10M
+    pairs, and nearly free on pairs sorted by major already (as most graphs' edges are)."""
+    if bound * (int(major.max()) + 1 if major.size else 1) < 2**62:
+        return np.argsort(major * bound + minor, kind="stable")
+    return np.lexsort((minor, major))
 
-    def __init__(self, data: Any) -> None:
+
+class _Subgraphs:
+    """Induced subgraphs of ``data`` by node ids, their edges in PyG's order.
+
+    The edges are sorted once by (source, target), for ``csc`` by (target, source), so that
+    CSR positions give each node's out-edges (``csc``: in-edges) with their other ends in
+    ascending order; per batch only the nodes' own edges are read, and they come out sorted
+    by (row, col) of the batch's local ids (``csc``: by (col, row)), as PyG's are."""
+
+    def __init__(self, data: Any, sparse_format: str = "csr") -> None:
         src, dst, n = _edges(data)
         self.data, self.num_nodes = data, n
-        self.sources = src  # of every edge, in data's order
-        self.edge_order = np.argsort(src, kind="stable")  # edge ids by source node
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).astype(np.int64)
-        self.targets = dst[self.edge_order]
+        self.csc = sparse_format == "csc"
+        self.sources, self.targets = src, dst  # of every edge, in data's order
+        major, minor = (dst, src) if self.csc else (src, dst)
+        self.edge_order = _sort_pairs(major, minor, n)  # edge ids by (major, minor)
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(major, minlength=n))]).astype(np.int64)
+        self.index = minor[self.edge_order]  # the other end of each edge: its target (csr), source (csc)
 
     def out_edges(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in ``edge_order``, local source) of every out-edge of ``nodes``."""
+        """(positions in ``edge_order``, local id of the node) of every out-edge (``csc``:
+        in-edge) of ``nodes``, node by node."""
         starts, counts = self.indptr[nodes], self.indptr[nodes + 1] - self.indptr[nodes]
         # positions start..end-1 of every node, without a Python loop
         first = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -120,24 +138,41 @@ class _Subgraphs:
         at = np.minimum(np.searchsorted(ordered, ids), len(nodes) - 1)
         return np.where(ordered[at] == ids, order[at], -1)
 
+    def ordered(self, pos: np.ndarray, major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(edge ids, local edge_index) of the edges at ``pos`` whose ends have the local ids
+        ``major`` (the node whose edges they are, ascending) and ``minor``: sorted by
+        (major, minor), repeated edges in data's order."""
+        order = _sort_pairs(major, minor, int(minor.max()) + 1 if minor.size else 1)
+        major, minor = major[order], minor[order]
+        edge_index = np.stack([minor, major]) if self.csc else np.stack([major, minor])
+        return self.edge_order[pos[order]], edge_index
+
     def edges_of(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(edge ids, local edge_index) of the subgraph induced by ``nodes`` (distinct ids):
-        every edge whose two ends are in ``nodes``, numbered by position in ``nodes``."""
-        pos, row = self.out_edges(nodes)
-        col = self.local_ids(nodes, self.targets[pos])
-        keep = col >= 0
-        return self.edge_order[pos[keep]], np.stack([row[keep], col[keep]])
+        every edge whose two ends are in ``nodes``, numbered by position in ``nodes``, sorted
+        by (row, col) (``csc``: (col, row))."""
+        pos, major = self.out_edges(nodes)
+        minor = self.local_ids(nodes, self.index[pos])
+        keep = minor >= 0
+        pos, major, minor = pos[keep], major[keep], minor[keep]
+        if len(nodes) < 2 or bool(np.all(nodes[1:] > nodes[:-1])):
+            # local ids rise with the ids in data, so the edges are in order already
+            edge_index = np.stack([minor, major]) if self.csc else np.stack([major, minor])
+            return self.edge_order[pos], edge_index
+        return self.ordered(pos, major, minor)  # several clusters: sort within each node
 
     def batch(
         self,
         nodes: np.ndarray,
         node_extra: dict[str, torch.Tensor] | None = None,
         edge_extra: dict[str, torch.Tensor] | None = None,
+        edges: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> Any:
         """A ``Data`` of the subgraph induced by ``nodes``: node attributes in that order,
         edge attributes of its edges, ``n_id`` the nodes' ids in ``data``; ``node_extra`` /
-        ``edge_extra``: more per-node / per-edge tensors of the whole graph, sliced alike."""
-        edge_ids, edge_index = self.edges_of(nodes)
+        ``edge_extra``: more per-node / per-edge tensors of the whole graph, sliced alike;
+        ``edges``: (edge ids, edge_index) to hold instead of the induced ones."""
+        edge_ids, edge_index = self.edges_of(nodes) if edges is None else edges
         node_t, edge_t = torch.from_numpy(nodes), torch.from_numpy(edge_ids)
         data, n, e = self.data, self.num_nodes, self.data.edge_index.size(1)
         out = copy.copy(data)
@@ -175,12 +210,22 @@ class ClusterData(torch.utils.data.Dataset):
     recursive:
         METIS recursive bisection (PyG's default is k-way, ``False``).
     keep_inter_cluster_edges:
-        ``self[i]`` keeps the cluster's edges to nodes outside it, their targets given by
-        their ids in ``data`` (PyG: by their position in its permuted data). Batches of
-        :class:`ClusterLoader` hold every edge between their nodes either way.
-    save_dir, filename, log, sparse_format:
+        ``self[i]`` also keeps the cluster's edges to nodes outside it (``csc``: from nodes
+        outside it). Every end inside the cluster has its local id, in ``[0, num_nodes)``;
+        an end outside has ``num_nodes`` + its id in ``data``, so no number means two nodes
+        (``csr``: ``edge_index[1] - num_nodes`` gives the outside targets' ids in ``data``),
+        and the edge attribute ``edge_outside`` is True for those edges. PyG numbers every target,
+        inside or outside, by its position in its own permuted copy of the data: a target
+        is outside when it is not in ``[partptr[i], partptr[i + 1])``. Batches of
+        :class:`ClusterLoader` hold only the edges between their nodes either way.
+    sparse_format:
+        The order of every batch's edges: ``"csr"`` (PyG's default) sorts them by (row,
+        col) of the batch's local ids, ``"csc"`` by (col, row), as PyG's ``sort_edge_index``
+        does; with ``keep_inter_cluster_edges``, ``"csr"`` keeps the edges leaving the
+        cluster and ``"csc"`` the edges entering it. Anything else is a ValueError.
+    save_dir, filename, log:
         Accepted for PyG compatibility; the partition is cheap to recompute, so nothing
-        is saved, and edges are read by source node.
+        is saved (``log``: a line at INFO level).
     seed:
         The METIS seed.
 
@@ -219,7 +264,8 @@ class ClusterData(torch.utils.data.Dataset):
         _require_pyg()
         if sparse_format not in ("csr", "csc"):
             raise ValueError(f"sparse_format must be 'csr' or 'csc', got {sparse_format!r}")
-        self._subgraphs = _Subgraphs(data)
+        self.sparse_format = sparse_format
+        self._subgraphs = _Subgraphs(data, sparse_format)
         n = self._subgraphs.num_nodes
         self.num_parts = check_int(num_parts, "num_parts", minimum=1, maximum=n)
         self.recursive = bool(recursive)
@@ -260,22 +306,19 @@ class ClusterData(torch.utils.data.Dataset):
     def __getitem__(self, idx: int) -> Any:
         idx = check_int(idx, "idx", minimum=0, maximum=self.num_parts - 1)
         nodes = self.nodes_of([idx])
-        if not self.keep_inter_cluster_edges:
-            return self._subgraphs.batch(nodes)
-        # every edge leaving the cluster's nodes; targets outside keep their ids in data
-        out = self._subgraphs.batch(nodes)
         sub = self._subgraphs
-        pos, rows = sub.out_edges(nodes)
-        targets = sub.targets[pos]
-        cols = sub.local_ids(nodes, targets)
-        outside = cols < 0
-        cols[outside] = targets[outside]
-        out.edge_index = torch.from_numpy(np.stack([rows, cols]))
-        out.edge_outside = torch.from_numpy(outside)  # True where the target is an id in data
-        edge_ids = torch.from_numpy(sub.edge_order[pos])
-        for key, value in self.data.items():
-            if key != "edge_index" and isinstance(value, torch.Tensor) and self.data.is_edge_attr(key):
-                out[key] = value.index_select(self.data.__cat_dim__(key, value), edge_ids)
+        if not self.keep_inter_cluster_edges:
+            return sub.batch(nodes)
+        # every edge leaving (csc: entering) the cluster's nodes; an end outside is
+        # len(nodes) + its id in data, past every local id
+        pos, major = sub.out_edges(nodes)
+        other = sub.index[pos]
+        minor = sub.local_ids(nodes, other)
+        outside = minor < 0
+        minor[outside] = len(nodes) + other[outside]
+        edge_ids, edge_index = sub.ordered(pos, major, minor)
+        out = sub.batch(nodes, edges=(edge_ids, edge_index))
+        out.edge_outside = torch.from_numpy(edge_index[0 if sub.csc else 1] >= len(nodes))
         return out
 
     def collate(self, clusters: list[int]) -> Any:
@@ -415,11 +458,12 @@ class GraphSAINTSampler(DataLoader):
     ``node_norm`` (per node: samples / (its count * N)) and ``edge_norm`` (per edge: its
     source node's count / the edge's count, clamped to [0, 1e4], 0.1 where the edge was
     never drawn), sliced into every batch as in PyG. The nodes a sample can hold are all N
-    for random walks (their roots are drawn over every node) and, for the node sampler, the
-    N' nodes with out-edges: PyG counts all N there, so on a graph with nodes that have no
-    out-edges it draws N / N' times as many samples (7 nodes with edges among 10,000: over
-    1,400 times as many) for estimates of the same expectation. Each sample costs in
-    proportion to its nodes and their edges, not to N."""
+    for random walks (their roots are drawn over every node), for the node sampler the N'
+    nodes with out-edges and for the edge sampler the nodes with an edge: PyG counts all N
+    there, so on a graph with nodes that have no edges it draws N / N' times as many
+    samples (7 nodes with edges among 10,000: over 1,400 times as many) for estimates of
+    the same expectation. Each sample costs in proportion to its nodes and their edges, not
+    to N. A batch's edges are sorted by (row, col), as in PyG."""
 
     def __init__(
         self,
@@ -582,6 +626,53 @@ class GraphSAINTNodeSampler(GraphSAINTSampler):
         return int(np.count_nonzero(np.diff(self._subgraphs.indptr)))
 
 
+class GraphSAINTEdgeSampler(GraphSAINTSampler):
+    """PyG's GraphSAINT edge sampler, pip-only: each subgraph is induced by both ends of
+    ``batch_size`` edges, each drawn independently (repeats merged) with probability
+    proportional to ``1 / out-degree(source) + 1 / in-degree(target)``, the paper's
+    ``1 / deg(u) + 1 / deg(v)`` (on an undirected graph, the degrees), which favours edges
+    between nodes of few edges.
+
+    PyG 2.8 draws the same way with the reciprocal weights, in-degree(source) +
+    out-degree(target), favouring edges between hubs; the ``sample_coverage``
+    normalization is computed from the sampler's own draws either way. Each sample costs
+    ``batch_size`` binary searches in the edges' cumulative weights (computed once), where
+    PyG draws ``batch_size * E`` random numbers.
+
+    >>> import torch
+    >>> from torch_geometric.data import Data
+    >>> ring = torch.arange(12)
+    >>> data = Data(x=torch.randn(12, 2), edge_index=torch.stack([ring, (ring + 1) % 12]))
+    >>> batch = next(iter(GraphSAINTEdgeSampler(data, batch_size=1, log=False)))
+    >>> batch.num_nodes, batch.edge_index.tolist()
+    (2, [[0], [1]])
+    """
+
+    _cumulative: np.ndarray | None = None
+
+    def _weights(self) -> np.ndarray:
+        """The cumulative sum of every edge's weight, in data's order (computed on first use)."""
+        if self._cumulative is None:
+            sub = self._subgraphs
+            out_degree = np.bincount(sub.sources, minlength=self.N)
+            in_degree = np.bincount(sub.targets, minlength=self.N)
+            self._cumulative = np.cumsum(1.0 / out_degree[sub.sources] + 1.0 / in_degree[sub.targets])
+        return self._cumulative
+
+    def _nodes(self, rng: np.random.Generator) -> np.ndarray:
+        cumulative = self._weights()
+        picks = np.searchsorted(cumulative, rng.random(self.sample_size) * cumulative[-1], side="right")
+        picks = np.minimum(picks, self.E - 1)  # (a draw of exactly the total, rounded)
+        return np.concatenate([self._subgraphs.sources[picks], self._subgraphs.targets[picks]])
+
+    def _drawable(self) -> int:
+        """The nodes with an edge: the others are never a drawn edge's end."""
+        sub = self._subgraphs
+        ends = np.zeros(self.N, dtype=bool)
+        ends[sub.sources] = ends[sub.targets] = True
+        return int(np.count_nonzero(ends))
+
+
 class GraphSAINTRandomWalkSampler(GraphSAINTSampler):
     """PyG's GraphSAINT random-walk sampler, pip-only: each subgraph is induced by the
     nodes of ``batch_size`` random walks of ``walk_length`` steps along out-edges, from
@@ -619,7 +710,7 @@ class GraphSAINTRandomWalkSampler(GraphSAINTSampler):
             step = np.floor(rng.random(len(current)) * degree).astype(np.int64)
             moves = degree > 0
             nxt = current.copy()
-            nxt[moves] = sub.targets[sub.indptr[current[moves]] + step[moves]]
+            nxt[moves] = sub.index[sub.indptr[current[moves]] + step[moves]]
             current = nxt
             visited.append(current)
         return np.concatenate(visited)
@@ -631,5 +722,6 @@ __all__ = [
     "ClusterBatchSelector",
     "GraphSAINTSampler",
     "GraphSAINTNodeSampler",
+    "GraphSAINTEdgeSampler",
     "GraphSAINTRandomWalkSampler",
 ]

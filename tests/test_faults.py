@@ -340,8 +340,12 @@ def _stateful() -> dict[str, object]:
 
         ring = torch.arange(24)
         data = Data(x=torch.randn(24, 2), edge_index=torch.stack([ring, (ring + 1) % 24]))
-        cls = pyg.GraphSAINTNodeSampler if kind == "node" else pyg.GraphSAINTRandomWalkSampler
-        extra = {} if kind == "node" else {"walk_length": 2}
+        cls = {
+            "node": pyg.GraphSAINTNodeSampler,
+            "edge": pyg.GraphSAINTEdgeSampler,
+            "walk": pyg.GraphSAINTRandomWalkSampler,
+        }[kind]
+        extra = {"walk_length": 2} if kind == "walk" else {}
         loader = cls(data, batch_size=4, num_steps=3, log=False, rank=0, **extra)
         next(iter(loader))
         return loader
@@ -355,6 +359,7 @@ def _stateful() -> dict[str, object]:
         "ClusterLoader": cluster_loader,
         "ClusterBatchSelector": cluster_batches,
         "GraphSAINTNodeSampler": lambda: saint("node"),
+        "GraphSAINTEdgeSampler": lambda: saint("edge"),
         "GraphSAINTRandomWalkSampler": lambda: saint("walk"),
         "CandidateFilter": candidate_filter,
         "BatchselCallback": lambda: BatchselCallback(sampler()),

@@ -1,5 +1,6 @@
 """batchsel.integrations.pyg: Cluster-GCN and GraphSAINT loaders for PyTorch Geometric
-without pyg-lib or torch-sparse (checked against brute-force induced subgraphs)."""
+without pyg-lib or torch-sparse (checked against brute-force induced subgraphs, edges in
+PyG's order: sorted by (row, col), or (col, row) for sparse_format="csc")."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ import torch
 
 pytest.importorskip("torch_geometric")
 from torch_geometric.data import Data  # noqa: E402
-from torch_geometric.utils import subgraph  # noqa: E402
+from torch_geometric.utils import sort_edge_index, subgraph  # noqa: E402
 
-from batchsel.integrations.pyg import ClusterData, ClusterLoader, GraphSAINTNodeSampler, GraphSAINTRandomWalkSampler  # noqa: E402
+from batchsel.integrations.pyg import (  # noqa: E402
+    ClusterData,
+    ClusterLoader,
+    GraphSAINTEdgeSampler,
+    GraphSAINTNodeSampler,
+    GraphSAINTRandomWalkSampler,
+)
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "mp_scripts")]
@@ -43,18 +50,23 @@ def sbm(n: int = 240, blocks: int = 4, seed: int = 0) -> Data:
     )
 
 
-def check_batch(batch: Data, data: Data) -> None:
-    """The batch is exactly the subgraph its nodes induce, with their attributes."""
-    n_id = batch.n_id
+def check_batch(batch: Data, data: Data, sparse_format: str = "csr") -> None:
+    """The batch is exactly the subgraph its nodes induce, with their attributes, its edges
+    in PyG's order: sorted by (row, col) of the local ids (``csc``: by (col, row)), repeated
+    edges in data's order, edge attributes alike."""
+    n_id, n = batch.n_id, batch.num_nodes
     assert torch.equal(batch.x, data.x[n_id]) and torch.equal(batch.y, data.y[n_id])
     assert torch.equal(batch.train_mask, data.train_mask[n_id]) and batch.note == "graph-level"
     ref_index, _, mask = subgraph(
         n_id, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes, return_edge_mask=True
     )
-    got = sorted(zip(batch.edge_index[0].tolist(), batch.edge_index[1].tolist(), batch.edge_weight.tolist()))
-    want = sorted(zip(ref_index[0].tolist(), ref_index[1].tolist(), data.edge_weight[mask].tolist()))
-    assert got == want
-    assert batch.edge_attr.shape == (batch.edge_index.size(1), 2) and batch.num_nodes == len(n_id)
+    row, col = ref_index if sparse_format == "csr" else ref_index.flip(0)
+    order = torch.sort(row * n + col, stable=True).indices
+    assert torch.equal(batch.edge_index, ref_index[:, order])
+    assert torch.equal(batch.edge_index, sort_edge_index(ref_index, num_nodes=n, sort_by_row=sparse_format == "csr"))
+    assert torch.equal(batch.edge_weight, data.edge_weight[mask][order])
+    assert torch.equal(batch.edge_attr, data.edge_attr[mask][order])
+    assert batch.num_nodes == len(n_id)
 
 
 def test_one_epoch_covers_every_node_once_with_induced_subgraphs():
@@ -126,27 +138,64 @@ def test_resume_mid_epoch_is_exact():
     assert head + [b.n_id.tolist() for b in resumed] == whole
 
 
-def test_a_cluster_alone_and_with_its_outside_edges():
+@pytest.mark.parametrize("sparse_format", ["csr", "csc"])
+def test_batches_of_several_clusters_are_sorted_as_pyg_sorts_them(sparse_format):
+    """PyG sorts a batch's edges by (row, col) (csc: (col, row)); the clusters of a shuffled
+    batch are in any order, and the data's edges in none (sbm's are random pairs)."""
     data = sbm()
-    parts = ClusterData(data, num_parts=6, log=False)
+    parts = ClusterData(data, num_parts=12, log=False, sparse_format=sparse_format)
+    for clusters in ([0], [5], [7, 2, 9], [11, 0], list(range(12))[::-1]):
+        batch = parts.collate(clusters)
+        assert torch.equal(batch.n_id, torch.from_numpy(parts.nodes_of(clusters)))
+        check_batch(batch, data, sparse_format)
+    loader = ClusterLoader(parts, batch_size=4, shuffle=True, rank=0, world_size=1)
+    for batch in loader:
+        check_batch(batch, data, sparse_format)
+    assert parts.sparse_format == sparse_format
+    with pytest.raises(ValueError, match="sparse_format"):
+        ClusterData(data, num_parts=4, log=False, sparse_format="coo")
+
+
+@pytest.mark.parametrize("sparse_format", ["csr", "csc"])
+def test_a_cluster_alone_and_with_its_outside_edges(sparse_format):
+    """keep_inter_cluster_edges: the cluster's edges leaving it (csc: entering it), every end
+    inside by its local id, every end outside by num_nodes + its id in data, so that no
+    number means two nodes; edge_outside marks the edges to (csc: from) the outside."""
+    data = sbm()
+    parts = ClusterData(data, num_parts=6, log=False, sparse_format=sparse_format)
     inside = parts[2]
-    check_batch(inside, data)
+    check_batch(inside, data, sparse_format)
     assert set(parts.cluster[inside.n_id].tolist()) == {2}
-    outer = ClusterData(data, num_parts=6, log=False, keep_inter_cluster_edges=True)[2]
-    src = data.edge_index[0]
-    leaving = int(torch.isin(src, inside.n_id).sum())
-    assert outer.edge_index.size(1) == leaving == outer.edge_attr.size(0)
-    out_targets = outer.edge_index[1][outer.edge_outside]
-    assert not torch.isin(out_targets, inside.n_id).any()  # ids in data, of nodes outside
+    outer = ClusterData(data, num_parts=6, log=False, keep_inter_cluster_edges=True, sparse_format=sparse_format)[2]
+    n, n_id = outer.num_nodes, outer.n_id
+    assert torch.equal(n_id, inside.n_id) and torch.equal(outer.x, inside.x)
+    near, far = (0, 1) if sparse_format == "csr" else (1, 0)  # the end in the cluster, the other
+    assert (outer.edge_index[near] < n).all()  # local ids
+    assert torch.equal(outer.edge_outside, outer.edge_index[far] >= n)
+    assert outer.edge_outside.any() and not outer.edge_outside.all()
+    # as ids in data: exactly the edges of data with that end in the cluster, attributes alike
+    as_data = torch.where(outer.edge_index < n, n_id[outer.edge_index.clamp(max=n - 1)], outer.edge_index - n)
+    assert not torch.isin(as_data[far][outer.edge_outside], n_id).any()
+    assert torch.isin(as_data[far][~outer.edge_outside], n_id).all()
+    hit = torch.isin(data.edge_index[near], n_id)
+    got = sorted(zip(*as_data.tolist(), outer.edge_weight.tolist()))
+    assert got == sorted(zip(*data.edge_index[:, hit].tolist(), data.edge_weight[hit].tolist()))
+    assert outer.edge_attr.size(0) == outer.edge_index.size(1) == int(hit.sum())
+    # sorted by (row, col), csc (col, row), as PyG's; the inside edges are the induced subgraph's
+    key = outer.edge_index[near] * (n + data.num_nodes) + outer.edge_index[far]
+    assert (key[1:] >= key[:-1]).all()
+    assert torch.equal(outer.edge_index[:, ~outer.edge_outside], inside.edge_index)
 
 
-@pytest.mark.parametrize("kind", ["node", "walk"])
+@pytest.mark.parametrize("kind", ["node", "edge", "walk"])
 def test_graphsaint_batches_are_induced_subgraphs_drawn_per_rank(kind):
     data = sbm()
 
     def sampler(rank=0, seed=0, **kw):
         if kind == "node":
             return GraphSAINTNodeSampler(data, batch_size=60, num_steps=3, log=False, rank=rank, seed=seed, **kw)
+        if kind == "edge":
+            return GraphSAINTEdgeSampler(data, batch_size=30, num_steps=3, log=False, rank=rank, seed=seed, **kw)
         return GraphSAINTRandomWalkSampler(
             data, batch_size=20, walk_length=3, num_steps=3, log=False, rank=rank, seed=seed, **kw
         )
@@ -155,7 +204,9 @@ def test_graphsaint_batches_are_induced_subgraphs_drawn_per_rank(kind):
     assert len(batches) == 3
     for b in batches:
         check_batch(b, data)
-        assert b.num_nodes <= (60 if kind == "node" else 80)
+        assert b.num_nodes <= (60 if kind == "node" else 80) and b.edge_index.size(1) > 0
+        if kind == "edge":  # every node is an end of a drawn edge, which the subgraph holds
+            assert torch.equal(b.edge_index.flatten().unique(), torch.arange(b.num_nodes))
     again = [b.n_id.tolist() for b in sampler()]
     assert again == [b.n_id.tolist() for b in batches]  # (seed, epoch, rank, step) decide
     assert again != [b.n_id.tolist() for b in sampler(rank=1)]
@@ -340,3 +391,46 @@ def test_graphsaint_costs_in_proportion_to_the_samples_not_to_the_isolated_nodes
         want = subgraph(b.n_id, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes)[0]
         assert b.edge_index.size(1) > 0
         assert sorted(zip(*b.edge_index.tolist())) == sorted(zip(*want.tolist()))
+
+
+def test_graphsaint_edge_sampler_draws_edges_by_inverse_degrees():
+    """GraphSAINT's edge probability, 1 / out-degree(source) + 1 / in-degree(target): on a
+    star of 10 leaves (both directions) and a separate pair, the pair's edges weigh 2 each
+    and the star's 1.1, so a sample of one edge is the pair with p = 4 / 26 = 0.154
+    (uniform edges: 2 / 22 = 0.091; PyG 2.8's weights, in-degree(source) +
+    out-degree(target): 4 / 224 = 0.018)."""
+    leaves = torch.arange(1, 11)
+    star = torch.stack([torch.zeros(10, dtype=torch.long), leaves])
+    pair = torch.tensor([[11, 12], [12, 11]])
+    edge_index = torch.cat([star, star.flip(0), pair], 1)
+    data = Data(x=torch.arange(13.0).view(13, 1), edge_index=edge_index)
+    steps = 3000
+    sampler = GraphSAINTEdgeSampler(data, batch_size=1, num_steps=steps, log=False, rank=0)
+    pairs = 0
+    for b in sampler:
+        assert b.num_nodes == 2 and b.edge_index.size(1) == 2  # an edge and its reverse
+        pairs += b.n_id.tolist() == [11, 12]
+    assert abs(pairs / steps - 4 / 26) < 0.03, pairs / steps
+
+
+def test_graphsaint_edge_sampler_normalization_counts_the_nodes_with_edges(monkeypatch):
+    """Its coverage counts the nodes a drawn edge can end at (PyG: all N), so 7 nodes with
+    edges among 1,000,000 normalize with as many samples as among 10,000, not 100 times as many."""
+    drawn: dict[int, int] = {}
+    draw = GraphSAINTEdgeSampler._draw
+
+    def counted(self, rng):
+        drawn[self.N] = drawn.get(self.N, 0) + 1
+        assert drawn[self.N] <= 5000, f"over 5000 samples to normalize a graph of {self.N} nodes, 7 with edges"
+        return draw(self, rng)
+
+    monkeypatch.setattr(GraphSAINTEdgeSampler, "_draw", counted)
+    small, large = (
+        GraphSAINTEdgeSampler(few_connected(n, 7, 14), batch_size=5, sample_coverage=50, log=False)
+        for n in (10_000, 1_000_000)
+    )
+    assert drawn[10_000] == drawn[1_000_000]
+    assert torch.equal(small.edge_norm, large.edge_norm)
+    ends = few_connected(10, 7, 14).edge_index.flatten().unique()
+    assert np.allclose(small.node_norm[ends].numpy() * 1e4, large.node_norm[ends].numpy() * 1e6)
+    assert torch.isfinite(small.edge_norm).all() and (small.edge_norm > 0).all()
