@@ -1,7 +1,9 @@
 """Greedy maximization of set functions: naive, lazy, stochastic, lazier-than-lazy and
 GreeDi (simulated over ``parts`` in one process, or over the ranks of a communicator);
 :func:`greedi_facility_location`, GreeDi for facility location over embeddings that builds
-only each rank's part.
+only each rank's part. The greedy loops themselves (:class:`GreedyRun`, the state of one run,
+with :func:`naive_greedy`, :func:`lazy_greedy`, :func:`approximate_lazy_greedy`,
+:func:`bidirectional_greedy`) are public for adapters that drive them (:mod:`batchsel.apricot`).
 
 Every optimizer picks, at each step, the item of largest marginal gain (per unit cost when
 ``costs`` are given) among those it looks at, ties broken to the smallest index, so runs
@@ -246,7 +248,7 @@ def maximize(
     if pool.size == 0:
         raise ValueError("no item may be picked (candidates/exclude/initial leave none)")
 
-    run = _Run(f, init, cost, progress, rows)
+    run = GreedyRun(f, init, cost, progress, rows)
     if optimizer == "greedi":
         global _GREEDI_WARNED
         if comm is not None and int(comm.size) > 1 and not _GREEDI_WARNED:
@@ -263,27 +265,65 @@ def maximize(
     if parts is not None or comm is not None:
         raise ValueError(f"parts and comm apply to optimizer='greedi', not {optimizer!r}")
     if optimizer == "naive":
-        return run.finish(_naive(run, pool, budget), "naive")
+        return run.finish(naive_greedy(run, pool, budget), "naive")
     if optimizer in ("lazy", "two-stage"):
         # apricot's two-stage runs naive greedy for its first picks, then lazy greedy: the
         # picks of naive greedy, which lazy greedy returns exactly (ties included)
-        return run.finish(_lazy(run, pool, budget), optimizer)
+        return run.finish(lazy_greedy(run, pool, budget), optimizer)
     if optimizer == "approximate-lazy":
-        return run.finish(_approximate_lazy(run, pool, budget, beta), optimizer)
+        return run.finish(approximate_lazy_greedy(run, pool, budget, beta), optimizer)
     if optimizer == "modular":
         return run.finish(_modular(run, pool, budget), optimizer)
     rng = np.random.default_rng(seed)
     if optimizer == "sample":
         return run.finish(_sample(run, pool, budget, sample_fraction, rng), optimizer)
     if optimizer == "bidirectional":
-        return run.finish(_bidirectional(run, pool, budget, rng), optimizer)
+        return run.finish(bidirectional_greedy(run, pool, budget, rng), optimizer)
     return run.finish(_stochastic(run, pool, budget, epsilon, rng, lazy=optimizer == "lazier-than-lazy"), optimizer)
 
 
 # -- machinery ---------------------------------------------------------------------------
-class _Run:
-    """One optimization: the function, its initial items, costs, counters and the gains
-    of the picks (as ``f.add`` computed them)."""
+class GreedyRun:
+    """The state of one greedy optimization, shared by :func:`maximize` and the greedy loops
+    (:func:`naive_greedy`, :func:`lazy_greedy`, :func:`approximate_lazy_greedy`,
+    :func:`bidirectional_greedy`): the function, its initial items, the costs, the count of
+    gain evaluations and the gains of the picks (as ``f.add`` computed them).
+
+    Constructing it resets ``f`` and adds the initial items (and rows) to it.
+
+    Parameters
+    ----------
+    f : SetFunction
+        The function to maximize; it holds the current set.
+    init : numpy.ndarray
+        Indices (int64) of the items in the set before the first pick.
+    cost : numpy.ndarray or None
+        Positive cost (float64) of every item (length ``f.n``): gains are then compared per
+        unit cost and the budget is a total cost; None: unit costs, the budget a count.
+    progress : bool
+        Show a tqdm progress bar over the picks.
+    rows : numpy.ndarray or None
+        Rows (examples given by their features) in the set before the first pick, for the
+        functions with ``add_rows``; None: none.
+
+    Attributes
+    ----------
+    evaluations : int
+        Marginal gains computed so far (:meth:`ratios` counts them).
+    picked_gains : list of float
+        Marginal gain of each item :meth:`take` added since the last :meth:`start`.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> from batchsel import FacilityLocation
+    >>> x = np.random.default_rng(0).normal(size=(200, 8)).astype(np.float32)
+    >>> run = GreedyRun(FacilityLocation.from_embeddings(x), np.empty(0, np.int64), None, False)
+    >>> picks = lazy_greedy(run, np.arange(200), 5)
+    >>> sel = run.finish(picks, "lazy")
+    >>> len(sel), len(run.picked_gains)
+    (5, 5)
+    """
 
     def __init__(
         self, f: SetFunction, init: np.ndarray, cost: np.ndarray | None, progress: bool, rows: Any = None
@@ -293,6 +333,8 @@ class _Run:
         self.start()
 
     def start(self) -> None:
+        """Reset ``f`` to the initial items (and rows) and forget the picks' gains; the count
+        of evaluations goes on."""
         self.f.reset()
         for j in self.init:
             self.f.add(int(j))
@@ -301,7 +343,24 @@ class _Run:
         self.picked_gains: list[float] = []
 
     def ratios(self, idx: np.ndarray) -> np.ndarray:
-        """Gains (per unit cost) of ``idx``, in chunks."""
+        """Marginal gains of the items ``idx`` on the current set, per unit cost when there are
+        costs, computed in chunks and counted in :attr:`evaluations`.
+
+        Parameters
+        ----------
+        idx : numpy.ndarray
+            Item indices (int64).
+
+        Returns
+        -------
+        numpy.ndarray
+            One gain (ratio) per item of ``idx``.
+
+        Raises
+        ------
+        ValueError
+            If a gain is not finite.
+        """
         self.evaluations += idx.size
         if idx.size <= _CHUNK:
             g = self.f.gains(idx)
@@ -319,17 +378,58 @@ class _Run:
         return g if self.cost is None else g / self.cost[idx]
 
     def affordable(self, idx: np.ndarray, remaining: float) -> np.ndarray:
+        """The items of ``idx`` whose cost is at most ``remaining`` (all of them without costs).
+
+        Parameters
+        ----------
+        idx : numpy.ndarray
+            Item indices (int64).
+        remaining : float
+            The budget left.
+
+        Returns
+        -------
+        numpy.ndarray
+            The affordable items, in the order of ``idx``.
+        """
         return idx if self.cost is None else idx[self.cost[idx] <= remaining]
 
     def take(self, j: int) -> float:
-        """Add j; returns the cost spent."""
+        """Add item ``j`` to the set and its marginal gain to :attr:`picked_gains`.
+
+        Parameters
+        ----------
+        j : int
+            The item.
+
+        Returns
+        -------
+        float
+            The budget spent: its cost, or 1 without costs.
+        """
         self.picked_gains.append(self.f.add(j))
         return 1.0 if self.cost is None else float(self.cost[j])
 
-    def bar(self, total: float, desc: str):
+    def bar(self, total: float, desc: str) -> Any:
+        """A tqdm progress bar over ``total`` budget, labelled ``desc`` (disabled unless
+        ``progress``)."""
         return tqdm(total=total, desc=desc, disable=not self.progress, leave=False)
 
     def finish(self, picks: list[int], name: str) -> Selection:
+        """The result: ``picks`` with :attr:`picked_gains`, the function's value and the
+        evaluations.
+
+        Parameters
+        ----------
+        picks : list of int
+            The picked items, in pick order (the gains of exactly these in :attr:`picked_gains`).
+        name : str
+            The optimizer's name (``Selection.optimizer``).
+
+        Returns
+        -------
+        Selection
+        """
         return Selection(
             indices=np.asarray(picks, dtype=np.int64),
             gains=np.asarray(self.picked_gains, dtype=np.float64),
@@ -339,7 +439,26 @@ class _Run:
         )
 
 
-def _naive(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
+def naive_greedy(run: GreedyRun, pool: np.ndarray, budget: float) -> list[int]:
+    """Naive greedy (``maximize``'s ``"naive"``): every remaining gain at every step, the
+    largest taken, ties to the smallest index.
+
+    Parameters
+    ----------
+    run : GreedyRun
+        The run: its function holds the initial set, to which the picks are added (and their
+        gains to ``run.picked_gains``).
+    pool : numpy.ndarray
+        Sorted indices (int64) of the items that may be picked.
+    budget : float
+        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
+        spend.
+
+    Returns
+    -------
+    list of int
+        The picks, in pick order.
+    """
     picks: list[int] = []
     remaining = budget
     live = pool.copy()
@@ -365,7 +484,27 @@ def _inflate(u: float) -> float:
     return u + _SLACK * abs(u)
 
 
-def _lazy(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
+def lazy_greedy(run: GreedyRun, pool: np.ndarray, budget: float) -> list[int]:
+    """Lazy greedy (``maximize``'s ``"lazy"``): a priority queue of stale gains, which bound
+    the current ones by submodularity, re-evaluated in batches; the picks of
+    :func:`naive_greedy`, ties included, with fewer evaluations.
+
+    Parameters
+    ----------
+    run : GreedyRun
+        The run: its function holds the initial set, to which the picks are added (and their
+        gains to ``run.picked_gains``).
+    pool : numpy.ndarray
+        Sorted indices (int64) of the items that may be picked.
+    budget : float
+        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
+        spend.
+
+    Returns
+    -------
+    list of int
+        The picks, in pick order.
+    """
     picks: list[int] = []
     remaining = budget
     # Every entry's bound is an upper bound of the item's current gain (ratio).
@@ -423,7 +562,7 @@ def _lazy(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
 
 
 def _stochastic(
-    run: _Run, pool: np.ndarray, budget: float, epsilon: float, rng: np.random.Generator, lazy: bool
+    run: GreedyRun, pool: np.ndarray, budget: float, epsilon: float, rng: np.random.Generator, lazy: bool
 ) -> list[int]:
     picks: list[int] = []
     remaining = budget
@@ -453,7 +592,7 @@ def _stochastic(
     return picks
 
 
-def _lazy_in_sample(run: _Run, sample: np.ndarray, bounds: np.ndarray) -> tuple[int, float]:
+def _lazy_in_sample(run: GreedyRun, sample: np.ndarray, bounds: np.ndarray) -> tuple[int, float]:
     """Best (gain, smallest index) of a sorted sample, evaluating in the order of the
     stale bounds (``bounds``, updated in place) until no stale bound can beat the best."""
     order = np.lexsort((sample, -bounds[sample]))
@@ -494,10 +633,30 @@ def _split_initial(initial: Any, n: int) -> tuple[Any, Any]:
     return initial, None
 
 
-def _approximate_lazy(run: _Run, pool: np.ndarray, budget: float, beta: float) -> list[int]:
-    """apricot's ApproximateLazyGreedy: pop the top bound (largest, then smallest index),
-    re-evaluate it and take it when the gain is within a factor beta of the bound (a gain
-    evaluated at the current step is exact and taken); otherwise push it back."""
+def approximate_lazy_greedy(run: GreedyRun, pool: np.ndarray, budget: float, beta: float) -> list[int]:
+    """Approximate lazy greedy (``maximize``'s ``"approximate-lazy"``, apricot's
+    ApproximateLazyGreedy): pop the top bound (largest, then smallest index), re-evaluate it
+    and take it when the gain is within a factor beta of the bound (a gain evaluated at the
+    current step is exact and taken); otherwise push it back.
+
+    Parameters
+    ----------
+    run : GreedyRun
+        The run: its function holds the initial set, to which the picks are added (and their
+        gains to ``run.picked_gains``).
+    pool : numpy.ndarray
+        Sorted indices (int64) of the items that may be picked.
+    budget : float
+        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
+        spend.
+    beta : float
+        Accept a re-evaluated gain ``>= beta`` times its bound (``0 < beta <= 1``).
+
+    Returns
+    -------
+    list of int
+        The picks, in pick order.
+    """
     picks: list[int] = []
     remaining = budget
     bounds = run.ratios(pool)
@@ -528,7 +687,7 @@ def _approximate_lazy(run: _Run, pool: np.ndarray, budget: float, beta: float) -
     return picks
 
 
-def _modular(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
+def _modular(run: GreedyRun, pool: np.ndarray, budget: float) -> list[int]:
     """apricot's ModularGreedy: rank the items once by their gain (per unit cost) on the
     initial set, largest first, ties to the smallest index, and add them in that order
     (skipping the unaffordable ones); the reported gains are the true marginal gains."""
@@ -545,22 +704,45 @@ def _modular(run: _Run, pool: np.ndarray, budget: float) -> list[int]:
     return picks
 
 
-def _sample(run: _Run, pool: np.ndarray, budget: float, fraction: float, rng: np.random.Generator) -> list[int]:
+def _sample(run: GreedyRun, pool: np.ndarray, budget: float, fraction: float, rng: np.random.Generator) -> list[int]:
     """apricot's SampleGreedy: lazy greedy on a uniform random ``fraction`` of the items
     (at least k of them, so that k picks remain possible)."""
     size = max(1, int(pool.size * fraction))
     if run.cost is None:
         size = max(size, int(budget))
     kept = np.sort(rng.choice(pool, size=min(size, pool.size), replace=False))
-    return _lazy(run, kept, budget)
+    return lazy_greedy(run, kept, budget)
 
 
-def _bidirectional(run: _Run, pool: np.ndarray, budget: float, rng: np.random.Generator) -> list[int]:
-    """Randomized double greedy (Buchbinder, Feldman, Naor, Schwartz 2012; apricot's
-    BidirectionalGreedy): X starts at the initial set, Y at X plus every candidate; each
-    candidate i, in random order, joins X with probability a / (a + b) (1 when both are 0),
-    a = max(f(X + i) - f(X), 0), b = max(f(Y - i) - f(Y), 0), and leaves Y otherwise. X = Y
-    after the pass, E[f(X)] >= OPT / 2; the run stops early once X holds k items."""
+def bidirectional_greedy(run: GreedyRun, pool: np.ndarray, budget: float, rng: np.random.Generator) -> list[int]:
+    """Randomized double greedy (``maximize``'s ``"bidirectional"``; Buchbinder, Feldman,
+    Naor, Schwartz 2012; apricot's BidirectionalGreedy): X starts at the initial set, Y at X
+    plus every candidate; each candidate i, in random order, joins X with probability
+    a / (a + b) (1 when both are 0), a = max(f(X + i) - f(X), 0), b = max(f(Y - i) - f(Y), 0),
+    and leaves Y otherwise. X = Y after the pass, E[f(X)] >= OPT / 2; the run stops early once
+    X holds ``budget`` items.
+
+    Parameters
+    ----------
+    run : GreedyRun
+        The run, without costs and without rows: f is evaluated from scratch for Y.
+    pool : numpy.ndarray
+        Sorted indices (int64) of the items that may be picked.
+    budget : float
+        The most items kept (a count).
+    rng : numpy.random.Generator
+        The order of the items and the coin flips.
+
+    Returns
+    -------
+    list of int
+        The kept items, in the order they were decided.
+
+    Raises
+    ------
+    ValueError
+        If ``run`` has rows.
+    """
     f = run.f
     if run.rows is not None:
         raise ValueError(
@@ -607,7 +789,7 @@ def _greedi_splits(pool: np.ndarray, seed: int, parts: int | None, comm: Communi
 
 
 def _greedi(
-    run: _Run, pool: np.ndarray, budget: float, seed: int, parts: int | None, comm: Communicator | None
+    run: GreedyRun, pool: np.ndarray, budget: float, seed: int, parts: int | None, comm: Communicator | None
 ) -> Selection:
     splits = _greedi_splits(pool, seed, parts, comm)
     m = len(splits)
@@ -618,7 +800,7 @@ def _greedi(
         if part.size == 0:
             return [], -np.inf
         b = per_part if per_part is not None else min(int(budget), part.size)
-        picks = _lazy(run, part, b)
+        picks = lazy_greedy(run, part, b)
         return picks, float(run.f.value)
 
     if comm is None:
@@ -631,7 +813,7 @@ def _greedi(
     union = np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p, _ in results]))
     run.start()
     b = budget if run.cost is not None else min(int(budget), union.size)
-    merged = _lazy(run, union, b)
+    merged = lazy_greedy(run, union, b)
     merged_value = float(run.f.value)
     best_local = max(range(m), key=lambda i: (results[i][1], -i))
     picks = merged
@@ -748,3 +930,16 @@ def greedi_facility_location(
     if comm is not None:
         _check_same_selection(comm, sel)
     return sel
+
+
+__all__ = [
+    "Selection",
+    "maximize",
+    "greedi_facility_location",
+    "OPTIMIZERS",
+    "GreedyRun",
+    "naive_greedy",
+    "lazy_greedy",
+    "approximate_lazy_greedy",
+    "bidirectional_greedy",
+]

@@ -329,6 +329,9 @@ class SieveStreaming:
         The largest singleton value ``m`` seen.
     n_sieves_:
         Sieves currently open; ``evaluations_``: marginal gains computed.
+    held_indices_:
+        Global row indices (int64, sorted) of the rows the open sieves and the remembered
+        best closed sieve hold: the rows a later chunk may still make part of the result.
 
     Apricot's ``partial_fit`` for comparison: it keeps thresholds from ``(1 + eps) - 1``
     up (never drops the low ones, so their number grows with the spread of the values)
@@ -575,6 +578,22 @@ class SieveStreaming:
     def n_sieves_(self) -> int:
         return len(self._sieves)
 
+    @property
+    def held_indices_(self) -> np.ndarray:
+        """Global row indices of the rows the sieves hold, once each, sorted: every open
+        sieve's and the remembered best closed sieve's (the rows a later chunk may still make
+        part of the result).
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 row indices (numbered in the order the rows arrived).
+        """
+        held = [sv.indices[: sv.size] for sv in self._sieves.values()]
+        if self._dropped is not None:
+            held.append(np.asarray(self._dropped[1][1], dtype=np.int64))
+        return np.unique(np.concatenate(held)).astype(np.int64) if held else np.empty(0, np.int64)
+
     def _set_reference(self, reference: np.ndarray) -> None:
         if self._d is not None and reference.shape[1] != self._d:
             raise ValueError(f"reference has {reference.shape[1]} columns but the rows have {self._d}")
@@ -650,9 +669,7 @@ class SieveStreaming:
                         (i, sieve.indices[: sieve.size].copy(), sieve.gains[: sieve.size].copy()),
                     )
         if closed and self._kept:  # forget the rows only closed sieves held
-            used = set(self._dropped[1][1].tolist()) if self._dropped is not None else set()
-            for sv in self._sieves.values():
-                used.update(sv.indices[: sv.size].tolist())
+            used = set(self.held_indices_.tolist())
             self._kept = {j: r for j, r in self._kept.items() if j in used}
 
     def _run_sieve(
