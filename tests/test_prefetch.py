@@ -305,12 +305,14 @@ def test_error_in_the_background_reaches_the_training_thread():
 
     sel._next_batch = failing
     s = SelectionBatchSampler(sel, rank=0, world_size=1, prefetch=1)
+    # threads of earlier tests' iterators end when those are garbage collected: not this one's
+    earlier = {t for t in threading.enumerate() if t.name == "batchsel-prefetch"}
     got = []
     with pytest.raises(RuntimeError, match="boom"):
         for batch in s:
             got.append(batch)
     assert len(got) == 2  # raised at batch 3, whichever thread ran the failing selection
-    assert not any(t.name == "batchsel-prefetch" for t in threading.enumerate())
+    assert not {t for t in threading.enumerate() if t.name == "batchsel-prefetch"} - earlier
 
 
 def prefetch_threads():
