@@ -499,7 +499,8 @@ class SelectionBatchSampler:
                 "weighted_keys",
                 f"weighted=True hands the DataLoader (index, weight) pairs as keys, which "
                 f"{type(dataset).__name__} does not take: wrap the dataset, "
-                f"DataLoader(WeightedDataset(dataset), batch_sampler=sampler), for (x, y, w) items",
+                f"DataLoader(WeightedDataset(dataset), batch_sampler=sampler), for (x, y, w) items (a dataset "
+                f"that takes such keys itself says so with accepts_weighted_keys = True)",
             )
         workers = int(getattr(loader, "_num_workers", 0) or 0)
         window = workers * int(getattr(loader, "_prefetch_factor", None) or 0)

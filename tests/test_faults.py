@@ -540,27 +540,13 @@ def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
 def cli_on_two_ranks(folder: Path, argv0: list[str], argv1: list[str], timeout: float = 120) -> tuple[int, str]:
     """``batchsel`` under mpiexec, rank 0 with ``argv0`` and rank 1 with ``argv1`` (an MPMD
     launch: each rank its own command line, as each of several machines its own files)."""
-    import signal
+    from common import run_session
 
     def app(argv: list[str]) -> list[str]:
         return ["-n", "1", sys.executable, "-m", "batchsel", *argv, "--quiet"]
 
     cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", *app(argv0), ":", *app(argv1)]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=folder,
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"{cmd} hung for {timeout} s:\n{proc.communicate()[0][-3000:]}")
-    return proc.returncode, output
+    return run_session(cmd, clean_env(), timeout, cwd=folder)
 
 
 def _rank_inputs(folder: Path) -> None:

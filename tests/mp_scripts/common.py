@@ -93,15 +93,15 @@ def spawn_torch(fn, world_size: int, *args) -> None:
     )
 
 
-def run_command(cmd: list, env: dict, timeout: float, succeed: bool = True) -> str:
-    """Run a launcher (and its ranks) in a session of its own and return its output;
-    on a hang the whole process group is killed and the test fails with the output's tail.
-    ``succeed=False``: the job must fail (non-zero exit) instead."""
+def run_session(cmd: list, env: dict, timeout: float, cwd: "os.PathLike | str | None" = None) -> tuple[int, str]:
+    """Run a launcher (and its ranks) in a session of its own: (exit code, output); on a
+    hang the whole process group is killed and the test fails with the output's tail."""
     import signal
     import subprocess
 
     proc = subprocess.Popen(
         [str(c) for c in cmd],
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -114,5 +114,11 @@ def run_command(cmd: list, env: dict, timeout: float, succeed: bool = True) -> s
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank
         output, _ = proc.communicate()
         raise AssertionError(f"{' '.join(map(str, cmd))} hung for {timeout} s:\n{output[-3000:]}") from None
-    assert (proc.returncode == 0) == succeed, (proc.returncode, output[-5000:])
+    return proc.returncode, output
+
+
+def run_command(cmd: list, env: dict, timeout: float, succeed: bool = True) -> str:
+    """:func:`run_session`'s output; ``succeed=False``: the job must fail (non-zero exit)."""
+    returncode, output = run_session(cmd, env, timeout)
+    assert (returncode == 0) == succeed, (returncode, output[-5000:])
     return output
