@@ -32,6 +32,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # strict: a broken link, reference or docstring fails the build
 docs: $(STAMP)

@@ -10,28 +10,15 @@ reducible loss, optionally diverse). Adapters for torch and MPI live in
 ``batchsel.integrations``.
 """
 
-from ._warmup import warmup
-from .data_audit import Audit, audit
-from .dedup import Deduplication, deduplicate
-from .filters import CandidateFilter, gradnorm_scores, loss_scores
-from .functions import (
-    Custom,
-    FacilityLocation,
-    FeatureBased,
-    GraphCut,
-    LogDeterminant,
-    MaxCoverage,
-    Mixture,
-    Modular,
-    SaturatedCoverage,
-    SetFunction,
-    SumRedundancy,
-)
-from .index import EmbeddingIndex, knn_graph
-from .irreducible import IrreducibleLoss
-from .optimizers import Selection, greedi_facility_location, maximize
-from .plan import EpochPlan, load_plans, save_plans
-from .selectors import (
+from batchsel import _compat
+from batchsel.core.version import __version__
+from batchsel.data import Audit, Deduplication, audit, deduplicate
+from batchsel.index import EmbeddingIndex, knn_graph
+from batchsel.loop.filters import CandidateFilter
+from batchsel.loop.irreducible import IrreducibleLoss
+from batchsel.loop.warmup import warmup
+from batchsel.plans import EpochPlan, load_plans, save_plans
+from batchsel.selectors import (
     CoresetSelector,
     GraphBlockSelector,
     InfoBatchSelector,
@@ -41,22 +28,45 @@ from .selectors import (
     Selector,
     SubmodularSelector,
     coverage_centric_selection,
+)
+from batchsel.selectors.scores import gradnorm_scores, loss_scores
+from batchsel.submodular import (
+    Custom,
+    FacilityLocation,
+    FeatureBased,
+    GraphCut,
+    LogDeterminant,
+    MaxCoverage,
+    Mixture,
+    Modular,
+    ReferenceFacilityLocation,
+    SaturatedCoverage,
+    Selection,
+    SetFunction,
+    SieveStreaming,
+    SumRedundancy,
+    greedi_facility_location,
+    maximize,
     submodular_partition,
 )
-from .streaming import ReferenceFacilityLocation, SieveStreaming
 
-__version__ = "0.1.0"
+_compat.install()
 
 
-def __getattr__(name: str):  # these import torch (~2 s): only when they are used
+def __getattr__(name: str):
+    # these import torch: only when they are used
     if name == "GraphRegularizedLoss":
-        from .losses import GraphRegularizedLoss
+        from batchsel.loop.losses import GraphRegularizedLoss
 
         return GraphRegularizedLoss
     if name == "SelectionBatchSampler":
-        from .integrations import SelectionBatchSampler
+        from batchsel.loop.sampler import SelectionBatchSampler
 
         return SelectionBatchSampler
+    if _compat.new_name(f"{__name__}.{name}") is not None:  # a module that moved (deprecated path)
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -5,8 +5,8 @@ The selection classes keep apricot's names, constructor arguments, attributes
 (``ranking``, ``gains``, ``subset``, ``idxs``) and methods (``fit``, ``transform``,
 ``fit_transform``, ``partial_fit``); the optimizers keep apricot's names (as strings and as
 classes: ``NaiveGreedy``, ``LazyGreedy``, ...) and arguments. They are thin adapters: the
-gains come from :mod:`batchsel.functions`, the greedy loops from :mod:`batchsel.optimizers`
-(naive, lazy, approximate lazy) and :class:`batchsel.streaming.SieveStreaming`
+gains come from :mod:`batchsel.submodular.functions`, the greedy loops from :mod:`batchsel.submodular.optimizers`
+(naive, lazy, approximate lazy) and :class:`batchsel.submodular.streaming.SieveStreaming`
 (``partial_fit``); what is left here is apricot's control flow where its results depend on
 it (the draws of its ``numpy.random.RandomState`` in stochastic, sample and GreeDi, the tie
 order of modular). Everything is computed in float64, as apricot does.
@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.sparse as sp
 
-from .functions import (
+from batchsel.submodular.functions import (
     Custom,
     FacilityLocation,
     FeatureBased,
@@ -40,8 +40,14 @@ from .functions import (
     SaturatedCoverage,
     SumRedundancy,
 )
-from .functions.base import SetFunction
-from .optimizers import GreedyRun, approximate_lazy_greedy, bidirectional_greedy, lazy_greedy, naive_greedy
+from batchsel.submodular.functions.base import SetFunction
+from batchsel.submodular.optimizers import (
+    GreedyRun,
+    approximate_lazy_greedy,
+    bidirectional_greedy,
+    lazy_greedy,
+    naive_greedy,
+)
 
 __all__ = [
     "BaseSelection",
@@ -396,7 +402,7 @@ class BidirectionalGreedy(BaseOptimizer):
 
 class SieveGreedy(BaseOptimizer):
     """The streaming optimizer of ``partial_fit`` (batchsel's
-    :class:`~batchsel.streaming.SieveStreaming`, best sieve); ``epsilon`` as apricot's."""
+    :class:`~batchsel.submodular.streaming.SieveStreaming`, best sieve); ``epsilon`` as apricot's."""
 
     def __init__(
         self, function: Any = None, epsilon: float = 0.01, random_state: Any = None, n_jobs: Any = None, verbose=False
@@ -579,7 +585,7 @@ class BaseSelection:
 
     def partial_fit(self, X: Any, y: Any = None, sample_weight: Any = None, sample_cost: Any = None) -> "BaseSelection":
         """Stream X (one chunk of rows) through sieve-streaming
-        (:class:`batchsel.streaming.SieveStreaming`, best sieve, apricot's epsilon 0.01);
+        (:class:`batchsel.submodular.streaming.SieveStreaming`, best sieve, apricot's epsilon 0.01);
         ``ranking`` numbers the rows across calls."""
         if sample_cost is not None:
             raise ValueError("partial_fit takes no sample_cost here (sieve-streaming under a cardinality budget)")
@@ -715,7 +721,7 @@ class FacilityLocationSelection(BaseGraphSelection):
         return FacilityLocation(matrix)
 
     def _streamer(self) -> Any:
-        from .streaming import SieveStreaming
+        from batchsel.submodular.streaming import SieveStreaming
 
         metric = self.metric
         if metric not in ("euclidean", "cosine"):
@@ -843,7 +849,7 @@ class FeatureBasedSelection(BaseSelection):
         return FeatureBased(matrix, self.concave_func)
 
     def _streamer(self) -> Any:
-        from .streaming import SieveStreaming
+        from batchsel.submodular.streaming import SieveStreaming
 
         return SieveStreaming(
             "feature-based", int(self.n_samples), epsilon=self._epsilon(), concave=self.concave_func, refine=False

@@ -40,12 +40,12 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from . import __version__
-from ._checks import check_graph, check_int, check_labels, check_metric, check_seed, load_embeddings
-from .io import AtomicGroup, NpyRows, array_digest, array_shape, atomic_group, conversion_hint, load_array
-from .plan import load_plans, save_plans
-from .plotting import PLOT_SUFFIXES, plot_reports, require_matplotlib
-from .report import format_report, plan_report
+from batchsel.core.checks import check_graph, check_int, check_labels, check_metric, check_seed, load_embeddings
+from batchsel.core.io import AtomicGroup, NpyRows, array_digest, array_shape, atomic_group, conversion_hint, load_array
+from batchsel.core.version import __version__
+from batchsel.plans.plan import load_plans, save_plans
+from batchsel.plans.plotting import PLOT_SUFFIXES, plot_reports, require_matplotlib
+from batchsel.plans.report import format_report, plan_report
 
 logger = logging.getLogger(__name__)
 
@@ -574,7 +574,7 @@ def _metric(name: str) -> str:
 
 
 def _objective(name: str, x: np.ndarray, metric: str, neighbors: int | None, progress: bool) -> Any:
-    from . import functions
+    from batchsel.submodular import functions
 
     if name == "feature-based":
         return functions.FeatureBased(x)
@@ -589,7 +589,7 @@ def _objective(name: str, x: np.ndarray, metric: str, neighbors: int | None, pro
 
 def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[int, Any]:
     """``select --stream``: sieve streaming over the .npy file, read chunk by chunk."""
-    from .streaming import SieveStreaming
+    from batchsel.submodular.streaming import SieveStreaming
 
     if args.objective not in ("facility-location", "feature-based"):
         raise UsageError(f"--stream supports --objective facility-location or feature-based, not {args.objective}")
@@ -625,10 +625,10 @@ def _select_stream(args: argparse.Namespace, metric: str, seed: int) -> tuple[in
 
 def _mpi_ranks(args: argparse.Namespace, inputs: Sequence[str]) -> Any:
     """The MPI communicator when launched by mpiexec with more than one rank, else None:
-    then the k-NN graph is built sharded over the ranks (batchsel.sharded), once every
+    then the k-NN graph is built sharded over the ranks (batchsel.distributed.sharded), once every
     rank has checked that all run the same command on the same data (``inputs``: the
     names of ``args`` that are input files; :func:`_check_ranks_agree`)."""
-    from .integrations.comm import get_communicator, launched_by_mpi
+    from batchsel.distributed.comm import get_communicator, launched_by_mpi
 
     if not launched_by_mpi():
         return None
@@ -673,11 +673,11 @@ class _RankInput(NamedTuple):
 def _check_ranks_agree(comm: Any, args: argparse.Namespace, inputs: Sequence[str]) -> None:
     """Collective: every rank parses its own command line and reads its own files (another
     path, another machine's copy), and on one machine rank 0 alone reads the embeddings
-    (batchsel.sharded's ``node_work="leader"``), so a rank with other options or other
+    (batchsel.distributed.sharded's ``node_work="leader"``), so a rank with other options or other
     data would go unnoticed, or fail in a collective as an internal error. Raises the
     same ``UsageError`` on every rank (one line, exit 2 everywhere) when a rank cannot read
     an input, or when its options, or the shape or content of an input, differ from
-    rank 0's. Contents are compared by :func:`~batchsel.io.array_digest`, read once per
+    rank 0's. Contents are compared by :func:`~batchsel.core.io.array_digest`, read once per
     distinct file (the first rank holding it), and not at all when every rank's file is
     rank 0's (the same machine, device and inode): the usual case costs no read."""
     # the options as each rank parsed them; input paths may differ (a rank's own copy)
@@ -792,10 +792,10 @@ def cmd_select(args: argparse.Namespace) -> int:
             raise UsageError(f"--k {args.k} is larger than the number of examples in {args.embeddings!r} ({n})")
         if args.neighbors is not None and args.neighbors >= n:
             raise UsageError(f"--neighbors {args.neighbors} must be smaller than the number of examples ({n})")
-        from .optimizers import maximize
+        from batchsel.submodular.optimizers import maximize
 
         if comm is not None:
-            from .sharded import ShardedIndex, facility_location
+            from batchsel.distributed.sharded import ShardedIndex, facility_location
 
             # the graph FacilityLocation.from_embeddings(neighbors=...) builds, in row shards
             index = ShardedIndex(args.embeddings, comm, metric=metric, progress=not args.quiet)
@@ -885,8 +885,8 @@ def _selector(
     """The selector for ``--method`` over ``n`` examples (embeddings ``x``, None for
     ``random``), and the k-NN graph it built (method graph without ``--graph``; else
     None)."""
-    from . import selectors
-    from .selectors.base import Selector
+    from batchsel import selectors
+    from batchsel.selectors.base import Selector
 
     common = {"seed": args.seed, "drop_last": args.drop_last}
     built = None
@@ -922,7 +922,7 @@ def _selector(
             selector.observe(np.arange(n), losses=losses)
     elif args.method == "graph":
         if graph is None and getattr(args, "comm", None) is not None:  # under mpiexec: the sharded graph
-            from .sharded import ShardedIndex, gather_graph
+            from batchsel.distributed.sharded import ShardedIndex, gather_graph
 
             index: Any = ShardedIndex(
                 args.embeddings, args.comm, metric=_metric(args.metric or "euclidean"), progress=not args.quiet
@@ -935,7 +935,7 @@ def _selector(
             if args.comm.rank != 0:
                 return None, None  # rank 0 partitions the graph
         elif graph is None:
-            from .index import EmbeddingIndex
+            from batchsel.index import EmbeddingIndex
 
             index = EmbeddingIndex(x, metric=_metric(args.metric or "euclidean"), progress=not args.quiet)
             graph = built = index.knn_graph(k=10 if args.neighbors is None else args.neighbors)
@@ -960,10 +960,10 @@ def _sharded_greedmax(args: argparse.Namespace, n: int) -> np.ndarray | None:
     """Under mpiexec, ``--partition submodular``: the GreedMax shard of every example for
     ``--workers`` shards (on rank 0; None elsewhere), from the RBF k-NN graph the
     selector would build itself (euclidean, GreedMax's default k) built over the ranks.
-    GreedMax runs on rank 0 on the gathered graph (batchsel.sharded.submodular_partition)."""
-    from .selectors.base import Selector
-    from .selectors.partition import DEFAULT_NEIGHBORS, shard_of_each
-    from .sharded import ShardedIndex, submodular_partition
+    GreedMax runs on rank 0 on the gathered graph (batchsel.distributed.sharded.submodular_partition)."""
+    from batchsel.distributed.sharded import ShardedIndex, submodular_partition
+    from batchsel.selectors.base import Selector
+    from batchsel.submodular.partition import DEFAULT_NEIGHBORS, shard_of_each
 
     # the one-process run's error for too many workers, before the graph is built
     Selector(n, 1).check_world(args.workers)
@@ -1038,7 +1038,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     labels = _labels(args.labels, n, allow_unlabeled=False) if args.labels else None
     losses = None
     if args.losses:
-        from ._checks import check_rows
+        from batchsel.core.checks import check_rows
 
         losses = check_rows(load_array(args.losses), n, f"losses {args.losses!r} (one per example)", ndim=1)
     graph = _graph(args.graph, n) if args.graph else None
@@ -1221,7 +1221,7 @@ def _check_plot(path: str | None, force: bool, inputs: Sequence[tuple[str, str |
 
 
 def cmd_dedup(args: argparse.Namespace) -> int:
-    from .dedup import deduplicate
+    from batchsel.data.dedup import deduplicate
 
     _check_threshold(args.threshold)
     check_int(args.k, "--k", minimum=1)
@@ -1275,8 +1275,8 @@ def cmd_dedup(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .data_audit import audit, check_probabilities
-    from .plotting import plot_audit
+    from batchsel.data.audit import audit, check_probabilities
+    from batchsel.plans.plotting import plot_audit
 
     _check_threshold(args.threshold)
     check_int(args.k, "--k", minimum=1)

@@ -17,7 +17,15 @@ import scipy.sparse as sp
 from faiss.contrib.inspect_tools import get_invlist
 from tqdm.auto import tqdm
 
-from ._checks import check_int, check_metric, check_scale, check_seed, load_embeddings, mark_symmetric, to_int64
+from batchsel.core.checks import (
+    check_int,
+    check_metric,
+    check_scale,
+    check_seed,
+    load_embeddings,
+    mark_symmetric,
+    to_int64,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +183,7 @@ class EmbeddingIndex:
 
     def _trained_ivf(self, data: np.ndarray, faiss_metric: int) -> faiss.IndexIVFFlat:
         """An empty IVF index over ``data``'s shape, its quantizer trained on a seeded
-        sample of ``data`` (batchsel.sharded trains it once and shares it)."""
+        sample of ``data`` (batchsel.distributed.sharded trains it once and shares it)."""
         n, d = data.shape
         nlist = max(1, min(round(IVF_LISTS_PER_SQRT_N * math.sqrt(n)), n // IVF_TRAIN_PER_LIST))
         quantizer = faiss.IndexFlat(d, faiss_metric)
@@ -367,7 +375,7 @@ class EmbeddingIndex:
         if self_weight is not None:
             if not 0 < self_weight <= 1:
                 raise ValueError(f"self_weight must be in (0, 1] or None, got {self_weight!r}")
-            from .functions._kernels import insert_diagonal
+            from batchsel.core.graph import insert_diagonal
 
             indptr, indices, data = insert_diagonal(graph.indptr, graph.indices, graph.data, np.float32(self_weight))
             graph = sp.csr_matrix((data, indices, indptr), shape=(n, n))

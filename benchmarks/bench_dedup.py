@@ -1,4 +1,4 @@
-"""Benchmark of near-duplicate removal (batchsel.dedup) on planted near-duplicates.
+"""Benchmark of near-duplicate removal (batchsel.data.dedup) on planted near-duplicates.
 
 N rows of a 128-d Gaussian mixture; a share of them replaced by rescaled, noisy copies of
 other rows (cosine >= 0.97 to their original; several copies of one row form a group). A

@@ -63,7 +63,7 @@ def build(case: str, n: int, d: int):
 
 def worker(case: str, n: int, d: int, k: int, distributed: bool, picks_file: str) -> None:
     from batchsel import maximize
-    from batchsel.optimizers import greedi_facility_location
+    from batchsel.submodular.optimizers import greedi_facility_location
 
     comm = None
     if distributed:

@@ -5,7 +5,7 @@ mnist1d with its ``noise`` regime (25 % of the labels flipped to another class, 
 and a 20-class Gaussian mixture in 64-d at the same rate. For each, over seeds:
 
 - ``batchsel audit``: neighbours' leave-one-out class probabilities (10-NN, cosine) and
-  its confident-learning rule (:func:`batchsel.data_audit.confident_learning`);
+  its confident-learning rule (:func:`batchsel.data.audit.confident_learning`);
 - ``cleanlab, same probabilities``: ``cleanlab.filter.find_label_issues`` given those
   probabilities (cleanlab's default ``prune_by_noise_rate``): the rule alone compared;
 - ``cleanlab defaults``: ``cleanlab.classification.CleanLearning().find_label_issues``
@@ -64,7 +64,7 @@ def noisy_sets(seed: int):
 def clean_estimates() -> dict:
     import bench_quality as bq
 
-    from batchsel.data_audit import audit
+    from batchsel.data.audit import audit
 
     out = {}
     for name in ("digits", "mnist1d"):
@@ -121,7 +121,7 @@ def run(seeds: int, model: bool = False) -> dict:
     from cleanlab.classification import CleanLearning
     from cleanlab.filter import find_label_issues
 
-    from batchsel.data_audit import audit
+    from batchsel.data.audit import audit
 
     rows: dict = {}
     for seed in range(seeds):

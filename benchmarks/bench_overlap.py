@@ -310,7 +310,7 @@ def gil_check(seconds: float = 1.0) -> str:
 
 
 def mpi_worker(rounds: int, n_big: int, threads: str, only: str) -> None:
-    from batchsel.integrations.comm import get_communicator
+    from batchsel.distributed.comm import get_communicator
 
     comm = get_communicator("auto")
     res = measure(rounds, n_big, comm, threads, only)

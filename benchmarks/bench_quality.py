@@ -100,8 +100,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import batchsel  # noqa: E402
+from batchsel.core.io import atomic_write  # noqa: E402
 from batchsel.integrations import SelectionBatchSampler  # noqa: E402
-from batchsel.io import atomic_write  # noqa: E402
 
 # the sampler's default sync_every (what --mpi runs share feedback with unless --sync-every)
 SYNC_EVERY = inspect.signature(SelectionBatchSampler).parameters["sync_every"].default
@@ -1289,7 +1289,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     # the RHO-LOSS guard warns on every run where it draws uniformly; each run records it ("guard")
-    logging.getLogger("batchsel.filters").setLevel(logging.ERROR)
+    logging.getLogger("batchsel.loop.filters").setLevel(logging.ERROR)
     threads = torch.get_num_threads()
 
     start = time.perf_counter()

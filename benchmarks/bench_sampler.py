@@ -98,9 +98,9 @@ def blobs(n: int, d: int = 32, centers: int = 500, seed: int = 0) -> np.ndarray:
 def worker_greedi(path: str, k: int, reps: int) -> None:
     import scipy.sparse as sp
 
-    from batchsel.functions import FacilityLocation
     from batchsel.integrations import get_communicator
-    from batchsel.optimizers import maximize
+    from batchsel.submodular.functions import FacilityLocation
+    from batchsel.submodular.optimizers import maximize
 
     comm = get_communicator()
     f = FacilityLocation(sp.load_npz(path))
@@ -136,8 +136,8 @@ def worker_greedi(path: str, k: int, reps: int) -> None:
 def bench_greedi(n: int, k: int, reps: int) -> dict:
     import scipy.sparse as sp
 
-    from batchsel.functions import FacilityLocation
-    from batchsel.optimizers import maximize
+    from batchsel.submodular.functions import FacilityLocation
+    from batchsel.submodular.optimizers import maximize
 
     t = time.perf_counter()
     f = FacilityLocation.from_embeddings(blobs(n), neighbors=20)

@@ -1,4 +1,4 @@
-"""Benchmark: the k-NN graph sharded over MPI ranks (batchsel.sharded) at 1M x 128.
+"""Benchmark: the k-NN graph sharded over MPI ranks (batchsel.distributed.sharded) at 1M x 128.
 
     python benchmarks/bench_sharded.py                 # N = 1,000,000 x d = 128, k = 10
     python benchmarks/bench_sharded.py --n 200000      # quicker
@@ -46,7 +46,7 @@ DIGEST_BLOCKS = 4  # the graph's rows are digested in this many blocks (a multip
 
 def _digests(rows, lo: int, n: int) -> dict:
     """SHA-256 of every digest block of rows lying inside this rank's rows [lo, lo + len)."""
-    from batchsel.sharded import shard_range
+    from batchsel.distributed.sharded import shard_range
 
     out = {}
     for b in range(DIGEST_BLOCKS):
@@ -92,8 +92,8 @@ def worker(mode: str, path: str, k: int, node_work: str = "shard") -> None:
             flush=True,
         )
         return
+    from batchsel.distributed.sharded import ShardedIndex
     from batchsel.integrations import MPIComm
-    from batchsel.sharded import ShardedIndex
 
     comm = MPIComm()
     comm.barrier()

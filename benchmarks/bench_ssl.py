@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 import semi_supervised as ssl  # noqa: E402  (the example is the training code)
 
 from batchsel import EmbeddingIndex  # noqa: E402
-from batchsel.io import atomic_write  # noqa: E402
-from batchsel.losses import DEFAULT_NU  # noqa: E402
+from batchsel.core.io import atomic_write  # noqa: E402
+from batchsel.loop.losses import DEFAULT_NU  # noqa: E402
 
 
 def summarize(runs: list[dict]) -> dict:

@@ -261,7 +261,7 @@ def main() -> None:
             f"(file written in {r['t_write']:.0f} s; value {r['value']:.6g}, best sieve alone {r['sieve_value']:.6g})"
         )
     if not args.no_write:
-        from batchsel.io import atomic_write
+        from batchsel.core.io import atomic_write
 
         text = [
             "# bench_streaming",

@@ -40,7 +40,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 import batchsel
-from batchsel.io import atomic_write
+from batchsel.core.io import atomic_write
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -33,9 +33,9 @@ from sklearn.model_selection import train_test_split
 
 import batchsel
 from batchsel import EmbeddingIndex, GraphBlockSelector, GraphRegularizedLoss, RandomSelector, SelectionBatchSampler
+from batchsel.core.io import atomic_write
+from batchsel.distributed.comm import launched_by_mpi, launched_by_torchrun
 from batchsel.integrations import init_torch_distributed_from_mpi
-from batchsel.integrations.comm import launched_by_mpi, launched_by_torchrun
-from batchsel.io import atomic_write
 
 METHODS = ("blocks", "random", "supervised")
 
@@ -111,8 +111,8 @@ def run(
     method: str = "blocks",
     *,
     seed: int = 0,
-    mu: float = batchsel.losses.DEFAULT_MU,
-    nu: float = batchsel.losses.DEFAULT_NU,
+    mu: float = batchsel.loop.losses.DEFAULT_MU,
+    nu: float = batchsel.loop.losses.DEFAULT_NU,
     steps: int = 1500,
     batch_size: int = 64,
     blocks_per_batch: int | None = None,
@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--method", choices=METHODS, default="blocks")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--mu", type=float, default=batchsel.losses.DEFAULT_MU)
-    parser.add_argument("--nu", type=float, default=batchsel.losses.DEFAULT_NU)
+    parser.add_argument("--mu", type=float, default=batchsel.loop.losses.DEFAULT_MU)
+    parser.add_argument("--nu", type=float, default=batchsel.loop.losses.DEFAULT_NU)
     parser.add_argument("--steps", type=int, default=1500, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(

@@ -27,8 +27,8 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
 import batchsel
+from batchsel.core.io import atomic_write
 from batchsel.integrations import SelectionBatchSampler, WeightedDataset, init_torch_distributed_from_mpi
-from batchsel.io import atomic_write
 
 METHODS = ("random", "submodular", "loss", "coreset")
 

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchsel import CandidateFilter, IrreducibleLoss, RandomSelector
+from batchsel.core.io import atomic_write
 from batchsel.integrations import SelectionBatchSampler, init_torch_distributed_from_mpi
-from batchsel.io import atomic_write
 
 logger = logging.getLogger("train_filter")
 
@@ -65,7 +65,7 @@ def train(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     rank, world = init_torch_distributed_from_mpi()
     if rank == 0:  # the irreducible-loss model's summary once, not once per rank
-        logging.getLogger("batchsel.irreducible").setLevel(logging.INFO)
+        logging.getLogger("batchsel.loop.irreducible").setLevel(logging.INFO)
     x, y, xt, yt = load_data(args.data, args.label_noise)
     filt = None
     if args.score != "none":

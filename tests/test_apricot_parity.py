@@ -35,7 +35,7 @@ from batchsel import (
     SumRedundancy,
     maximize,
 )
-from batchsel.functions.facility_location import similarity_from_embeddings
+from batchsel.submodular.functions.facility_location import similarity_from_embeddings
 
 apricot = pytest.importorskip("apricot")
 datasets = pytest.importorskip("sklearn.datasets")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batchsel.data_audit import audit, confident_learning
+from batchsel.data.audit import audit, confident_learning
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp_scripts")]
@@ -245,7 +245,7 @@ def test_cli_takes_a_models_probabilities(files):
 # -- issue 46 --------------------------------------------------------------------------------
 def test_all_zero_rows_count_as_duplicates_of_one_another_with_a_warning(caplog):
     # as deduplicate removes them; before: 10 identical zero rows, 0 % near-duplicates, no word
-    with caplog.at_level("WARNING", logger="batchsel.dedup"):
+    with caplog.at_level("WARNING", logger="batchsel.data.dedup"):
         report = audit(np.zeros((10, 4), np.float32), progress=False)
     assert set(report.duplicates.values()) == {0.9} and report.duplicate_group.tolist() == [0] * 10
     assert report.zero_rows.tolist() == list(range(10)) and report.to_dict()["zero_rows"] == 10

@@ -1,4 +1,4 @@
-"""Input checks (batchsel._checks) and file I/O (batchsel.io)."""
+"""Input checks (batchsel.core.checks) and file I/O (batchsel.core.io)."""
 
 import os
 import stat
@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from batchsel._checks import (
+from batchsel.core.checks import (
     check_finite,
     check_graph,
     check_int,
@@ -18,7 +18,7 @@ from batchsel._checks import (
     load_embeddings,
     to_int64,
 )
-from batchsel.io import array_shape, atomic_group, atomic_write, c_stdout_to_stderr, load_array, save_npy
+from batchsel.core.io import array_shape, atomic_group, atomic_write, c_stdout_to_stderr, load_array, save_npy
 
 
 # -- check_int / check_seed ------------------------------------------------------------

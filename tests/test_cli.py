@@ -466,7 +466,7 @@ def test_cli_example_script_runs(tmp_path):
 
 def test_internal_errors_exit_1_bad_input_exits_2(work, monkeypatch, capsys):
     # a ValueError from inside numpy (or from a call batchsel got wrong) is a bug, not bad input
-    monkeypatch.setattr(batchsel.report, "_label_entropy", lambda *args: np.zeros(3).reshape(2, 2))
+    monkeypatch.setattr(batchsel.plans.report, "_label_entropy", lambda *args: np.zeros(3).reshape(2, 2))
     batchsel.RandomSelector(N, 50).plan(0, 2).save(work / "plan.npz")
     code = cli.main(["inspect", str(work / "plan.npz"), "--labels", str(work / "labels.npy"), "--quiet"])
     err = capsys.readouterr().err
@@ -596,7 +596,7 @@ def test_more_clear_errors_in_process(work, monkeypatch, capsys):
     header = json.loads(str(arrays["e0_header"]))
     del header["num_examples"]
     arrays["e0_header"] = np.array(json.dumps(header))
-    arrays["checksum"] = np.array(batchsel.plan._checksum(arrays))
+    arrays["checksum"] = np.array(batchsel.plans.plan._checksum(arrays))
     np.savez("headless.npz", **arrays)
     zero = sp.load_npz("graph.npz")
     zero.data[:] = 0

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from batchsel import EmbeddingIndex
-from batchsel._checks import check_metric
-from batchsel._heap import before, heap_pop, heap_push
-from batchsel.communicator import Communicator
+from batchsel.core.checks import check_metric
+from batchsel.core.communicator import Communicator
+from batchsel.core.heap import before, heap_pop, heap_push
 from batchsel.selectors import (
     CoresetSelector,
     GraphBlockSelector,
@@ -356,7 +356,7 @@ def test_torch_comm_error_names_functions_that_exist(monkeypatch):
 _COMM_SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
-    from batchsel.communicator import Communicator
+    from batchsel.core.communicator import Communicator
     from batchsel.integrations import get_communicator
 
     comm = get_communicator(sys.argv[1])

@@ -1,4 +1,4 @@
-"""Near-duplicate removal (batchsel.dedup, ``batchsel dedup``): planted groups are found
+"""Near-duplicate removal (batchsel.data.dedup, ``batchsel dedup``): planted groups are found
 exactly, one row per group is kept by the stated rule, and 2 MPI ranks keep the same rows."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batchsel.dedup import deduplicate
+from batchsel.data.dedup import deduplicate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "mp_scripts")]
@@ -86,7 +86,7 @@ def with_zero_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def test_all_zero_rows_are_exact_duplicates_of_one_another_with_a_warning(caplog):
     # cosine similarity is undefined for zero rows (the index saw 0 for every pair): before,
     # 10 identical zero rows were all kept, with no word about them
-    with caplog.at_level("WARNING", logger="batchsel.dedup"):
+    with caplog.at_level("WARNING", logger="batchsel.data.dedup"):
         only = deduplicate(np.zeros((10, 4), np.float32), progress=False)
     assert only.keep.tolist() == [0] and only.group.tolist() == [0] * 10 and only.extra["zero_rows"] == 10
     assert "10 of 10 rows are all zero" in caplog.text and "drop them" in caplog.text

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import batchsel
 from batchsel import CandidateFilter, IrreducibleLoss, RandomSelector, SelectionBatchSampler
-from batchsel.filters import gradnorm_scores, loss_scores
+from batchsel.loop.filters import gradnorm_scores, loss_scores
 
 
 def candidates(n=40, seed=0):
@@ -216,7 +216,7 @@ def test_cost_counts_the_timed_forward(monkeypatch):
     import types
 
     clock = types.SimpleNamespace(now=0.0)
-    monkeypatch.setattr("batchsel.filters.time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr("batchsel.loop.filters.time", types.SimpleNamespace(perf_counter=lambda: clock.now))
     f = CandidateFilter(2, 2)
     for _ in range(3):
         with f.timed():
@@ -518,7 +518,7 @@ def test_guard_falls_back_to_uniform_batches_on_a_near_chance_model(caplog):
     rng = np.random.default_rng(0)
     shuffled = rng.permutation(y)  # labels unrelated to x: the IL model is at chance
     bad = IrreducibleLoss(seed=0).fit(x, shuffled)
-    with caplog.at_level("WARNING", logger="batchsel.filters"):
+    with caplog.at_level("WARNING", logger="batchsel.loop.filters"):
         f = CandidateFilter(4, 4, "rho", irreducible_losses=bad, uniform_fraction=0.0, seed=0)
     assert f.guard_ == "uniform" and f.il_skill_ < 0.3 and "near chance" in caplog.text
     assert f.uniform_share() == 1.0
@@ -544,7 +544,7 @@ def test_guard_refuses_an_il_model_that_is_rarely_decisive(caplog):
     x = (np.eye(10)[y] * 1.5 + rng.normal(size=(900, 10))).astype(np.float32)
     weak = IrreducibleLoss(seed=0).fit(x, y)
     assert weak.decisive_ < 0.5 and (weak.accuracy_ - weak.chance_) / (1 - weak.chance_) >= 0.3
-    with caplog.at_level("WARNING", logger="batchsel.filters"):
+    with caplog.at_level("WARNING", logger="batchsel.loop.filters"):
         f = CandidateFilter(4, 4, "rho", irreducible_losses=weak)
     assert f.guard_ == "uniform" and "decisive" in caplog.text and f.uniform_share() == 1.0
     assert CandidateFilter(4, 4, "rho", irreducible_losses=weak, min_il_decisive=0.0).guard_ is None
@@ -610,7 +610,7 @@ def test_auto_weight_trusts_indecisive_irreducible_losses_only_with_evidence_of_
 def test_guard_shrinks_the_irreducible_term_below_the_reference_accuracy(caplog):
     x, _, noisy, _ = blobs(300, noise=0.3)
     il = IrreducibleLoss(seed=0).fit(x, noisy)
-    with caplog.at_level("WARNING", logger="batchsel.filters"):
+    with caplog.at_level("WARNING", logger="batchsel.loop.filters"):
         f = CandidateFilter(
             4, 4, "rho", irreducible_losses=il, irreducible_weight=1.0, reference_accuracy=min(1.0, il.accuracy_ + 0.2)
         )

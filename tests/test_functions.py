@@ -295,7 +295,7 @@ def test_bad_items():
 
 def test_knn_graph_is_marked_symmetric_and_skips_the_check(monkeypatch):
     from batchsel import EmbeddingIndex
-    from batchsel.functions import base
+    from batchsel.submodular.functions import base
 
     x = np.random.default_rng(0).normal(size=(500, 8)).astype(np.float32)
     g = EmbeddingIndex(x, metric="l2", progress=False).knn_graph(k=6, self_weight=1.0)

@@ -33,8 +33,8 @@ from batchsel.selectors import LossRankSelector  # noqa: E402
 pytestmark = pytest.mark.slow
 needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec")
 try:
-    from batchsel.functions import FacilityLocation  # noqa: F401
-    from batchsel.optimizers import maximize  # noqa: F401
+    from batchsel.submodular.functions import FacilityLocation  # noqa: F401
+    from batchsel.submodular.optimizers import maximize  # noqa: F401
 
     HAS_GREEDI = True
 except ImportError:  # the set-function engine is not there yet

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchsel import GraphRegularizedLoss
-from batchsel.losses import batch_edges
+from batchsel.loop.losses import batch_edges
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -195,7 +195,7 @@ def test_greedi_over_a_communicator_matches_the_simulation():
 
 @pytest.mark.parametrize("metric", ["euclidean", "cosine"])
 def test_greedi_facility_location_builds_only_the_parts_and_matches_over_a_communicator(metric, caplog):
-    from batchsel.optimizers import greedi_facility_location
+    from batchsel.submodular.optimizers import greedi_facility_location
 
     x = _points(900, seed=9)
     f = FacilityLocation.from_embeddings(x, metric=metric)
@@ -227,7 +227,7 @@ def test_greedi_facility_location_builds_only_the_parts_and_matches_over_a_commu
 
 
 def test_greedi_over_ranks_with_the_whole_function_warns(caplog):
-    import batchsel.optimizers as optimizers
+    import batchsel.submodular.optimizers as optimizers
 
     optimizers._GREEDI_WARNED = False
     x = _points(300, seed=3)
@@ -237,7 +237,7 @@ def test_greedi_over_ranks_with_the_whole_function_warns(caplog):
     def worker(rank):
         maximize(FacilityLocation.from_embeddings(x), 5, "greedi", comm=_ThreadComm(rank, shared))
 
-    with caplog.at_level("WARNING", logger="batchsel.optimizers"):
+    with caplog.at_level("WARNING", logger="batchsel.submodular.optimizers"):
         threads = [threading.Thread(target=worker, args=(r,)) for r in range(size)]
         for t in threads:
             t.start()

@@ -8,8 +8,8 @@ import zipfile
 import numpy as np
 import pytest
 
-import batchsel.plan as plan_module
-from batchsel.plan import EpochPlan, load_plans, save_plans
+import batchsel.plans.plan as plan_module
+from batchsel.plans.plan import EpochPlan, load_plans, save_plans
 
 
 def random_plan(seed=0, world_size=3, num_batches=4, num_examples=100, weighted=True, epoch=0):
@@ -169,7 +169,7 @@ def test_fingerprint_depends_on_content_not_on_representation():
 def test_fingerprint_is_the_same_in_another_process():
     # ranks compare fingerprints: they must not depend on hash seeds or process state
     code = (
-        "import numpy as np; from batchsel.plan import EpochPlan; "
+        "import numpy as np; from batchsel.plans.plan import EpochPlan; "
         "print(EpochPlan([[np.arange(5), [7, 9]], [[1, 2], [3]]], [[np.ones(5), [2, 3]], [[1, 1], [0.5]]], "
         "num_examples=10, epoch=4, method='x').fingerprint())"
     )

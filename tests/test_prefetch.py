@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from batchsel import RandomSelector, SelectionBatchSampler
+from batchsel.distributed.comm import Communicator
 from batchsel.index import knn_graph
-from batchsel.integrations.comm import Communicator
-from batchsel.integrations.prefetch import cores_of_this_rank
+from batchsel.loop.prefetch import cores_of_this_rank
 from batchsel.selectors import CoresetSelector, GraphBlockSelector, LossRankSelector, SubmodularSelector
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mp_scripts"))
@@ -32,7 +32,7 @@ def two_cores(monkeypatch):
     """These tests are about the thread: they run it whatever cores this machine gives the
     test process, and for selections however cheap (one core of its own starts none, and
     cheap selections stay on the training thread: see the last tests)."""
-    import batchsel.integrations.prefetch as prefetch_module
+    import batchsel.loop.prefetch as prefetch_module
 
     monkeypatch.setattr(prefetch_module, "cores_of_this_rank", lambda: 2)
     monkeypatch.setattr(prefetch_module, "_CHEAP", 0.0)
@@ -123,7 +123,7 @@ def test_feedback_lag_is_exact_and_timing_free(kind):
 def test_a_thread_that_never_gets_a_core_changes_nothing(monkeypatch):
     # a loaded machine at the extreme: the thread never starts a request, the training
     # thread runs each one when it needs the result; the batches are the same
-    import batchsel.integrations.prefetch as prefetch_module
+    import batchsel.loop.prefetch as prefetch_module
 
     normal = run_epochs(SelectionBatchSampler(LossRankSelector(N, B, seed=2), rank=0, world_size=1, prefetch=1))
     monkeypatch.setattr(prefetch_module._SelectionThread, "_serve", lambda self: None)
@@ -394,7 +394,7 @@ def test_smdl_selects_one_batch_ahead_by_default():
 def test_cost_separates_selection_compilation_and_the_training_threads_share(prefetch, monkeypatch):
     """cost(): selection on any thread, compilation apart (time numba compiled inside a
     selection counts there only), and what the training thread spent in the sampler."""
-    import batchsel.integrations.prefetch as prefetch_module
+    import batchsel.loop.prefetch as prefetch_module
 
     compiled = [0.0]
     monkeypatch.setattr(prefetch_module, "compile_seconds", lambda: compiled[0])
@@ -424,11 +424,11 @@ def test_selection_kernels_release_the_gil():
 
     for kernel in (
         _smdl_kernels._smdl_greedy,
-        _smdl_kernels._smdl_draws,
+        _smdl_kernels.smdl_draws,
         _smdl_kernels._gain,
         _smdl_kernels._add,
         loss_rank._loss_rank_batch,
-        _counter_rng._choice,
+        _counter_rng.choice,
         loss_rank._sort_shard,
         _heap.lazy_pop,
         _heap.heapify,
@@ -458,7 +458,7 @@ def test_one_core_of_its_own_selects_ahead_on_the_training_thread(monkeypatch):
     """Bound to one core (mpiexec's default binding) a thread would only take turns with
     the step: no thread is started, each selection runs when its batch is needed, with the
     same feedback, so the batches are those of the thread."""
-    import batchsel.integrations.prefetch as prefetch_module
+    import batchsel.loop.prefetch as prefetch_module
 
     for kind in ("loss_rank", "submodular"):
         threaded = run_epochs(SelectionBatchSampler(FEEDBACK[kind](), rank=0, world_size=1, prefetch=1))
@@ -474,7 +474,7 @@ def test_one_core_of_its_own_selects_ahead_on_the_training_thread(monkeypatch):
 
 
 def test_cores_of_this_rank_reads_binding_and_ranks_per_node(monkeypatch):
-    import batchsel.integrations.prefetch as prefetch_module
+    import batchsel.loop.prefetch as prefetch_module
 
     for var in prefetch_module._LOCAL_SIZE_VARS:
         monkeypatch.delenv(var, raising=False)
@@ -499,7 +499,7 @@ def test_cheap_selections_stay_on_the_training_thread(monkeypatch):
     """A selection that costs less than handing it to the thread and back runs on the
     training thread when its batch is needed (the same batches); a dear one is handed to
     the thread."""
-    import batchsel.integrations.prefetch as prefetch_module
+    import batchsel.loop.prefetch as prefetch_module
 
     for cheap, sleep in ((1.0, 0.0), (1e-4, 0.005)):
         monkeypatch.setattr(prefetch_module, "_CHEAP", cheap)
@@ -529,7 +529,7 @@ def test_selections_dearer_than_the_step_stay_on_the_training_thread(monkeypatch
     """Beside a step shorter than a selection (a tiny model, mostly Python) the thread can
     hide little and would take turns with the step for the GIL: once both are measured,
     selections run on the training thread. The batches are the same."""
-    import batchsel.integrations.prefetch as prefetch_module
+    import batchsel.loop.prefetch as prefetch_module
 
     monkeypatch.setattr(prefetch_module, "_CHEAP", 1e-4)
     where = []

@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchsel import InfoBatchSelector, RandomSelector, SelectionBatchSampler
+from batchsel.distributed.comm import Communicator, SingleProcessComm, get_communicator
 from batchsel.integrations import WeightedBatch, WeightedDataset
-from batchsel.integrations.comm import Communicator, SingleProcessComm, get_communicator
 from batchsel.selectors import CoresetSelector, LossRankSelector, SubmodularSelector
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mp_scripts"))
@@ -557,7 +557,7 @@ def test_rank_and_world_are_read_when_iteration_starts(tmp_path, monkeypatch):
 
 
 def test_merged_feedback_concatenates_only_runs_a_selector_reads_alike():
-    from batchsel.integrations.feedback import merged
+    from batchsel.loop.feedback import merged
 
     def obs(idx, losses=None, logits=None):
         return {

@@ -407,7 +407,7 @@ def test_similarity_product_runs_on_one_blas_thread_and_restores_the_count():
 
     from threadpoolctl import threadpool_info
 
-    from batchsel._blas import one_blas_thread
+    from batchsel.core.blas import one_blas_thread
 
     def blas_threads():
         return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]

@@ -1,4 +1,4 @@
-"""batchsel.sharded: the sharded index and distributed k-NN graph equal the single-process
+"""batchsel.distributed.sharded: the sharded index and distributed k-NN graph equal the single-process
 EmbeddingIndex (one rank in process; two ranks under mpiexec), and a dead rank ends the job."""
 
 import json
@@ -12,10 +12,7 @@ import scipy.sparse as sp
 from common import run_command  # noqa: E402
 from test_integrations_mp import MPIEXEC, clean_env  # puts tests/mp_scripts on sys.path
 
-from batchsel.index import EmbeddingIndex
-from batchsel.integrations import SingleProcessComm
-from batchsel.selectors.partition import submodular_partition as one_process_partition
-from batchsel.sharded import (
+from batchsel.distributed.sharded import (
     ShardedIndex,
     _merge,
     facility_location,
@@ -25,6 +22,9 @@ from batchsel.sharded import (
     shard_range,
     submodular_partition,
 )
+from batchsel.index import EmbeddingIndex
+from batchsel.integrations import SingleProcessComm
+from batchsel.submodular.partition import submodular_partition as one_process_partition
 
 JOB = Path(__file__).resolve().parent / "mp_scripts" / "sharded_job.py"
 GATHER_JOB = JOB.with_name("sharded_gather_job.py")
@@ -67,8 +67,8 @@ def test_one_rank_equals_embedding_index(data, kind, metric, kernel):
 
 
 def test_facility_location_equals_lazy_greedy(data):
-    from batchsel.functions import FacilityLocation
-    from batchsel.optimizers import maximize
+    from batchsel.submodular.functions import FacilityLocation
+    from batchsel.submodular.optimizers import maximize
 
     comm = SingleProcessComm()
     rows = ShardedIndex(data, comm, metric="euclidean", kind="ivf", progress=False).knn_graph(k=10, self_weight=1.0)

@@ -123,4 +123,4 @@ def test_only_the_entering_rows_are_computed():
     stayed = [cache.slot[i] for i in range(cache.count[0]) if cache.pos[i] in kept]
     assert len(stayed) == len(kept) > 0 and all(before[s] == cache.stamp[s] == 0 for s in stayed)
     assert cache.sim.shape == (sel.pool_size, 256)
-    assert _smdl_kernels._smdl_step.targetoptions.get("nogil")
+    assert _smdl_kernels.smdl_step.targetoptions.get("nogil")

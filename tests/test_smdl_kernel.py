@@ -19,10 +19,10 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from batchsel import SubmodularSelector
-from batchsel._blas import one_blas_thread
-from batchsel._heap import before, heap_pop, heap_push
-from batchsel.functions import _kernels
+from batchsel.core.blas import one_blas_thread
+from batchsel.core.heap import before, heap_pop, heap_push
 from batchsel.selectors import _smdl_kernels
+from batchsel.submodular import kernels
 
 
 @numba.njit(cache=True, fastmath=True, nogil=True)
@@ -229,17 +229,17 @@ def _numpy_rounds_as_the_kernels() -> bool:
     a = rng.normal(size=(64, 66)).astype(np.float32)
     b = rng.normal(size=(40, 66)).astype(np.float32)
     out = np.empty((64, 40), dtype=np.float32)
-    _kernels.gemm_fma(a, np.ascontiguousarray(b.T), out)
+    kernels.gemm_fma(a, np.ascontiguousarray(b.T), out)
     x = rng.uniform(-100, 80, 10_000).astype(np.float32)
     e = x.copy()
-    _kernels.exp_f32(e)
+    kernels.exp_f32(e)
     v = rng.normal(size=1000).astype(np.float32)
     dots = np.einsum("ij,ij->i", a, a)
     return bool(
         np.array_equal(out, a @ b.T)
         and np.array_equal(e, np.exp(x))
-        and _kernels.pairwise_sum(v, 0, 1000) == v.sum()
-        and all(_kernels.einsum_dot(a[i], a[i]) == dots[i] for i in range(len(a)))
+        and kernels.pairwise_sum(v, 0, 1000) == v.sum()
+        and all(kernels.einsum_dot(a[i], a[i]) == dots[i] for i in range(len(a)))
     )
 
 
@@ -269,7 +269,7 @@ def test_gemm_fma_is_openblas_sgemm_bit_for_bit(shape):
     a = rng.normal(size=(p, depth)).astype(np.float32)
     b = rng.normal(size=(q, depth)).astype(np.float32)
     out = np.empty((p, q), dtype=np.float32)
-    _kernels.gemm_fma(a, np.ascontiguousarray(b.T), out)
+    kernels.gemm_fma(a, np.ascontiguousarray(b.T), out)
     for threads in (1, None):  # OpenBLAS splits the outputs over threads, never a sum
         with threadpool_limits(limits=threads, user_api="blas"):
             assert np.array_equal(out, a @ b.T)
@@ -284,13 +284,13 @@ def test_gemm_fma_edges_are_the_tiles_chains(shape):
     a = rng.normal(size=(p, depth)).astype(np.float32)
     b_t = rng.normal(size=(depth, q)).astype(np.float32)
     out = np.full((p, q), np.nan, dtype=np.float32)
-    _kernels.gemm_fma(a, b_t, out)
+    kernels.gemm_fma(a, b_t, out)
     padded = np.zeros((-(-p // 8) * 8, depth), dtype=np.float32)
     padded[:p] = a
     right = np.zeros((depth, -(-q // 32) * 32), dtype=np.float32)
     right[:, :q] = b_t
     full = np.empty((padded.shape[0], right.shape[1]), dtype=np.float32)
-    _kernels.gemm_fma(padded, right, full)
+    kernels.gemm_fma(padded, right, full)
     assert np.array_equal(out, full[:p, :q])
     assert np.allclose(out, a.astype(np.float64) @ b_t.astype(np.float64), rtol=1e-4, atol=1e-4)
 
@@ -319,11 +319,11 @@ def test_exp_f32_is_numpys_exp_bit_for_bit():
         ]
     ).astype(np.float32)
     out = x.copy()
-    _kernels.exp_f32(out)
+    kernels.exp_f32(out)
     with np.errstate(over="ignore"):
         assert np.array_equal(out, np.exp(x), equal_nan=True)
         clipped = x.copy()
-        assert _kernels.exp_f32_clipped(clipped) == 1  # the one NaN
+        assert kernels.exp_f32_clipped(clipped) == 1  # the one NaN
         assert np.array_equal(clipped, np.exp(np.minimum(x, 0)), equal_nan=True)
 
 
@@ -334,8 +334,8 @@ def test_pairwise_sum_is_numpys_sum(dtype):
     for n in [1, 2, 7, 8, 9, 63, 64, 127, 128, 129, 255, 256, 1000, 1024, 3000, 70_001]:
         for _ in range(5):
             v = (rng.normal(size=n) * 10 ** rng.uniform(-3, 3, n)).astype(dtype)
-            assert _kernels.pairwise_sum(v, 0, n) == v.sum(), n
-            assert _kernels.pairwise_sum(v, 3, n - 3) == v[3:].sum() if n > 3 else True
+            assert kernels.pairwise_sum(v, 0, n) == v.sum(), n
+            assert kernels.pairwise_sum(v, 3, n - 3) == v[3:].sum() if n > 3 else True
 
 
 @bit_for_bit
@@ -343,14 +343,14 @@ def test_pairwise_sum_is_numpys_sum(dtype):
 def test_einsum_dot_is_numpys_einsum(d):
     x = np.random.default_rng(d).normal(size=(300, d)).astype(np.float32) * 7
     ref = np.einsum("ij,ij->i", x, x)
-    assert all(_kernels.einsum_dot(x[i], x[i]) == ref[i] for i in range(len(x)))
+    assert all(kernels.einsum_dot(x[i], x[i]) == ref[i] for i in range(len(x)))
 
 
 @bit_for_bit
 def test_similarity_kernel_is_the_numpy_similarity_bit_for_bit():
     x = clustered(1024, 64)
     cov = np.sort(np.random.default_rng(0).choice(1024, 256, replace=False))
-    sq = np.array([_kernels.einsum_dot(r, r) for r in x], dtype=np.float32)
+    sq = np.array([kernels.einsum_dot(r, r) for r in x], dtype=np.float32)
     sim, nans = _smdl_kernels._similarity_kernel(x, sq, cov)
     assert nans == 0 and np.array_equal(sim, _numpy_similarity(x, cov))
 
@@ -416,15 +416,15 @@ def test_primitives_are_numpys_to_rounding_on_any_build():
     a = rng.normal(size=(300, 66)).astype(np.float32)
     b = rng.normal(size=(77, 66)).astype(np.float32)
     out = np.empty((300, 77), dtype=np.float32)
-    _kernels.gemm_fma(a, np.ascontiguousarray(b.T), out)
+    kernels.gemm_fma(a, np.ascontiguousarray(b.T), out)
     assert np.allclose(out, a.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-5, atol=1e-4)
     x = rng.uniform(-87, 80, 100_000).astype(np.float32)  # normal float32 results (subnormals lose digits)
     e = x.copy()
-    _kernels.exp_f32(e)
+    kernels.exp_f32(e)
     assert np.allclose(e, np.exp(x.astype(np.float64)), rtol=4e-7, atol=0)
     x = clustered(512, 32)
     cov = np.sort(rng.choice(512, 128, replace=False))
-    sq = np.array([_kernels.einsum_dot(r, r) for r in x], dtype=np.float32)
+    sq = np.array([kernels.einsum_dot(r, r) for r in x], dtype=np.float32)
     sim, nans = _smdl_kernels._similarity_kernel(x, sq, cov)
     assert nans == 0 and np.allclose(sim, _numpy_similarity(x, cov), rtol=1e-5, atol=1e-6)
 
@@ -440,7 +440,7 @@ def test_non_finite_terms_are_refused_without_running_greedy():
 
 
 def test_one_batch_is_one_gil_free_kernel():
-    for kernel in (_smdl_kernels._smdl_select, _smdl_kernels._similarity_kernel, _kernels.gemm_fma, _kernels.exp_f32):
+    for kernel in (_smdl_kernels.smdl_select, _smdl_kernels._similarity_kernel, kernels.gemm_fma, kernels.exp_f32):
         assert kernel.targetoptions.get("nogil"), kernel.__name__
 
 
@@ -487,18 +487,18 @@ def test_compiled_draws_are_distinct_uniform_and_keyed():
     """A batch's draws (typical batch, coverage set, greedy's uniforms): distinct positions
     of the pool, each position as likely as any other, uniforms in [0, 1), the same for the
     same key and independent streams for different keys."""
-    from batchsel.selectors._smdl_kernels import _smdl_draws
+    from batchsel.selectors._smdl_kernels import smdl_draws
 
     counts = np.zeros(12)
     for key in range(3000):
-        typical, cov, u = _smdl_draws(key, 12, 4, 6, 3, 5)
+        typical, cov, u = smdl_draws(key, 12, 4, 6, 3, 5)
         assert len(set(typical.tolist())) == 4 and len(set(cov.tolist())) == 6
         assert typical.min() >= 0 and typical.max() < 12 and u.shape == (3, 5)
         assert (u >= 0).all() and (u < 1).all()
         counts[typical] += 1
     expected = 3000 * 4 / 12
     assert np.abs(counts - expected).max() < 5 * np.sqrt(expected)  # 1000 +- 5 sd
-    a, b = _smdl_draws(7, 100, 10, 20, 4, 8), _smdl_draws(7, 100, 10, 20, 4, 8)
+    a, b = smdl_draws(7, 100, 10, 20, 4, 8), smdl_draws(7, 100, 10, 20, 4, 8)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
-    c = _smdl_draws(8, 100, 10, 20, 4, 8)
+    c = smdl_draws(8, 100, 10, 20, 4, 8)
     assert not np.array_equal(a[0], c[0]) and not np.array_equal(a[2], c[2])

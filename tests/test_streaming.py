@@ -1,4 +1,4 @@
-"""Sieve streaming (batchsel.streaming): the sieve rule checked against a row-by-row
+"""Sieve streaming (batchsel.submodular.streaming): the sieve rule checked against a row-by-row
 implementation written from the paper, chunking invariance, exact resume, the values
 against the offline functions and lazy greedy, files read chunk by chunk, bad input."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import batchsel
 from batchsel import FeatureBased, ReferenceFacilityLocation, SieveStreaming, maximize
-from batchsel.streaming import read_npy_chunks
+from batchsel.submodular.streaming import read_npy_chunks
 
 
 def features(n: int = 3000, d: int = 16, seed: int = 0) -> np.ndarray:

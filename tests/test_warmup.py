@@ -13,9 +13,9 @@ from batchsel import LossRankSelector, SelectionBatchSampler, SubmodularSelector
 MODULES = [
     "batchsel.selectors.loss_rank",
     "batchsel.selectors._smdl_kernels",
-    "batchsel.selectors._counter_rng",
-    "batchsel._heap",
-    "batchsel.functions._kernels",
+    "batchsel.core.rng",
+    "batchsel.core.heap",
+    "batchsel.submodular.kernels",
 ]
 
 

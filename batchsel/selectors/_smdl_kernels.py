@@ -1,9 +1,9 @@
 """SMDL's compiled kernels (numba, GIL released): a batch's terms, similarities, greedy and draws.
 
-:class:`~batchsel.selectors.submodular.SubmodularSelector` calls :func:`_smdl_draws` (the
-batch's random numbers) and :func:`_smdl_step` (everything else) once per batch. Their
+:class:`~batchsel.selectors.submodular.SubmodularSelector` calls :func:`smdl_draws` (the
+batch's random numbers) and :func:`smdl_step` (everything else) once per batch. Their
 float32 arithmetic follows numpy's and OpenBLAS's operation for operation
-(:mod:`batchsel.functions._kernels`), so the picks equal those of a numpy implementation.
+(:mod:`batchsel.submodular.kernels`), so the picks equal those of a numpy implementation.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._heap import before, heap_build, heap_pop, heap_push
-from ..functions._kernels import einsum_dot, exp_f32, exp_f32_clipped, gemm_fma, pairwise_sum
-from ._counter_rng import _choice, _substream, _uniform
+from batchsel.core.heap import before, heap_build, heap_pop, heap_push
+from batchsel.core.rng import choice, substream, uniform
+from batchsel.submodular.kernels import einsum_dot, exp_f32, exp_f32_clipped, gemm_fma, pairwise_sum
 
 # streams of a batch's key
 _TYPICAL, _COVERAGE, _GREEDY = 1, 2, 3
@@ -170,11 +170,11 @@ def _smdl_greedy(
 
 # -- one SMDL batch in one compiled call ---------------------------------------------------
 # Everything a batch computes from its pool (the terms, their normalization, the similarity
-# to the coverage set, greedy) runs in _smdl_select, without the GIL and without BLAS: the
+# to the coverage set, greedy) runs in smdl_select, without the GIL and without BLAS: the
 # small pool GEMM oversubscribed the cores under default BLAS threads, and dozens of numpy
 # calls per batch each gave up and re-took the GIL, which starved a sampler's prefetch
 # thread next to a Python-bound training loop. The arithmetic is numpy's and OpenBLAS's,
-# operation for operation (batchsel.functions._kernels), so the picks are the ones the numpy
+# operation for operation (batchsel.submodular.kernels), so the picks are the ones the numpy
 # implementation made (tests/test_smdl_kernel.py keeps that implementation as the reference).
 @numba.njit(cache=True, nogil=True)
 def _scaled_into(out: np.ndarray, values: np.ndarray, scale: float) -> None:
@@ -343,7 +343,7 @@ def _coverage_similarity(x: np.ndarray, rows: np.ndarray, sq: np.ndarray, cov: n
 
 
 @numba.njit(cache=True, nogil=True)
-def _smdl_select(
+def smdl_select(
     x: np.ndarray,
     source: np.ndarray,
     entropy: np.ndarray,
@@ -428,7 +428,7 @@ def _smdl_select(
 # Without nogil: a few microseconds, less than what giving up the GIL costs next to a
 # Python-bound thread (taking it back waits for that thread's switch interval, 5 ms).
 @numba.njit(cache=True)
-def _count_below(order: np.ndarray, m: int, bound: int) -> int:
+def count_below(order: np.ndarray, m: int, bound: int) -> int:
     """How many of the unused positions ``order[:m]`` (descending) are below ``bound``."""
     lo, hi = 0, m  # order[:lo] >= bound > order[hi:m]
     while lo < hi:
@@ -495,7 +495,7 @@ def _smdl_pool(
 # in a fixed order), so it is kept per run in slots of a _RowCache and computed only for the
 # rows that enter: the values are those a fresh computation gives.
 @numba.njit(cache=True, nogil=True)
-def _stretch_setup(source: np.ndarray, rows: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, float]:
+def stretch_setup(source: np.ndarray, rows: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, float]:
     """The coverage side of a stretch of batches: for the pool ``source[rows]`` (in that
     order) and its coverage positions ``cov``, the right-hand matrix of the similarity
     product (:func:`_similarity_kernel`'s) and ``1 / sigma^2``, sigma^2 the pool's mean
@@ -509,7 +509,7 @@ def _stretch_setup(source: np.ndarray, rows: np.ndarray, cov: np.ndarray) -> tup
 
 
 @numba.njit(cache=True, nogil=True)
-def _smdl_step(
+def smdl_step(
     source: np.ndarray,
     src_pool: np.ndarray,
     entropy: np.ndarray,
@@ -542,7 +542,7 @@ def _smdl_step(
     cov_pos: np.ndarray,
     zero_self: bool,
 ) -> tuple[np.ndarray, bool]:
-    """One online batch: :func:`_smdl_select`'s terms and greedy on the pool of
+    """One online batch: :func:`smdl_select`'s terms and greedy on the pool of
     :func:`_smdl_pool`, then the run's bookkeeping: ``order[m-p:m-k]`` gets the pool's
     unused positions (descending), ``order[m-k:m]`` the batch's. Returns the batch (example
     indices) and whether the terms were finite (the run is not changed if not).
@@ -553,8 +553,8 @@ def _smdl_step(
     ``source[src_pool[i]]`` for the i-th pool position in ascending order when
     ``src_pool`` is not empty) and their terms computed. ``stamp < 0``: the similarities
     are this batch's (coverage positions ``cov`` of the pool, sigma^2 of the pool), as
-    :func:`_smdl_select` computes them; ``stamp >= 0``: the stretch ``stamp``'s
-    (:func:`_stretch_setup`: ``right_t``, ``scale``; rows whose position is in ``cov_pos``
+    :func:`smdl_select` computes them; ``stamp >= 0``: the stretch ``stamp``'s
+    (:func:`stretch_setup`: ``right_t``, ``scale``; rows whose position is in ``cov_pos``
     do not cover themselves if ``zero_self``), kept in ``csim`` for the rows whose
     ``cstamp`` is ``stamp`` and computed for the others."""
     d = source.shape[1]
@@ -624,7 +624,7 @@ def _smdl_step(
     for c in range(p):
         rows[c] = pslot[srt[c]]
     free = k - fixed.shape[0]
-    # the terms, as _smdl_select computes them
+    # the terms, as smdl_select computes them
     modular = np.zeros(p, dtype=np.float64)
     if l_u > 0:
         _add_uncertainty(modular, entropy, pool, log_classes, l_u / k)
@@ -703,20 +703,20 @@ def _smdl_step(
 
 
 @numba.njit(cache=True, nogil=True)
-def _smdl_draws(key, p, k, q, free, sample):  # pragma: no cover - numba
+def smdl_draws(key, p, k, q, free, sample):  # pragma: no cover - numba
     """A batch's draws: ``k`` distinct pool positions (the typical batch), ``q`` (the
     coverage set) and ``free x sample`` uniforms for stochastic greedy."""
     scratch = np.empty(p, dtype=np.int64)
     typical = np.empty(k, dtype=np.int64)
-    _choice(_substream(key, _TYPICAL), p, k, scratch, typical)
+    choice(substream(key, _TYPICAL), p, k, scratch, typical)
     cov = np.empty(q, dtype=np.int64)
     if q > 0:
-        _choice(_substream(key, _COVERAGE), p, q, scratch, cov)
+        choice(substream(key, _COVERAGE), p, q, scratch, cov)
     uniforms = np.empty((free, sample), dtype=np.float64)
-    stream = _substream(key, _GREEDY)
+    stream = substream(key, _GREEDY)
     for i in range(free):
         for j in range(sample):
-            uniforms[i, j] = _uniform(stream, i * sample + j)
+            uniforms[i, j] = uniform(stream, i * sample + j)
     return typical, cov, uniforms
 
 

@@ -7,7 +7,7 @@ for online selectors, on the scores observed so far. Randomness comes from a loc
 
 Worker assignment (``partition``) is shared by all selectors: ``"random"`` is
 DistributedSampler's split of a fresh permutation every epoch; ``"submodular"`` gives every
-rank a representative shard computed by GreedMax (:mod:`batchsel.selectors.partition`),
+rank a representative shard computed by GreedMax (:mod:`batchsel.submodular.partition`),
 identically on every rank from the seed, and each rank then selects only within its shard.
 
 Online selectors (:class:`OnlineSelector`) draw batch after batch from the scores known at
@@ -27,9 +27,9 @@ from typing import Any, Iterator
 import numpy as np
 import scipy.sparse as sp
 
-from .._checks import check_int, check_seed, tensor_to_numpy
-from .._state import from_portable, to_portable
-from ..plan import EpochPlan
+from batchsel.core.checks import check_int, check_seed, tensor_to_numpy
+from batchsel.core.state import from_portable, to_portable
+from batchsel.plans.plan import EpochPlan
 
 logger = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class Selector:
         computed once per world size, the same on every rank."""
         self.check_world(world_size)
         if world_size not in self._shard_of:
-            from .partition import shard_of_each, submodular_partition
+            from batchsel.submodular.partition import shard_of_each, submodular_partition
 
             parts = submodular_partition(self._partition_data(), world_size, seed=self.seed)
             self._shard_of[world_size] = shard_of_each(parts, self.num_examples)

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_indices, check_int, check_labels, check_metric, check_rows, load_embeddings
-from ..plan import EpochPlan
-from .base import Selector, epoch_rng, even_split, shard_length, split_batches, weighted_sum
+from batchsel.core.checks import check_indices, check_int, check_labels, check_metric, check_rows, load_embeddings
+from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.base import Selector, epoch_rng, even_split, shard_length, split_batches, weighted_sum
 
 logger = logging.getLogger(__name__)
 
@@ -156,9 +156,9 @@ class CoresetSelector(Selector):
 
     # -- the coreset ------------------------------------------------------------------
     def _fit(self) -> tuple[np.ndarray, np.ndarray]:
-        from ..functions import FacilityLocation
-        from ..index import EmbeddingIndex
-        from ..optimizers import maximize
+        from batchsel.index import EmbeddingIndex
+        from batchsel.submodular.functions import FacilityLocation
+        from batchsel.submodular.optimizers import maximize
 
         picks, weights = [], []
         for c in np.flatnonzero(self.budgets_):

@@ -5,7 +5,7 @@ The k-NN affinity graph (or a graph the user has) is cut by METIS into many smal
 of about ``B / q`` examples; every epoch the blocks are shuffled and the examples, block
 after block, are cut into batches of ``B`` (``whole_blocks=True``: each batch is ``q``
 whole blocks, of varying size). Batches keep most graph edges inside them, so a graph-regularized loss that
-only uses in-batch edges (:mod:`batchsel.losses`) loses little, and they stay stochastic
+only uses in-batch edges (:mod:`batchsel.loop.losses`) loses little, and they stay stochastic
 from epoch to epoch. The METIS partition depends only on the graph and the seed; it is
 computed once and cached (in memory, and in ``cache_dir`` if given).
 """
@@ -21,11 +21,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-from .._checks import check_graph, check_int
-from .._graph import metis_blocks as _metis_blocks
-from ..io import save_npy
-from ..plan import EpochPlan
-from .base import Selector, epoch_rng, even_split
+from batchsel.core.checks import check_graph, check_int
+from batchsel.core.graph import metis_blocks as _metis_blocks
+from batchsel.core.io import save_npy
+from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.base import Selector, epoch_rng, even_split
 
 logger = logging.getLogger(__name__)
 

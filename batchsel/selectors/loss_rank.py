@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .._checks import check_indices, check_int, check_rows
-from ._counter_rng import CounterKeyedBatches, _stream_key, _substream, _uniform
-from .base import OnlineSelector
+from batchsel.core.checks import check_indices, check_int, check_rows
+from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, uniform
+from batchsel.selectors.base import OnlineSelector
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
             *order,
             min(self.batch_size, n),
             _log_q(self._run_pressure(run), n),  # type: ignore[call-arg]
-            _stream_key(rng),
+            stream_key(rng),
         )
         pending[batch] = True
         return batch
@@ -224,11 +224,11 @@ def _draw_ranks_kernel(n, k, log_q, key):  # pragma: no cover - numba
     seen = np.zeros(n, np.bool_)
     have = 0
     if k < n:
-        stream = _substream(key, _RANKS)
+        stream = substream(key, _RANKS)
         # inverse CDF: F(r) = (1 - q^(r+1)) / (1 - q^n), q = exp(log_q)
         mass = -math.expm1(n * log_q)  # 1 - q^n
         for i in range(_DRAW_FACTOR * k + _DRAW_EXTRA):
-            u = _uniform(stream, i)
+            u = uniform(stream, i)
             x = u * n if log_q == 0.0 else math.log1p(-u * mass) / log_q
             r = n - 1 if x >= n - 1 else int(x)  # (rounding up to n; no int overflow)
             if not seen[r]:
@@ -241,11 +241,11 @@ def _draw_ranks_kernel(n, k, log_q, key):  # pragma: no cover - numba
     rest = n - have
     cand = np.empty(rest, np.int64)
     clock = np.empty(rest, np.float64)
-    stream = _substream(key, _RACE)
+    stream = substream(key, _RACE)
     j = 0
     for r in range(n):
         if not seen[r]:
-            e = -math.log1p(-_uniform(stream, r))  # Exp(1), 0 <= e < 38
+            e = -math.log1p(-uniform(stream, r))  # Exp(1), 0 <= e < 38
             cand[j] = r
             clock[j] = (np.log(e) if e > 0.0 else -np.inf) - r * log_q  # log(e / p_r) + const
             j += 1
@@ -341,7 +341,7 @@ def _pick(sv, sp, ranks, key):  # pragma: no cover - numba
     k = ranks.size
     order = np.argsort(ranks)
     picked = np.empty(k, np.int64)
-    stream = _substream(key, _TIES)
+    stream = substream(key, _TIES)
     draws = 0
     i = 0
     while i < k:
@@ -360,7 +360,7 @@ def _pick(sv, sp, ranks, key):  # pragma: no cover - numba
         if 2 * m <= c and m <= 64:
             for t in range(m):
                 while True:
-                    s = int(_uniform(stream, draws) * c)
+                    s = int(uniform(stream, draws) * c)
                     draws += 1
                     s = a + (c - 1 if s >= c else s)
                     fresh = True
@@ -375,7 +375,7 @@ def _pick(sv, sp, ranks, key):  # pragma: no cover - numba
             block = sp[a:b].copy()
             for t in range(m):
                 left = c - t
-                s = int(_uniform(stream, draws) * left)
+                s = int(uniform(stream, draws) * left)
                 draws += 1
                 s = t + (left - 1 if s >= left else s)
                 block[t], block[s] = block[s], block[t]
@@ -408,7 +408,7 @@ def _log_q(pressure: float, n: int) -> float:
 def _draw_ranks(n: int, k: int, pressure: float, rng: Any) -> np.ndarray:
     """k distinct ranks of 0..n-1 in the order of sequential sampling without replacement
     with ``p_r ∝ pressure ** (-r / (n - 1))`` (``rng``: a Generator or a batch key)."""
-    return _draw_ranks_kernel(int(n), int(k), _log_q(pressure, n), _stream_key(rng))
+    return _draw_ranks_kernel(int(n), int(k), _log_q(pressure, n), stream_key(rng))
 
 
 def _examples_of_ranks(losses: np.ndarray, ranks: np.ndarray, rng: Any) -> np.ndarray:
@@ -416,7 +416,7 @@ def _examples_of_ranks(losses: np.ndarray, ranks: np.ndarray, rng: Any) -> np.nd
     loss first, ties broken uniformly at random."""
     losses = np.asarray(losses, dtype=np.float64)
     sv, sp, _ = _sort_shard(losses, np.zeros(losses.size, np.bool_), np.arange(losses.size, dtype=np.int64))
-    return _pick(sv, sp, np.asarray(ranks, dtype=np.int64), _stream_key(rng))
+    return _pick(sv, sp, np.asarray(ranks, dtype=np.int64), stream_key(rng))
 
 
 __all__ = ["LossRankSelector"]

@@ -10,11 +10,19 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_indices, check_int, check_labels, check_number, check_rows, check_seed, tensor_to_numpy
-from .._state import from_portable, to_portable
-from ..filters import check_class_ids, gradnorm_scores
-from ..plan import EpochPlan
-from .base import Selector, epoch_rng, even_split, shard_length, split_batches
+from batchsel.core.checks import (
+    check_indices,
+    check_int,
+    check_labels,
+    check_number,
+    check_rows,
+    check_seed,
+    tensor_to_numpy,
+)
+from batchsel.core.state import from_portable, to_portable
+from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.base import Selector, epoch_rng, even_split, shard_length, split_batches
+from batchsel.selectors.scores import check_class_ids, gradnorm_scores
 
 
 def _epoch_plan(
@@ -79,7 +87,7 @@ class _PrunedRun(Selector):
 
     def _check_state(self, state: Any, expected: set[str]) -> None:
         """Refuse a state that is not this class's, of this many examples, with these keys
-        (tensors or arrays: see :func:`batchsel._state.to_portable`)."""
+        (tensors or arrays: see :func:`batchsel.core.state.to_portable`)."""
         if not isinstance(state, dict) or set(state) != expected:
             got = set(state) if isinstance(state, dict) else set()
             raise ValueError(

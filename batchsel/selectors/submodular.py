@@ -20,10 +20,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._checks import check_indices, check_int, check_rows, check_scale, load_embeddings
-from ._counter_rng import CounterKeyedBatches, _stream_key
-from ._smdl_kernels import _count_below, _smdl_draws, _smdl_select, _smdl_step, _stretch_setup
-from .base import OnlineSelector, epoch_rng
+from batchsel.core.checks import check_indices, check_int, check_rows, check_scale, load_embeddings
+from batchsel.core.rng import CounterKeyedBatches, stream_key
+from batchsel.selectors._smdl_kernels import count_below, smdl_draws, smdl_select, smdl_step, stretch_setup
+from batchsel.selectors.base import OnlineSelector, epoch_rng
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ _MEAN_BLOCK = 1 << 16
 
 
 class _RowCache:
-    """A run's cached pool rows (see :func:`_smdl_step`), for the embeddings of one
+    """A run's cached pool rows (see :func:`smdl_step`), for the embeddings of one
     version; with ``coverage_every > 1``, also the current stretch's coverage side."""
 
     def __init__(self, capacity: int, d: int, version: int) -> None:
@@ -299,7 +299,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         # self._due(sizes, t, len(shard)), from the run's cumulative sizes
         turn = t + 1 - self.max_delay
         bound = len(shard) if t >= count - 1 else (run["ends"][turn - 1] if turn > 0 else 0)
-        due = _count_below(order, m, bound)
+        due = count_below(order, m, bound)
         # hand over to the turn order over the last ceil(pool / B) batches (module docstring)
         due = max(due, self._handed_over(k, m, count - t))
         if run["epoch"] < self.warmup_epochs or due >= k:
@@ -325,7 +325,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
             stamp = t // self.coverage_every
             if cache.stretch != stamp:
                 self._new_stretch(run, cache, t, stamp)
-        batch, finite = _smdl_step(
+        batch, finite = smdl_step(
             source,
             src_pool,
             self.entropy_,
@@ -382,7 +382,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
             source, rows = emb, shard[pool0]
         else:
             source, rows = self._read_rows(shard[pool0]), np.arange(p0)
-        cache.right_t, scale = _stretch_setup(source, rows, cov0)
+        cache.right_t, scale = stretch_setup(source, rows, cov0)
         cache.scale = float(scale)
         cache.cov_pos, cache.zero_self = pool0[cov0], q0 < p0
         if cache.sim.shape[1] != q0:
@@ -419,7 +419,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         free = k - len(fixed)
         if free == 0:
             return fixed.copy()
-        picks, finite = _smdl_select(*self._kernel_args(pool, k, rng, fixed))
+        picks, finite = smdl_select(*self._kernel_args(pool, k, rng, fixed))
         if not finite:
             raise ValueError(_NOT_FINITE)
         return np.concatenate([fixed, picks])
@@ -437,7 +437,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         sample = 0
         if self.optimizer == "stochastic":
             sample = min(rest, max(1, math.ceil(rest / free * math.log(1.0 / self.epsilon))))
-        typical, cov, uniforms = _smdl_draws(_stream_key(rng), p, k, q, free if sample else 0, sample)
+        typical, cov, uniforms = smdl_draws(stream_key(rng), p, k, q, free if sample else 0, sample)
         return typical, (cov if q else _NO_POSITIONS), sample, (uniforms if sample else _NO_UNIFORMS)
 
     def _read_rows(self, pool: np.ndarray) -> np.ndarray:
@@ -450,7 +450,7 @@ class SubmodularSelector(CounterKeyedBatches, OnlineSelector):
         return -1.0 if self.num_classes_ is None else math.log(self.num_classes_)
 
     def _kernel_args(self, pool: np.ndarray, k: int, rng: np.random.Generator, fixed: np.ndarray) -> tuple:
-        """The arguments of :func:`_smdl_select` for a pool (sorted example indices) with
+        """The arguments of :func:`smdl_select` for a pool (sorted example indices) with
         ``fixed`` pool positions in the batch and ``k - len(fixed) >= 1`` to pick: the
         batch's random draws (:meth:`_draws`) and the embeddings: a plain array (or memmap)
         whole, its pool rows read in the kernel; any other array type's pool rows, read

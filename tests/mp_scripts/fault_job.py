@@ -13,11 +13,11 @@ import time
 
 import numpy as np
 
-from batchsel.functions import FacilityLocation
+from batchsel.distributed.sharded import ShardedIndex, facility_location
 from batchsel.integrations import MPIComm, SelectionBatchSampler
-from batchsel.optimizers import greedi_facility_location, maximize
 from batchsel.selectors import InfoBatchSelector, LossRankSelector
-from batchsel.sharded import ShardedIndex, facility_location
+from batchsel.submodular.functions import FacilityLocation
+from batchsel.submodular.optimizers import greedi_facility_location, maximize
 
 
 def data(rows: int, dim: int, seed: int = 0) -> np.ndarray:

@@ -226,8 +226,8 @@ def train_ddp(fail_rank=-1, fail_step=-1):
 
 # -- GreeDi -------------------------------------------------------------------------------
 def check_greedi(comm, n=3000, k=50):
-    from batchsel.functions import FacilityLocation
-    from batchsel.optimizers import maximize
+    from batchsel.submodular.functions import FacilityLocation
+    from batchsel.submodular.optimizers import maximize
 
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(40, 8)) * 3

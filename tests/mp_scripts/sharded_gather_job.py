@@ -19,11 +19,11 @@ import sys
 
 import numpy as np
 
+from batchsel.distributed.sharded import ShardedIndex, gather_graph, submodular_partition
 from batchsel.index import EmbeddingIndex
 from batchsel.integrations import MPIComm, TorchDistComm
 from batchsel.integrations import comm as comm_module
-from batchsel.selectors.partition import submodular_partition as one_process
-from batchsel.sharded import ShardedIndex, gather_graph, submodular_partition
+from batchsel.submodular.partition import submodular_partition as one_process
 
 
 def peak_mib() -> float:

@@ -16,11 +16,17 @@ import time
 
 import numpy as np
 
-from batchsel.functions import FacilityLocation
+from batchsel.distributed.sharded import (
+    ShardedIndex,
+    facility_location,
+    gather_graph,
+    load_graph_shards,
+    save_graph_shard,
+)
 from batchsel.index import EmbeddingIndex
 from batchsel.integrations import MPIComm
-from batchsel.optimizers import maximize
-from batchsel.sharded import ShardedIndex, facility_location, gather_graph, load_graph_shards, save_graph_shard
+from batchsel.submodular.functions import FacilityLocation
+from batchsel.submodular.optimizers import maximize
 
 
 def same_neighbours(D, I, D0, I0, tol=1e-5):

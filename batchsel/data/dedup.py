@@ -1,0 +1,281 @@
+"""Near-duplicate removal by embedding similarity (semantic deduplication, after SemDeDup,
+Abbas et al. 2023).
+
+Two rows are near-duplicates when the cosine similarity of their embeddings is at least
+``threshold``. The pairs come from the k nearest neighbours of every row
+(:class:`~batchsel.EmbeddingIndex`, exact up to 50k rows, IVF beyond; sharded over MPI ranks
+with :class:`~batchsel.distributed.sharded.ShardedIndex`, which returns the same neighbours). Groups are
+the connected components of those pairs, and each group keeps its row of smallest index:
+a deterministic rule that needs no order of processing, so one process and any number of
+ranks keep the same rows. Every removed row saves a step in every epoch. All-zero rows,
+whose cosine similarity is undefined, are exact duplicates of one another (with a warning).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from batchsel.core.checks import check_int, check_number
+from batchsel.core.communicator import Communicator
+from batchsel.index import EmbeddingIndex
+
+logger = logging.getLogger(__name__)
+
+#: cosine similarities of identical rows come out of float32 arithmetic a little below 1
+SIMILARITY_SLACK = 1e-5
+#: lists probed per query by the IVF index (N > 50k): near-duplicates share a list or a
+#: neighbouring one far more often than ordinary neighbours do (planted pairs at cosine
+#: >= 0.97 among 1M x 128 rows: recall 1.0000 at 4 lists in 28 s, 0.9997 at 2 in 17 s,
+#: 1.0000 at 8 in 51 s; benchmarks/bench_dedup.py)
+NPROBE = 4
+
+
+@dataclass
+class Deduplication:
+    """The result of :func:`deduplicate`.
+
+    Attributes
+    ----------
+    keep:
+        The rows kept, sorted (int64): one per group, its smallest index.
+    group:
+        For every row, the row its group keeps (itself when kept).
+    pairs:
+        ``(i, j, similarity)`` of every near-duplicate pair found, ``i < j``, sorted.
+    threshold, k:
+        The settings used.
+    seconds:
+        Wall time of the search and grouping.
+    """
+
+    keep: np.ndarray
+    group: np.ndarray
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray]
+    threshold: float
+    k: int
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.group.size)
+
+    @property
+    def removed_fraction(self) -> float:
+        """The share of rows that are near-duplicates of a kept row."""
+        return 1.0 - self.keep.size / max(self.group.size, 1)
+
+    def groups(self) -> list[np.ndarray]:
+        """Every group of two or more rows (sorted rows; its first is the one kept)."""
+        order = np.argsort(self.group, kind="stable")
+        bounds = np.flatnonzero(np.diff(self.group[order])) + 1
+        return [g for g in np.split(order, bounds) if g.size > 1]
+
+    def __repr__(self) -> str:
+        return (
+            f"Deduplication(num_examples={self.num_examples}, kept={self.keep.size}, "
+            f"removed_fraction={self.removed_fraction:.3f}, threshold={self.threshold}, pairs={self.pairs[0].size})"
+        )
+
+
+def neighbour_pairs(
+    D: np.ndarray, I: np.ndarray, first_row: int, threshold: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(i, j, similarity)`` with ``i < j`` of the neighbour lists ``(D, I)`` of rows
+    ``first_row ..`` at similarity >= threshold."""
+    rows, cols = np.nonzero((D >= threshold - SIMILARITY_SLACK) & (I >= 0))
+    a = rows.astype(np.int64) + first_row
+    b = I[rows, cols].astype(np.int64)
+    return np.minimum(a, b), np.maximum(a, b), D[rows, cols].astype(np.float32)
+
+
+def unique_pairs(i: np.ndarray, j: np.ndarray, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair once (found from both ends), sorted by (i, j); the larger similarity of
+    the two findings (they differ only by rounding)."""
+    if i.size == 0:
+        return i, j, s
+    key = i * n + j
+    order = np.lexsort((-s, key))
+    key, s = key[order], s[order]
+    first = np.r_[True, key[1:] != key[:-1]]
+    key, s = key[first], s[first]
+    return key // n, key % n, s
+
+
+def zero_rows(index: EmbeddingIndex, D: np.ndarray, I: np.ndarray, first_row: int) -> np.ndarray:
+    """The all-zero rows (global ids, sorted) among rows ``first_row ..`` whose neighbour
+    lists are ``(D, I)`` (cosine). The index leaves a zero row as it is, so its similarity
+    to every row is 0: only the rows with no positive similarity are read back and checked."""
+    maybe = np.flatnonzero(~((I >= 0) & (D > 0)).any(axis=1)) + first_row
+    if not maybe.size:
+        return maybe.astype(np.int64)
+    rows = np.asarray(index._rows_of(maybe))  # float32, as the index saw them
+    return maybe[~rows.any(axis=1)].astype(np.int64)
+
+
+def with_zero_pairs(
+    i: np.ndarray, j: np.ndarray, s: np.ndarray, zeros: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs ``(i, j, s)`` plus the all-zero rows ``zeros`` (sorted) as exact
+    duplicates of one another: each paired with the next at similarity 1, so they form one
+    group, kept by its first row, in the graph of pairs at every threshold."""
+    if zeros.size < 2:
+        return i, j, s
+    return (
+        np.concatenate([i, zeros[:-1]]),
+        np.concatenate([j, zeros[1:]]),
+        np.concatenate([s, np.ones(zeros.size - 1, np.float32)]),
+    )
+
+
+def warn_zero_rows(zeros: np.ndarray, n: int, caller: str) -> None:
+    """Log a warning naming the all-zero rows ``zeros`` of ``n``, if any."""
+    if zeros.size:
+        logger.warning(
+            "%s: %d of %d rows are all zero (rows %s%s): cosine similarity is undefined for them, so they "
+            "count as exact duplicates of one another (row %d kept) and of no other row; drop them, or "
+            "embed their inputs again if the zeros mark failed or empty ones",
+            caller,
+            zeros.size,
+            n,
+            zeros[:5].tolist(),
+            ", ..." if zeros.size > 5 else "",
+            int(zeros[0]),
+        )
+
+
+def groups_of_pairs(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
+    """For each of ``n`` rows, the smallest row of its connected component in the graph of
+    pairs ``(i, j)``.
+
+    >>> groups_of_pairs(np.array([1, 3]), np.array([4, 4]), 5).tolist()
+    [0, 1, 2, 1, 1]
+    """
+    graph = sp.csr_matrix((np.ones(i.size, np.int8), (i, j)), shape=(n, n))
+    _, label = connected_components(graph, directed=False)
+    # components are numbered in order of their first row: the first occurrence of each
+    # label is its smallest row
+    first_rows = np.unique(label, return_index=True)[1]
+    return first_rows[label].astype(np.int64)
+
+
+def check_threshold(threshold: Any, name: str = "threshold") -> float:
+    """``threshold`` as a float in (0, 1] (a cosine similarity), else ``ValueError``."""
+    threshold = check_number(threshold, name, low=0.0, high=1.0)
+    if threshold == 0.0:
+        raise ValueError(f"{name} must be in (0, 1], got 0.0 (every pair of rows would be a near-duplicate)")
+    return threshold
+
+
+def cosine_index(
+    embeddings: Any, comm: Communicator | None, nprobe: int | None, progress: bool, seed: int
+) -> tuple[EmbeddingIndex, Communicator | None]:
+    """The cosine index of ``embeddings``: sharded over ``comm``'s ranks when it has several
+    (collective), else one process's; returned with the communicator in use (None for one)."""
+    if comm is not None and int(comm.size) > 1:
+        from batchsel.distributed.sharded import ShardedIndex
+
+        return ShardedIndex(embeddings, comm, metric="cosine", nprobe=nprobe, progress=progress, seed=seed), comm
+    return EmbeddingIndex(embeddings, metric="cosine", nprobe=nprobe, progress=progress, seed=seed), None
+
+
+def deduplicate(
+    embeddings: Any,
+    threshold: float = 0.95,
+    *,
+    k: int = 8,
+    nprobe: int | None = NPROBE,
+    comm: Communicator | None = None,
+    progress: bool = True,
+    seed: int = 0,
+) -> Deduplication:
+    """Find the near-duplicates among the rows of ``embeddings`` and keep one per group.
+
+    Parameters
+    ----------
+    embeddings:
+        ``N x d`` array, tensor or ``.npy`` path (memory-mapped; with ``comm`` each rank
+        reads only its rows).
+    threshold:
+        Cosine similarity at or above which two rows are near-duplicates, in (0, 1]
+        (1: exact duplicates up to rounding). Groups are transitive: ``a ~ b`` and
+        ``b ~ c`` put ``a``, ``b`` and ``c`` in one group even when ``a`` and ``c`` are
+        below the threshold. All-zero rows have no direction (their cosine similarity
+        is undefined): they are taken as exact duplicates of one another, one group whose
+        first row is kept (pairs of consecutive zero rows, similarity 1.0, in ``pairs``),
+        and of no other row; a warning gives their count (``extra["zero_rows"]``).
+    k:
+        Neighbours searched per row: a row with more than ``k`` near-duplicates still
+        joins their group through them, but the pairs listed are at most ``k`` per row.
+    nprobe:
+        IVF lists searched per query (over 50k rows); ``None`` tunes it for recall@10 of
+        ordinary neighbours, which costs more than near-duplicates need.
+    comm:
+        A communicator: the search runs sharded over its ranks (collective), and every
+        rank returns the same result as one process would.
+
+    Example
+    -------
+    >>> x = np.random.default_rng(0).normal(size=(100, 16)).astype(np.float32)
+    >>> x[50:60] = x[:10] * 2.0          # rows 50-59 repeat rows 0-9 (scale does not matter)
+    >>> result = deduplicate(x, 0.99, progress=False)
+    >>> result.keep.size, int(result.group[55]), round(result.removed_fraction, 3)
+    (90, 5, 0.1)
+    """
+    threshold = check_threshold(threshold)
+    k = check_int(k, "k", minimum=1)
+    start = time.perf_counter()
+    index, comm = cosine_index(embeddings, comm, nprobe, progress, seed)
+    n = index.num_examples
+    k = min(k, n - 1)
+    if k < 1:  # one row: nothing to compare
+        rows = np.zeros(1, np.int64)
+        empty = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))
+        return Deduplication(rows, rows.copy(), empty, threshold, k, time.perf_counter() - start)
+    D, I = index.neighbors(k)
+    i, j, s = neighbour_pairs(D, I, index._first_row, threshold)
+    zeros = zero_rows(index, D, I, index._first_row)
+    if comm is not None:  # every rank groups all pairs: the same result everywhere
+        parts = comm.allgather((i, j, s, zeros))
+        i, j, s, zeros = (np.concatenate([p[c] for p in parts]) for c in range(4))
+    warn_zero_rows(zeros, n, "deduplicate")
+    i, j, s = unique_pairs(*with_zero_pairs(i, j, s, zeros), n)
+    group = groups_of_pairs(i, j, n)
+    keep = np.flatnonzero(group == np.arange(n)).astype(np.int64)
+    seconds = time.perf_counter() - start
+    logger.info(
+        "deduplicate: %d of %d rows kept (%.1f %% near-duplicates at cosine >= %g), %d pairs, %.1f s",
+        keep.size,
+        n,
+        100 * (1 - keep.size / n),
+        threshold,
+        i.size,
+        seconds,
+    )
+    return Deduplication(
+        keep,
+        group,
+        (i, j, s),
+        threshold,
+        k,
+        seconds,
+        extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None), "zero_rows": int(zeros.size)},
+    )
+
+
+__all__ = [
+    "deduplicate",
+    "Deduplication",
+    "groups_of_pairs",
+    "check_threshold",
+    "cosine_index",
+    "NPROBE",
+    "SIMILARITY_SLACK",
+]
