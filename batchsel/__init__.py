@@ -12,7 +12,8 @@ reducible loss, optionally diverse). Adapters for torch and MPI live in
 
 from batchsel import _compat
 from batchsel.core.version import __version__
-from batchsel.data import Audit, Deduplication, audit, deduplicate
+from batchsel.data import Audit, Deduplication, deduplicate
+from batchsel.data.audit import audit
 from batchsel.index import EmbeddingIndex, knn_graph
 from batchsel.loop.filters import CandidateFilter
 from batchsel.loop.irreducible import IrreducibleLoss
@@ -63,7 +64,8 @@ def __getattr__(name: str):
         from batchsel.loop.sampler import SelectionBatchSampler
 
         return SelectionBatchSampler
-    if _compat.new_name(f"{__name__}.{name}") is not None:  # a module that moved (deprecated path)
+    # the subpackages that import torch or frameworks, and modules that moved (deprecated paths)
+    if name in ("integrations", "loop", "cli", "apricot") or _compat.new_name(f"{__name__}.{name}") is not None:
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")

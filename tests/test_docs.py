@@ -36,13 +36,14 @@ def site(tmp_path_factory) -> pathlib.Path:
 
 def test_api_page_matches_all(site):
     html = (site / "api" / "index.html").read_text()
-    anchors = set(re.findall(r'id="((?:batchsel|integrations)\.[A-Za-z_.]+)"', html))
-    top = {a.split(".")[-1] for a in anchors if a.count(".") == 1 and a.startswith("batchsel.")}
-    documented = {a.split(".")[-1] for a in anchors if a.count(".") <= 2}
+    anchors = set(re.findall(r'id="(batchsel\.[A-Za-z_.]+)"', html))
+    # the anchor of the section `::: batchsel.integrations` itself is not a name of batchsel
+    top = {a.split(".")[-1] for a in anchors if a.count(".") == 1 and a != "batchsel.integrations"}
+    documented = {a.split(".")[-1] for a in anchors if a.count(".") <= 2 or a == "batchsel.loop.losses.GraphRegularizedLoss"}
     public = set(batchsel.__all__) - {"__version__"}
     assert public <= documented, f"in batchsel.__all__ but not in docs/api.md: {sorted(public - documented)}"
     assert top <= public, f"documented as batchsel.X but not exported: {sorted(top - public)}"
-    integrations = {a.split(".")[1] for a in anchors if a.startswith("integrations.") and a.count(".") == 1}
+    integrations = {a.split(".")[2] for a in anchors if a.startswith("batchsel.integrations.") and a.count(".") == 2}
     assert integrations == set(batchsel.integrations.__all__)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 import batchsel
 import batchsel.apricot as apricot
-import batchsel.optimizers as bo
+import batchsel.submodular.optimizers as bo
 import batchsel.selectors as bs
 
 N = 120  # examples of the selector cases
