@@ -20,6 +20,9 @@ import scipy.sparse as sp
 
 import batchsel
 from batchsel import cli
+from batchsel.cli import inputs as cli_inputs
+from batchsel.cli import inspect as cli_inspect
+from batchsel.cli import ranks as cli_ranks
 
 N = 400  # digits used: small enough that every command runs in well under a second
 ROOT = Path(__file__).resolve().parents[1]
@@ -551,8 +554,8 @@ def test_random_plan_reads_only_the_row_count(work, monkeypatch, capsys):
     def no_loading(*args, **kwargs):
         raise AssertionError("the embeddings were loaded")
 
-    monkeypatch.setattr(cli, "load_embeddings", no_loading)
-    monkeypatch.setattr(cli, "load_array", no_loading)
+    monkeypatch.setattr(cli_inputs, "load_embeddings", no_loading)
+    monkeypatch.setattr(cli_inputs, "load_array", no_loading)
     for path in ("emb64.npy", "bundle.npz:emb"):
         code = cli.main(
             [
@@ -683,7 +686,7 @@ def test_select_stream_reads_the_npy_in_chunks_same_output_format(work, monkeypa
     fl = batchsel.SieveStreaming("facility-location", 5, reference_size=100).fit(x)
     assert [int(line.split("\t")[0]) for line in out.stdout.splitlines()] == fl.indices_.tolist()
     # the file is never loaded whole: cli's loader is not called
-    monkeypatch.setattr(cli, "_embeddings", lambda path: pytest.fail("loaded whole"))
+    monkeypatch.setattr(cli_inputs, "read_embeddings", lambda path: pytest.fail("loaded whole"))
     assert cli.main(["select", "emb.npy", "--k", "3", "--stream", "--objective", "feature-based", "--quiet"]) == 0
     capsys.readouterr()
     np.save("centered.npy", x - x.mean(axis=0))
@@ -782,8 +785,13 @@ def test_an_output_folder_where_no_file_can_be_created_is_refused_before_the_wor
 
     monkeypatch.chdir(work)
     batchsel.RandomSelector(N, 50).plan(0, 2).save("plan.npz")
-    for name in ("_embeddings", "_num_rows", "_sharded_source", "load_plans"):
-        monkeypatch.setattr(cli, name, work_started)
+    for module, name in (
+        (cli_inputs, "read_embeddings"),
+        (cli_inputs, "num_rows"),
+        (cli_ranks, "sharded_source"),
+        (cli_inspect, "load_plans"),
+    ):
+        monkeypatch.setattr(module, name, work_started)
     before = sorted(p.name for p in work.iterdir())
     code = cli.main([*argv, "--quiet"])
     captured = capsys.readouterr()
@@ -841,10 +849,10 @@ def test_ranks_reading_one_file_compare_it_without_reading_it(work, monkeypatch)
     def read(*args, **kwargs):
         raise AssertionError("the file was read for a digest")
 
-    monkeypatch.setattr(cli, "array_digest", read)
+    monkeypatch.setattr(cli_ranks, "array_digest", read)
     monkeypatch.chdir(work)
     args = cli.build_parser().parse_args(["audit", "emb.npy", "--labels", "labels.npy"])
-    cli._check_ranks_agree(Twin(), args, ["embeddings", "labels", "probabilities"])
+    cli_ranks._check_ranks_agree(Twin(), args, ["embeddings", "labels", "probabilities"])
 
 
 # -- issue 51: output that is not a terminal; quiet --out; padding; B > N; other formats --------
@@ -1007,11 +1015,11 @@ def test_padding_told_apart_from_repeats():
         return batchsel.EpochPlan([[np.array(b) for b in rank] for rank in ranks], num_examples=6)
 
     # a rank evened out with its own first batch; DistributedSampler's wrap-around of 1
-    assert cli._padding(plan([[0, 1], [2, 3]], [[4, 5], [0, 1]]), 2) == 2
-    assert cli._padding(plan([[0, 1], [2]], [[3, 4], [0]]), 1) == 1
+    assert cli_inspect._padding(plan([[0, 1], [2, 3]], [[4, 5], [0, 1]]), 2) == 2
+    assert cli_inspect._padding(plan([[0, 1], [2]], [[3, 4], [0]]), 1) == 1
     # batches of one example drawn again and again (the last one a copy): not padding alone
-    assert cli._padding(plan([[0], [0], [1], [0]], [[2], [2], [3], [3]]), 4) is None
-    assert cli._padding(plan([[0, 1]], [[2, 3]]), 0) == 0
+    assert cli_inspect._padding(plan([[0], [0], [1], [0]], [[2], [2], [3], [3]]), 4) is None
+    assert cli_inspect._padding(plan([[0, 1]], [[2, 3]]), 0) == 0
 
 
 def test_batch_larger_than_a_workers_share_is_said_larger_than_n_refused_where_the_api_refuses(

@@ -1,0 +1,404 @@
+"""``batchsel plan``: every worker's batches for E epochs, saved in one plan file.
+
+The selector of ``--method`` is built here from the command's options
+(:func:`_selector`); under mpiexec the k-NN graph of ``--method graph`` and the GreedMax
+partition of ``--partition submodular`` are built sharded over the ranks, and rank 0
+plans and writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+
+from batchsel.cli import inputs, outputs, ranks
+from batchsel.cli.errors import EXIT_OK, UsageError
+from batchsel.cli.terminal import progress
+from batchsel.core.checks import check_int, check_seed
+from batchsel.core.io import AtomicGroup
+from batchsel.plans.plan import save_plans
+
+METHODS = ("random", "submodular", "loss", "graph", "coreset")
+
+PLAN_EXAMPLE = """\
+examples:
+  # 3 epochs of random batches of 64 for 4 workers (DistributedSampler's split)
+  batchsel plan emb.npy --batch-size 64 --workers 4 --epochs 3 --out plan.npz
+  # graph-consistent batches: k-NN graph of the embeddings, METIS blocks per batch
+  batchsel plan emb.npy --method graph --neighbors 10 --batch-size 64 --workers 4 \\
+      --save-graph graph.npz --out plan.npz --force
+  # the same with the k-NN graph built over 2 MPI ranks (each reads its rows of emb.npy;
+  # rank 0 partitions the gathered graph and writes the same plan)
+  mpiexec -n 2 batchsel plan emb.npy --method graph --batch-size 64 --workers 4 --out plan.npz
+  # weighted coreset batches (CRAIG) need the labels
+  batchsel plan emb.npy --method coreset --labels y.npy --fraction 0.2 \\
+      --batch-size 64 --workers 4 --out coreset.npz
+
+  All epochs go into one file; read it with batchsel.load_plans(PATH) or
+  batchsel.EpochPlan.load(PATH, epoch=E). The same (inputs, method, seed, workers)
+  always give the same plan: compare fingerprints with 'batchsel inspect'.
+  Graphs (--graph, --save-graph) are scipy.sparse.save_npz files.
+"""
+
+# the methods that use each method option: any other method refuses it
+USED_BY = {
+    "labels": ("coreset",),
+    "metric": ("graph", "coreset"),
+    "neighbors": ("graph", "coreset"),
+    "weights": ("submodular",),
+    "pool_size": ("submodular",),
+    "partition": ("submodular",),
+    "losses": ("loss",),
+    "pressure": ("loss",),
+    "graph": ("graph",),
+    "blocks_per_batch": ("graph",),
+    "save_graph": ("graph",),
+    "fraction": ("coreset",),
+}
+
+
+def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """Add the ``plan`` command and its options.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The ``batchsel`` parser's subcommands.
+    parents : list of argparse.ArgumentParser
+        The options every command takes (``--quiet``, ``--debug``, ``--force``).
+    """
+    p = sub.add_parser(
+        "plan",
+        parents=parents,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=PLAN_EXAMPLE,
+        help="compute every worker's batches and save them",
+        description="Compute the batches of every worker (rank) for E epochs and save them in one\nplan file.",
+    )
+    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
+    p.add_argument("--batch-size", type=int, required=True, metavar="B", help="examples per batch")
+    p.add_argument(
+        "--workers", type=int, required=True, metavar="W", help="number of data-parallel workers (world size)"
+    )
+    p.add_argument("--epochs", type=int, default=1, metavar="E", help="number of epochs (default 1)")
+    p.add_argument("--start-epoch", type=int, default=0, metavar="E0", help="number of the first epoch (default 0)")
+    p.add_argument("--method", choices=METHODS, default="random", help="how batches are chosen (default random)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
+    p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding ranks to equal size")
+    p.add_argument("--labels", metavar="Y", help="class labels (N integers) for --method coreset")
+    p.add_argument(
+        "--metric",
+        choices=inputs.METRICS,
+        default=None,
+        help="graph: metric of the k-NN graph built from EMB; coreset: of the facility location (default euclidean)",
+    )
+    p.add_argument(
+        "--neighbors",
+        type=int,
+        default=None,
+        metavar="K",
+        help="graph: k of the k-NN graph built from EMB (default 10); coreset: sparse K-NN "
+        "similarity instead of dense per class",
+    )
+    _add_method_options(p)
+    p.add_argument("--out", metavar="PLAN.npz", required=True, help="plan file to write")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    p.set_defaults(
+        oom_hint="for large N give --method coreset --neighbors K (a sparse similarity instead of a dense one "
+        "per class), or --method graph a smaller --neighbors",
+    )
+
+
+def _add_method_options(p: argparse.ArgumentParser) -> None:
+    """The options of one method each, in a group per method."""
+    g = p.add_argument_group("method submodular (SMDL)")
+    g.add_argument(
+        "--weights",
+        metavar="LU,LR,LM,LF",
+        default=None,
+        help="weights of uncertainty, diversity, mean closeness, feature match (default 0.2,0.1,0.5,0.2)",
+    )
+    g.add_argument("--pool-size", type=int, default=None, metavar="P", help="candidates per batch (default 8 B)")
+    g.add_argument(
+        "--partition",
+        choices=("random", "submodular"),
+        default=None,
+        help="worker shards: random every epoch, or representative (GreedMax) (default random)",
+    )
+    g = p.add_argument_group("method loss (loss-rank)")
+    g.add_argument("--losses", metavar="L", help="latest per-example losses (N floats; default: none seen yet)")
+    g.add_argument(
+        "--pressure",
+        type=float,
+        default=None,
+        metavar="S_E",
+        help="selection pressure: first / last rank probability (default 100)",
+    )
+    g = p.add_argument_group("method graph (graph-consistent batches)")
+    g.add_argument("--graph", metavar="G.npz", help="N x N graph (scipy.sparse.save_npz); default: k-NN graph of EMB")
+    g.add_argument(
+        "--blocks-per-batch", type=int, default=None, metavar="Q", help="METIS blocks per batch (default B / 32)"
+    )
+    g.add_argument("--save-graph", metavar="G.npz", help="also save the k-NN graph built from EMB")
+    g = p.add_argument_group("method coreset (CRAIG)")
+    g.add_argument("--fraction", type=float, default=None, metavar="F", help="share of each class kept (default 0.1)")
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options the user gave; the others keep the library's defaults."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _weights(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 4:
+        raise UsageError(f"--weights must be 4 comma-separated numbers LU,LR,LM,LF, got {text!r}")
+    return values
+
+
+def _selector(
+    args: argparse.Namespace,
+    x: np.ndarray | None,
+    n: int,
+    labels: np.ndarray | None,
+    losses: np.ndarray | None,
+    graph: Any,
+) -> tuple[Any, Any]:
+    """The selector for ``--method`` over ``n`` examples (embeddings ``x``, None for
+    ``random``), and the k-NN graph it built (method graph without ``--graph``; else
+    None). ``(None, None)`` on a rank other than 0 under mpiexec, once its share of the
+    sharded work is done."""
+    from batchsel.selectors import CoresetSelector, LossRankSelector, RandomSelector
+
+    common = {"seed": args.seed, "drop_last": args.drop_last}
+    if args.method == "random":
+        return RandomSelector(n, args.batch_size, **common), None
+    if args.method == "submodular":
+        return _submodular_selector(args, x, n), None
+    if args.method == "loss":
+        selector = LossRankSelector(n, args.batch_size, **common, **_given(pressure=args.pressure))
+        if losses is not None:
+            selector.observe(np.arange(n), losses=losses)
+        return selector, None
+    if args.method == "graph":
+        return _graph_selector(args, x, graph)
+    metric = inputs.metric(args.metric) if args.metric else None
+    options = _given(fraction=args.fraction, metric=metric, neighbors=args.neighbors)
+    return CoresetSelector(x, labels, args.batch_size, **common, **options), None
+
+
+def _submodular_selector(args: argparse.Namespace, x: np.ndarray | None, n: int) -> Any:
+    """``--method submodular`` (SMDL); under mpiexec with ``--partition submodular`` the
+    GreedMax shards come from the graph built over the ranks (None on the other ranks)."""
+    from batchsel.selectors import SubmodularSelector
+
+    shards = None
+    if getattr(args, "comm", None) is not None:  # under mpiexec: GreedMax from the sharded graph
+        shards = _sharded_greedmax(args, n)
+        if args.comm.rank != 0:
+            return None  # rank 0 plans and writes
+        x = inputs.read_embeddings(args.embeddings)  # SMDL itself needs all rows: on rank 0 only
+    options = _given(
+        weights=_weights(args.weights) if args.weights else None, pool_size=args.pool_size, partition=args.partition
+    )
+    selector = SubmodularSelector(x, args.batch_size, seed=args.seed, drop_last=args.drop_last, **options)
+    if shards is not None:
+        # the shards the selector would compute itself (same graph, same seed): handed
+        # over through its state, which carries GreedMax shards per world size
+        state = selector.state_dict()
+        state["partitions"] = {args.workers: shards}
+        selector.load_state_dict(state)
+    return selector
+
+
+def _graph_selector(args: argparse.Namespace, x: np.ndarray | None, graph: Any) -> tuple[Any, Any]:
+    """``--method graph``: METIS blocks of ``--graph``, or of the k-NN graph of EMB built
+    here (in row shards under mpiexec, gathered to rank 0: ``(None, None)`` elsewhere)."""
+    from batchsel.selectors import GraphBlockSelector
+
+    built = None
+    metric = inputs.metric(args.metric or "euclidean")
+    k = 10 if args.neighbors is None else args.neighbors
+    if graph is None and getattr(args, "comm", None) is not None:  # under mpiexec: the sharded graph
+        from batchsel.distributed.sharded import ShardedIndex, gather_graph
+
+        index: Any = ShardedIndex(args.embeddings, args.comm, metric=metric, progress=not args.quiet)
+        rows = index.knn_graph(k=k)
+        del index
+        # to rank 0 only: the other ranks would hold the whole graph just to drop it
+        graph = built = gather_graph(rows, args.comm, root=0)
+        del rows
+        if args.comm.rank != 0:
+            return None, None  # rank 0 partitions the graph
+    elif graph is None:
+        from batchsel.index import EmbeddingIndex
+
+        index = EmbeddingIndex(x, metric=metric, progress=not args.quiet)
+        graph = built = index.knn_graph(k=k)
+        del index
+    options = _given(blocks_per_batch=args.blocks_per_batch)
+    return GraphBlockSelector(graph, args.batch_size, seed=args.seed, drop_last=args.drop_last, **options), built
+
+
+def _sharded_greedmax(args: argparse.Namespace, n: int) -> np.ndarray | None:
+    """Under mpiexec, ``--partition submodular``: the GreedMax shard of every example for
+    ``--workers`` shards (on rank 0; None elsewhere), from the RBF k-NN graph the
+    selector would build itself (euclidean, GreedMax's default k) built over the ranks.
+    GreedMax runs on rank 0 on the gathered graph (batchsel.distributed.sharded.submodular_partition)."""
+    from batchsel.distributed.sharded import ShardedIndex, submodular_partition
+    from batchsel.selectors.base import Selector
+    from batchsel.submodular.partition import DEFAULT_NEIGHBORS, shard_of_each
+
+    # the one-process run's error for too many workers, before the graph is built
+    Selector(n, 1).check_world(args.workers)
+    k = min(DEFAULT_NEIGHBORS, n - 1)
+    index = ShardedIndex(args.embeddings, args.comm, metric="euclidean", progress=not args.quiet)
+    rows = index.knn_graph(k=k, kernel="rbf")
+    del index
+    parts = submodular_partition(rows, args.workers, args.comm, seed=args.seed, root=0)
+    return shard_of_each(parts, n) if args.comm.rank == 0 else None
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """The options' mistakes that need no data, and the outputs (before the work)."""
+    check_int(args.batch_size, "--batch-size", minimum=1)
+    check_int(args.workers, "--workers", minimum=1)
+    check_int(args.epochs, "--epochs", minimum=1)
+    check_int(args.start_epoch, "--start-epoch", minimum=0)
+    if args.neighbors is not None:
+        check_int(args.neighbors, "--neighbors", minimum=1)
+    args.seed = check_seed(args.seed)
+    # Options that the chosen method would silently ignore are mistakes worth naming.
+    for option, methods in USED_BY.items():
+        if getattr(args, option) is not None and args.method not in methods:
+            raise UsageError(f"--{option.replace('_', '-')} is used only by --method {' or '.join(methods)}")
+    if args.method == "coreset" and args.labels is None:
+        raise UsageError("--method coreset needs --labels")
+    if args.graph is not None and (args.save_graph or args.neighbors or args.metric):
+        raise UsageError(
+            "--neighbors, --metric and --save-graph are for the graph built from EMB; they do not combine with --graph"
+        )
+    given = [("EMB", args.embeddings), ("--labels", args.labels), ("--losses", args.losses), ("--graph", args.graph)]
+    # numpy's savez would append .npz to another name; a plan file is read back by its name
+    outputs.check_output(args.out, args.force, what="plan", suffixes=(".npz",), inputs=given)
+    outputs.check_output(args.save_graph, args.force, what="graph", suffixes=(".npz",), inputs=given)
+    if args.save_graph is not None and outputs.same_file(args.save_graph, args.out):
+        raise UsageError("--save-graph and --out name the same file")
+
+
+def _read_inputs(args: argparse.Namespace) -> tuple[np.ndarray | None, int, Any, Any, Any]:
+    """``(x, N, labels, losses, graph)``: the embeddings where the method needs them here
+    (not for random batches, nor for a graph built over the ranks), the other inputs
+    given, checked against N."""
+    if args.method == "random" or args.comm is not None:
+        x, n = None, inputs.num_rows(args.embeddings)
+    else:
+        x = inputs.read_embeddings(args.embeddings)
+        n = x.shape[0]
+    if args.batch_size > n and args.method != "random":
+        # the selectors' own check (batch_size <= N), before any graph is built, in the
+        # command's terms; random batches take a larger B, as torch's BatchSampler does
+        raise UsageError(
+            f"--batch-size {args.batch_size} is larger than the {n} examples of {args.embeddings!r}: "
+            f"--method {args.method} needs a batch size of at most {n}"
+        )
+    labels = inputs.read_labels(args.labels, n, allow_unlabeled=False) if args.labels else None
+    losses = inputs.read_losses(args.losses, n) if args.losses else None
+    graph = inputs.read_graph(args.graph, n) if args.graph else None
+    return x, n, labels, losses, graph
+
+
+def _write_plans(args: argparse.Namespace, plans: list[Any], built_graph: Any) -> None:
+    """The plan file, and ``--save-graph`` the k-NN graph built: both or neither."""
+
+    def write_outputs(group: AtomicGroup) -> None:
+        with group.open(args.out, "wb", overwrite=args.force) as fh:
+            save_plans(fh, plans)
+        if args.save_graph is not None and built_graph is not None:
+            import scipy.sparse as sp
+
+            with group.open(args.save_graph, "wb", overwrite=args.force) as fh:
+                sp.save_npz(fh, built_graph)
+
+    outputs.write([args.out, args.save_graph], write_outputs)
+
+
+def _report(args: argparse.Namespace, plans: list[Any], n: int, sizes: list[int]) -> None:
+    """Say what was written (stdout), with a note on stderr where the batches are smaller
+    than ``--batch-size``."""
+    if max(sizes) < args.batch_size:
+        # said, not refused: the selectors (RandomSelector as torch's DistributedSampler +
+        # BatchSampler) cut a batch larger than a worker's share of the epoch to that share
+        share = max(p.indices(r).size for p in plans for r in range(p.world_size))
+        sys.stderr.write(
+            f"batchsel: note: --batch-size {args.batch_size} is more than the {share} examples each of the "
+            f"{args.workers} worker(s) gets an epoch: the batches hold {max(sizes)} at most\n"
+        )
+    summary = {
+        "out": args.out,
+        "method": args.method,
+        "seed": args.seed,
+        "num_examples": n,
+        "batch_size": args.batch_size,
+        "world_size": args.workers,
+        "num_batches": plans[0].num_batches,
+        "epochs": [{"epoch": p.epoch, "fingerprint": p.fingerprint()} for p in plans],
+    }
+    if args.json:
+        outputs.print_json(summary)
+        return
+    print(
+        f"wrote {args.out}: {len(plans)} epoch(s) x {args.workers} worker(s) x {plans[0].num_batches} "
+        f"batches of {min(sizes)}..{max(sizes)} examples (method {args.method}, seed {args.seed}, "
+        f"{n} examples)"
+    )
+    for p in plans:
+        print(f"epoch {p.epoch}  fingerprint {p.fingerprint()}")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Run ``batchsel plan``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed command line (:func:`add_parser`'s options).
+
+    Returns
+    -------
+    int
+        The exit code, 0; errors are raised (``UsageError``: exit 2).
+    """
+    _check_options(args)
+    # under mpiexec -n W (W > 1), method graph and the GreedMax partition build the k-NN
+    # graph sharded over the ranks (each reads its rows of EMB); rank 0 writes the outputs
+    plan_inputs = ["embeddings", "labels", "losses", "graph"]
+    sharded = (args.method == "graph" and args.graph is None) or (
+        args.method == "submodular" and args.partition == "submodular"
+    )
+    args.comm = ranks.mpi_ranks(args, plan_inputs) if sharded else None
+    if not sharded and ranks.rank_zero_alone(args, plan_inputs):
+        return EXIT_OK
+    x, n, labels, losses, graph = _read_inputs(args)
+    selector, built_graph = _selector(args, x, n, labels, losses, graph)
+    if args.comm is not None and args.comm.rank != 0:
+        return EXIT_OK  # the graph is built; rank 0 partitions it and writes the outputs
+    epochs = range(args.start_epoch, args.start_epoch + args.epochs)
+    plans = [
+        selector.plan(epoch=e, world_size=args.workers) for e in progress(epochs, args.quiet, desc="plan", unit="epoch")
+    ]
+    sizes = [b.size for p in plans for r in range(p.world_size) for b in p.batches(r)]
+    if not sizes:  # nothing to train on: refused before it is written
+        dropped = " with --drop-last, which drops them all (use fewer workers, or leave --drop-last out)"
+        raise UsageError(
+            f"the plan holds no batch: {args.workers} workers for {n} examples{dropped if args.drop_last else ''}"
+        )
+    _write_plans(args, plans, built_graph)
+    _report(args, plans, n, sizes)
+    return EXIT_OK
