@@ -21,8 +21,8 @@ import numpy as np
 
 import batchsel
 import batchsel.apricot as apricot
-import batchsel.submodular.optimizers as bo
 import batchsel.selectors as bs
+import batchsel.submodular.optimizers as bo
 
 N = 120  # examples of the selector cases
 D = 8  # embedding dimension

@@ -32,8 +32,8 @@ _GRAM_ROWS = 1024
 # Gram products of at most this many multiply-adds (N^2 d; 2048^2 x 64) run on one BLAS
 # thread (batchsel.core.blas): the small similarities of SMDL pools and per-class coresets are
 # bound by writing the N x N output, and two threads gained nothing at 1024 x 64 and
-# 4096 x 64 on 2 cores (12 vs 16 ms, 225 vs 236 ms) while oversubscribing the cores next to
-# a training step; larger products (4096 x 512: 468 vs 308 ms) keep every thread.
+# 4096 x 64 on 2 cores while oversubscribing the cores next to a training step; larger
+# products (4096 x 512) gain from more threads and keep every thread.
 _ONE_THREAD_MACS = 1 << 28
 
 

@@ -1,0 +1,291 @@
+"""apricot's selection base classes: :class:`BaseSelection` (``fit``, ``transform``,
+``fit_transform`` and ``partial_fit`` over a batchsel set function and an apricot
+optimizer) and :class:`BaseGraphSelection` (the same over a similarity of the rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from batchsel.apricot.optimizers import OPTIMIZERS, BaseOptimizer, SieveGreedy, resolve
+from batchsel.apricot.problem import Problem
+from batchsel.apricot.utils import as_data, check_random_state, similarity
+from batchsel.submodular.functions.base import SetFunction
+
+
+def _costs(sample_cost: Any, n: int) -> np.ndarray | None:
+    if sample_cost is None:
+        return None
+    cost = np.asarray(sample_cost, dtype=np.float64)
+    if cost.shape != (n,):
+        raise ValueError(f"sample_cost must have one value per example ({n}), got shape {cost.shape}")
+    return cost
+
+
+class BaseSelection:
+    """apricot's selection base: ``fit(X)`` selects ``n_samples`` examples of X with
+    ``optimizer``; the results are ``ranking`` (indices in selection order), ``gains`` (the
+    marginal gain of each when picked, float64) and ``subset`` (their rows).
+
+    Parameters follow apricot-select 0.6.1.
+
+    Parameters
+    ----------
+    n_samples : int or float
+        Number of examples to select (> 0), or the budget with ``fit``'s ``sample_cost``.
+    initial_subset : list or numpy.ndarray, optional
+        Examples in the set before the first pick: indices, a boolean mask, or rows (2-D).
+    optimizer : str or BaseOptimizer, default "lazy"
+        An apricot optimizer name (:data:`~batchsel.apricot.OPTIMIZERS`) or object.
+    optimizer_kwds : dict, optional
+        Arguments of an optimizer given by name.
+    reservoir : array-like, optional
+        ``partial_fit``'s facility-location reference rows; None: the first
+        ``max_reservoir_size`` rows of the stream.
+    max_reservoir_size : int, default 1000
+        Rows of that reference when it is not given.
+    n_jobs : int, default 1
+        Accepted and not used, as in apricot.
+    random_state : None, int or numpy.random.RandomState, optional
+        The draws of the stochastic optimizers.
+    verbose : bool, default False
+        Progress bars over the picks.
+
+    Attributes
+    ----------
+    ranking : numpy.ndarray
+        The selected examples (int64), in selection order.
+    gains : numpy.ndarray
+        The gain (float64) of each when it was picked.
+    subset : numpy.ndarray
+        Their rows.
+    idxs : numpy.ndarray
+        apricot's ``idxs``: the examples the optimizer left unmasked (neither initial, nor
+        picked, nor dropped by sample greedy).
+
+    Example
+    -------
+    >>> from batchsel.apricot import FeatureBasedSelection
+    >>> x = np.random.default_rng(0).uniform(size=(50, 4))
+    >>> sel = FeatureBasedSelection(5).fit(x)
+    >>> sel.ranking.shape, sel.subset.shape, sel.idxs.shape
+    ((5,), (5, 4), (45,))
+    """
+
+    _square = False  # the function's matrix is a square similarity (GreeDi slices columns too)
+
+    def __init__(
+        self,
+        n_samples: Any,
+        initial_subset: Any = None,
+        optimizer: Any = "lazy",
+        optimizer_kwds: dict | None = None,
+        reservoir: Any = None,
+        max_reservoir_size: int = 1000,
+        n_jobs: int = 1,
+        random_state: Any = None,
+        verbose: bool = False,
+    ) -> None:
+        if n_samples <= 0:
+            raise ValueError("n_samples must be a positive value.")
+        if initial_subset is not None and not isinstance(initial_subset, (list, np.ndarray)):
+            raise ValueError("initial_subset must be a list, numpy array, or None")
+        if initial_subset is not None:
+            initial_subset = np.array(initial_subset)
+        if not isinstance(optimizer, BaseOptimizer) and optimizer not in OPTIMIZERS:
+            raise ValueError(f"Optimizer must be an optimizer object or a str in {list(OPTIMIZERS)}.")
+        if verbose not in (True, False):
+            raise ValueError("verbosity must be True or False")
+        self.n_samples = n_samples
+        self.metric = "ignore"
+        self.random_state = check_random_state(random_state)
+        self.optimizer = optimizer
+        self.optimizer_kwds = {} if optimizer_kwds is None else optimizer_kwds
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+        self.initial_subset = initial_subset
+        self.reservoir = reservoir
+        self.max_reservoir_size = max_reservoir_size if reservoir is None else np.asarray(reservoir).shape[0]
+        self.ranking: Any = None
+        self.idxs: Any = None
+        self.gains: Any = None
+        self.subset: Any = None
+        self.sparse: Any = None
+        self._sieve: Any = None
+        self._sieve_rows: dict[int, np.ndarray] = {}
+        self.n_seen_ = 0
+
+    # -- to implement: the batchsel function of a matrix (features or similarity) -------------
+    def _make(self, matrix: Any) -> SetFunction:
+        raise NotImplementedError
+
+    def _matrix(self, X: Any) -> Any:
+        """The matrix the function is built on (features here, a similarity for graphs)."""
+        return X
+
+    # -- apricot's interface ------------------------------------------------------------------
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None, sample_cost: Any = None) -> "BaseSelection":
+        """Select ``n_samples`` examples of X (``sample_cost``: a knapsack budget of
+        ``n_samples``); returns self."""
+        x = as_data(X)
+        values = x.data if sp.issparse(x) else x
+        if values.size and values.min() < 0.0 and values.max() > 0.0:
+            raise ValueError("X cannot contain negative values or must be entirely negative values.")
+        if self.n_samples > x.shape[0]:
+            raise ValueError("Cannot select more examples than the number in the data set.")
+        self.sparse = sp.issparse(x)
+        matrix = self._matrix(x)
+        initial, rows = self._initial(x.shape[0])
+        problem = Problem(self._make, matrix, self._square, initial, rows, self.verbose)
+        optimizer = resolve(self.optimizer, verbose=self.verbose, random_state=self.random_state, **self.optimizer_kwds)
+        optimizer.select(problem, self.n_samples, _costs(sample_cost, x.shape[0]))
+        self.ranking = np.asarray(problem.ranking, dtype=np.int64)
+        self.gains = np.asarray(problem.gains, dtype=np.float64)
+        self.idxs = problem.idxs
+        self.subset = self._rows(x, self.ranking)
+        return self
+
+    def transform(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
+        """The selected rows of X (and of y, sample_weight), in selection order."""
+        r = self.ranking
+        if sample_weight is not None:
+            return X[r], None if y is None else y[r], sample_weight[r]
+        return X[r] if y is None else (X[r], y[r])
+
+    def fit_transform(self, X: Any, y: Any = None, sample_weight: Any = None, sample_cost: Any = None) -> Any:
+        """``fit`` then ``transform``."""
+        self.fit(X, y=y, sample_weight=sample_weight, sample_cost=sample_cost)
+        return self.transform(X, y=y, sample_weight=sample_weight)
+
+    def partial_fit(self, X: Any, y: Any = None, sample_weight: Any = None, sample_cost: Any = None) -> "BaseSelection":
+        """Stream X (one chunk of rows) through sieve-streaming
+        (:class:`batchsel.submodular.streaming.SieveStreaming`, best sieve, apricot's epsilon 0.01);
+        ``ranking`` numbers the rows across calls."""
+        if sample_cost is not None:
+            raise ValueError("partial_fit takes no sample_cost here (sieve-streaming under a cardinality budget)")
+        x = as_data(X)
+        x = x.toarray() if sp.issparse(x) else x
+        if self._sieve is None:
+            self._sieve = self._streamer()
+        self._sieve.partial_fit(x)
+        base = self.n_seen_
+        self.n_seen_ += x.shape[0]
+        ranking = np.asarray(self._sieve.indices_, dtype=np.int64)
+        # the rows of every open sieve's items (a later chunk may make any of them the best)
+        held = set(ranking.tolist()) | set(self._sieve.held_indices_.tolist())
+        for j in held:
+            if base <= j < self.n_seen_:
+                self._sieve_rows[j] = np.array(x[j - base])
+        self._sieve_rows = {j: r for j, r in self._sieve_rows.items() if j in held}
+        self.ranking = ranking
+        self.gains = np.asarray(self._sieve.gains_, dtype=np.float64)
+        width = x.shape[1]
+        self.subset = np.array([self._sieve_rows[j] for j in ranking.tolist()]).reshape(-1, width)
+        return self
+
+    def _streamer(self) -> Any:
+        raise NotImplementedError(
+            f"partial_fit (sieve-streaming) is available for FeatureBasedSelection and "
+            f"FacilityLocationSelection, not {type(self).__name__}"
+        )
+
+    def _epsilon(self) -> float:
+        if isinstance(self.optimizer, SieveGreedy):
+            return float(self.optimizer.epsilon)
+        return float(self.optimizer_kwds.get("epsilon", 0.01))
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _initial(self, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        s = self.initial_subset
+        if s is None:
+            return None, None
+        if s.ndim == 2:
+            return None, s.astype(np.float64)
+        if s.dtype == bool:
+            s = np.flatnonzero(s)
+        if len(s) + self.n_samples > n:
+            raise ValueError(
+                "When using a mask for the initial subset must selected fewer than the size of the subset "
+                "minus the initial subset size, i.e., n_samples < X.shape[0] - initial_subset.shape[0]."
+            )
+        if s.size and (s.max() >= n or s.min() < 0):
+            raise ValueError("initial_subset indices must be in [0, X.shape[0])")
+        return np.unique(s.astype(np.int64)), None
+
+    def _rows(self, x: Any, ranking: np.ndarray) -> np.ndarray:
+        if self.metric == "precomputed":
+            return np.zeros((0, x.shape[1]))
+        rows = x[ranking]
+        return rows.toarray() if sp.issparse(rows) else np.asarray(rows, dtype=np.float64)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_samples={self.n_samples!r}, optimizer={self.optimizer!r})"
+
+
+class BaseGraphSelection(BaseSelection):
+    """Selections over a similarity of the rows: ``metric`` (``"euclidean"``, ``"cosine"``,
+    ``"corr"``/``"correlation"``, any scikit-learn metric, or ``"precomputed"`` for a given
+    square similarity, dense or CSR) and ``n_neighbors`` (a sparse k-NN similarity) as
+    apricot's.
+
+    Parameters
+    ----------
+    n_samples : int or float
+        As :class:`BaseSelection`'s, and so are ``initial_subset``, ``optimizer``
+        (default ``"two-stage"``), ``optimizer_kwds``, ``reservoir``,
+        ``max_reservoir_size``, ``n_jobs``, ``random_state`` and ``verbose``.
+    metric : str, default "euclidean"
+        The similarity of the rows (:func:`~batchsel.apricot.utils.similarity`).
+    n_neighbors : int, optional
+        A sparse k-NN similarity of that many neighbours; None: dense.
+
+    Example
+    -------
+    >>> from batchsel.apricot import GraphCutSelection
+    >>> x = np.random.default_rng(0).uniform(size=(40, 3))
+    >>> GraphCutSelection(4, metric="cosine", n_neighbors=10).fit(x).ranking.shape
+    (4,)
+    """
+
+    _square = True
+
+    def __init__(
+        self,
+        n_samples: Any,
+        metric: str = "euclidean",
+        initial_subset: Any = None,
+        optimizer: Any = "two-stage",
+        optimizer_kwds: dict | None = None,
+        n_neighbors: Any = None,
+        reservoir: Any = None,
+        max_reservoir_size: int = 1000,
+        n_jobs: int = 1,
+        random_state: Any = None,
+        verbose: bool = False,
+    ) -> None:
+        super().__init__(
+            n_samples,
+            initial_subset=initial_subset,
+            optimizer=optimizer,
+            optimizer_kwds=optimizer_kwds,
+            reservoir=reservoir,
+            max_reservoir_size=max_reservoir_size,
+            n_jobs=n_jobs,
+            random_state=random_state,
+            verbose=verbose,
+        )
+        self.metric = metric.replace("corr", "correlation") if metric != "correlation" else metric
+        self.n_neighbors = n_neighbors
+
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None, sample_cost: Any = None) -> "BaseSelection":
+        if sp.issparse(X) and self.metric not in ("precomputed", "ignore"):
+            raise ValueError("Must passed in a precomputed sparse similarity matrix or a dense feature matrix.")
+        if self.metric == "precomputed" and X.shape[0] != X.shape[1]:
+            raise ValueError("Precomputed similarity matrices must be square and symmetric.")
+        return super().fit(X, y=y, sample_weight=sample_weight, sample_cost=sample_cost)
+
+    def _matrix(self, X: Any) -> Any:
+        return similarity(X, self.metric, self.n_neighbors)
