@@ -54,6 +54,24 @@ def batch_edges(graph: sp.csr_matrix, batch_indices: np.ndarray) -> tuple[np.nda
     two nodes of the batch), found in ``O(B * degree * log B)``: rows are sliced from the
     CSR and their columns located in the sorted batch, never an ``N``-sized array.
 
+    Parameters
+    ----------
+    graph : scipy.sparse.csr_matrix
+        ``N x N`` graph over the training examples.
+    batch_indices : numpy.ndarray of int
+        The batch's examples (indices into the graph; repeats allowed).
+
+    Returns
+    -------
+    src, dst : numpy.ndarray of int64
+        The ends of every in-batch edge, as positions in the batch.
+    weight : numpy.ndarray
+        Their weights (the graph's dtype).
+
+    See Also
+    --------
+    GraphRegularizedLoss : the loss whose graph term sums over these edges.
+
     Example
     -------
     >>> import scipy.sparse as sp
@@ -93,23 +111,23 @@ class GraphRegularizedLoss(torch.nn.Module):
 
     Parameters
     ----------
-    graph:
+    graph : scipy.sparse matrix
         ``N x N`` scipy sparse affinity graph over the training examples (e.g.
         ``EmbeddingIndex(x).knn_graph(k)``); weights ``w_ij >= 0``. Each stored entry
         ``(i, j)`` is one term ``w_ij KL(p_i || p_j)``: on a symmetric graph an undirected
         edge therefore contributes both directions, ``w_ij (KL(p_i||p_j) + KL(p_j||p_i))``
         (the symmetric, Jeffreys divergence). Pass ``sp.triu(graph)`` for one direction.
-    mu:
+    mu : float, default 1.0
         Weight of the graph term (>= 0). With ``reduction="mean"`` its effect grows with the
         edges kept inside a batch: the default (1) was measured with graph-block batches;
         random batches, which keep about ``(B - 1) / (N - 1)`` of the edges, want a larger
         mu (10 on the digits benchmark).
-    nu:
+    nu : float, default 0.01
         Weight of the entropy term (>= 0); it is *subtracted*, so it keeps predictions
         from collapsing, as in measure propagation.
-    num_examples:
+    num_examples : int or None, default None
         If given, the number of training examples: a graph of another size is refused.
-    reduction:
+    reduction : {"mean", "sum"}, default "mean"
         ``"sum"``: ``J_b`` exactly as above; batch losses add up to the full objective.
         ``"mean"``: every term is made a mean so the scale does not grow with the batch
         size or the label fraction: the CE is divided by the number of labeled examples
@@ -210,7 +228,22 @@ class GraphRegularizedLoss(torch.nn.Module):
     def forward(self, logits: torch.Tensor, batch_indices: Any, labels: Any) -> torch.Tensor:
         """The loss of one batch: ``logits`` (B x C) of the examples ``batch_indices``
         (B indices into the graph), ``labels`` (B class ids, -1 = unlabeled). An index
-        listed twice (a padded batch) counts as two examples, each with its own edges."""
+        listed twice (a padded batch) counts as two examples, each with its own edges.
+
+        Parameters
+        ----------
+        logits : torch.Tensor
+            B x C floating-point logits.
+        batch_indices : array-like or tensor of int
+            The B examples' indices into the graph.
+        labels : array-like or tensor of int
+            B class ids, -1 for an unlabeled example.
+
+        Returns
+        -------
+        torch.Tensor
+            The scalar loss (``last_parts`` holds its parts).
+        """
         idx, y_host = self._check_inputs(logits, batch_indices, labels)
         batch_size = logits.shape[0]
         log_p = F.log_softmax(logits, dim=1)

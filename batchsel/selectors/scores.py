@@ -12,6 +12,27 @@ from batchsel.core.checks import tensor_to_numpy
 
 
 def check_logits(logits: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``logits`` as finite float64 (n x classes) and ``labels`` as their int64 class ids.
+
+    Parameters
+    ----------
+    logits : array-like or tensor
+        A non-empty n x classes array of numbers (``TypeError`` otherwise; ``ValueError``
+        for another shape or a NaN / inf, naming its row).
+    labels : array-like or tensor of int
+        One class id per row (:func:`check_class_ids`).
+
+    Returns
+    -------
+    logits, labels : numpy.ndarray
+        float64 and int64.
+
+    Example
+    -------
+    >>> z, y = check_logits([[1, 0], [0, 1]], [1, 0])
+    >>> z.dtype, y.tolist()
+    (dtype('float64'), [1, 0])
+    """
     z = np.asarray(tensor_to_numpy(logits))
     if z.dtype == object or not (np.issubdtype(z.dtype, np.number)):
         raise TypeError(f"logits must be numeric, got dtype {z.dtype}")
@@ -27,7 +48,29 @@ def check_logits(logits: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
 def check_class_ids(labels: Any, shape: tuple[int, ...]) -> np.ndarray:
     """``labels`` as int64 class ids of the rows of logits of ``shape`` (n x classes): one
     per row, each a column of the logits (``ValueError`` naming the shapes or the label
-    out of range, ``TypeError`` for labels that are not integers)."""
+    out of range, ``TypeError`` for labels that are not integers).
+
+    Parameters
+    ----------
+    labels : array-like or tensor of int
+        The class ids.
+    shape : tuple of int
+        The logits' shape (n, classes).
+
+    Returns
+    -------
+    numpy.ndarray
+        The labels as int64.
+
+    Example
+    -------
+    >>> check_class_ids([2, 0], (2, 3)).tolist()
+    [2, 0]
+    >>> check_class_ids([3, 0], (2, 3))
+    Traceback (most recent call last):
+    ...
+    ValueError: labels must be in [0, 3) (the classes of logits of shape (2, 3)), found 3
+    """
     y = np.asarray(tensor_to_numpy(labels))
     if y.ndim != 1 or y.shape[0] != shape[0]:
         raise ValueError(
@@ -45,6 +88,25 @@ def check_class_ids(labels: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def log_softmax(z: np.ndarray) -> np.ndarray:
+    """Row-wise ``log softmax(z)``, shifted by each row's maximum so that no ``exp``
+    overflows.
+
+    Parameters
+    ----------
+    z : numpy.ndarray
+        n x classes logits (finite).
+
+    Returns
+    -------
+    numpy.ndarray
+        Their log-probabilities, same shape.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> np.exp(log_softmax(np.array([[1000.0, 1000.0]]))).tolist()
+    [[0.5, 0.5]]
+    """
     z = z - z.max(axis=1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
@@ -52,6 +114,22 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
 def loss_scores(logits: Any, labels: Any) -> np.ndarray:
     """Per-example cross-entropy ``-log softmax(logits)[y]`` (float64), from numpy arrays
     or tensors.
+
+    Parameters
+    ----------
+    logits : array-like or tensor
+        n x classes logits (finite).
+    labels : array-like or tensor of int
+        One class id per row.
+
+    Returns
+    -------
+    numpy.ndarray
+        n losses (float64).
+
+    See Also
+    --------
+    gradnorm_scores : the gradient-norm bound, from the same inputs.
 
     Example
     -------
@@ -68,6 +146,24 @@ def gradnorm_scores(logits: Any, labels: Any, hidden: Any = None) -> np.ndarray:
     ``|softmax(z) - onehot(y)|_2``, times ``|h|_2`` when the last hidden layer's
     activations ``hidden`` (n x d) are given (the gradient of the last linear layer's
     weights is their outer product).
+
+    Parameters
+    ----------
+    logits : array-like or tensor
+        n x classes logits (finite).
+    labels : array-like or tensor of int
+        One class id per row.
+    hidden : array-like, tensor or None, default None
+        The last hidden layer's activations, one row per example (finite).
+
+    Returns
+    -------
+    numpy.ndarray
+        n bounds (float64).
+
+    See Also
+    --------
+    loss_scores : the cross-entropy, from the same inputs.
 
     Example
     -------
