@@ -14,7 +14,6 @@ from test_integrations_mp import MPIEXEC, clean_env  # puts tests/mp_scripts on 
 
 from batchsel.distributed.sharded import (
     ShardedIndex,
-    _merge,
     facility_location,
     gather_graph,
     load_graph_shards,
@@ -22,6 +21,7 @@ from batchsel.distributed.sharded import (
     shard_range,
     submodular_partition,
 )
+from batchsel.distributed.sharded.exchange import merge_topk as _merge
 from batchsel.index import EmbeddingIndex
 from batchsel.integrations import SingleProcessComm
 from batchsel.submodular.partition import submodular_partition as one_process_partition

@@ -304,20 +304,39 @@ def audit(
     seed: int = 0,
     probabilities: Any = None,
 ) -> Audit:
-    """Audit ``embeddings`` (``N x d`` array, tensor or ``.npy`` path) and, if given, integer
-    ``labels`` (length N): see the module docstring. ``threshold`` is the near-duplicate
-    threshold of the groups returned (and of the advice); ``thresholds`` the curve's (a
-    sequence of numbers in (0, 1], or one number). All-zero rows have no direction: they
-    count as exact duplicates of one another (one kept) at every threshold and of no other
-    row, as in :func:`~batchsel.deduplicate`; a warning and the advice give their count
-    (``zero_rows``).
-    With ``comm`` the search runs sharded over its ranks and every rank returns the same.
-    ``probabilities``: ``N x C`` out-of-sample class probabilities of the labels' model
-    (column c = label c; rows summing to 1), for the label-noise estimate and the flagged
-    rows instead of the neighbours' votes; they need ``labels`` in ``[0, C)``.
+    """Audit ``embeddings`` and, if given, their integer ``labels``: see the module docstring.
 
-    Example
+    All-zero rows have no direction: they count as exact duplicates of one another (one
+    kept) at every threshold and of no other row, as in :func:`~batchsel.deduplicate`; a
+    warning and the advice give their count (``zero_rows``).
+
+    Parameters
+    ----------
+    embeddings : array-like, torch.Tensor or path
+        ``N x d`` array, tensor or ``.npy`` path.
+    labels : array-like or None, default None
+        Integer class ids, length N.
+    k : int, default 10
+        Neighbours per row (cosine).
+    threshold : float, default 0.95
+        The near-duplicate threshold of the groups returned (and of the advice).
+    thresholds : sequence of float, or float, default DUPLICATE_THRESHOLDS
+        The near-duplicate curve's thresholds, numbers in (0, 1].
+    nprobe, comm, progress, seed
+        As :func:`~batchsel.deduplicate` (defaults ``NPROBE``, None, True, 0): with
+        ``comm`` the search runs sharded over its ranks and every rank returns the same.
+    probabilities : array-like or None, default None
+        ``N x C`` out-of-sample class probabilities of the labels' model (column c =
+        label c; rows summing to 1), for the label-noise estimate and the flagged rows
+        instead of the neighbours' votes; they need ``labels`` in ``[0, C)``.
+
+    Returns
     -------
+    Audit
+        What was found, with advice.
+
+    Examples
+    --------
     >>> rng = np.random.default_rng(0)
     >>> y = rng.integers(0, 3, 300)
     >>> x = (np.eye(3, 8)[y] * 4 + rng.normal(size=(300, 8))).astype(np.float32)
@@ -332,18 +351,33 @@ def audit(
     start = time.perf_counter()
     index, comm = cosine_index(embeddings, comm, nprobe, progress, seed)
     n, d = index.num_examples, index.dim
-    y = None
-    if labels is not None:
-        y = check_labels(labels, n)
+    y = None if labels is None else check_labels(labels, n)
     given = None if probabilities is None else check_probabilities(probabilities, y, n)
     if n < 2:
         raise ValueError(f"an audit needs at least 2 rows, got {n}")
-    k = min(k, n - 1)
-    S, I = index.neighbors(k)
+    S, I = index.neighbors(min(k, n - 1))
     if comm is not None:  # every rank holds all neighbour lists (N x k): the same report everywhere
         parts = comm.allgather((S, I))
         S, I = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-    # near-duplicates at every threshold, from the same pairs
+    zeros, duplicates, group = _near_duplicates(index, S, I, curve, threshold)
+    score, mean_sim, outliers = _outliers(S, I)
+    random_sim = _random_similarity(index, seed)
+    result = Audit(n, d, duplicates, threshold, group, score, outliers, float(mean_sim.mean()), random_sim)
+    result.zero_rows = zeros
+    if y is not None:
+        _audit_labels(result, y, S, I, given)
+    result.advice = _advice(result)
+    result.seconds = time.perf_counter() - start
+    logger.info("audit of %d x %d in %.1f s", n, d, result.seconds)
+    return result
+
+
+def _near_duplicates(
+    index: EmbeddingIndex, S: np.ndarray, I: np.ndarray, curve: list[float], threshold: float
+) -> tuple[np.ndarray, dict[float, float], np.ndarray]:
+    """The all-zero rows (with their warning), the share of rows removed at every
+    threshold of ``curve``, and the groups at ``threshold``: all from the same pairs."""
+    n = S.shape[0]
     zeros = zero_rows(index, S, I, 0)
     warn_zero_rows(zeros, n, "audit")
     i, j, s = unique_pairs(*with_zero_pairs(*neighbour_pairs(S, I, 0, curve[0]), zeros), n)
@@ -354,36 +388,45 @@ def audit(
         duplicates[t] = 1.0 - np.count_nonzero(g == np.arange(n)) / n
         if t == threshold:
             group = g
-    # outliers: dissimilarity to the neighbours, robustly standardized
+    return zeros, duplicates, group
+
+
+def _outliers(S: np.ndarray, I: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every row's outlier score (1 - mean similarity to its neighbours), that mean, and
+    the rows whose score is ``OUTLIER_MADS`` robust deviations above the median, most
+    isolated first."""
     valid = I >= 0
     mean_sim = np.where(valid, S, 0.0).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
     score = 1.0 - mean_sim
     med = float(np.median(score))
     mad = float(np.median(np.abs(score - med))) * 1.4826
     flagged = np.flatnonzero(score > med + OUTLIER_MADS * max(mad, 1e-12))
-    outliers = flagged[np.argsort(-score[flagged], kind="stable")].astype(np.int64)
+    return score, mean_sim, flagged[np.argsort(-score[flagged], kind="stable")].astype(np.int64)
+
+
+def _random_similarity(index: EmbeddingIndex, seed: int) -> float:
+    """The mean cosine similarity of seeded random pairs of rows (at most 20,000)."""
+    n = index.num_examples
     rng = np.random.default_rng([seed, 0xA0D17])
     a_, b_ = rng.integers(0, n, (2, min(20_000, n * 4)))
-    random_sim = float(np.mean(_cosine_rows(index, a_, b_)))
-    result = Audit(n, d, duplicates, threshold, group, score, outliers, float(mean_sim.mean()), random_sim)
-    result.zero_rows = zeros
-    if y is not None:
-        classes, positions = np.unique(y, return_inverse=True)
-        positions = positions.reshape(-1)
-        result.class_counts = {int(c): int(m) for c, m in zip(classes, np.bincount(positions))}
-        if given is None:
-            result.probabilities = neighbor_probabilities(I, S, positions, classes.size)
-            result.probability_source = "neighbours"
-        else:  # the model's columns are the classes 0..C-1, present in the labels or not
-            classes, positions = np.arange(given.shape[1]), y
-            result.probabilities, result.probability_source = given, "given"
-        result.classes, result.label_positions = classes, positions
-        result.noise_rate, result.label_issues = confident_learning(result.probabilities, positions)
-        result.neighbor_agreement = float(result.probabilities.max(axis=1).mean())
-    result.advice = _advice(result)
-    result.seconds = time.perf_counter() - start
-    logger.info("audit of %d x %d in %.1f s", n, d, result.seconds)
-    return result
+    return float(np.mean(_cosine_rows(index, a_, b_)))
+
+
+def _audit_labels(result: Audit, y: np.ndarray, S: np.ndarray, I: np.ndarray, given: np.ndarray | None) -> None:
+    """The label figures of ``result``: class counts, the class probabilities (the
+    neighbours' votes, or ``given``), and confident learning's noise rate and flagged rows."""
+    classes, positions = np.unique(y, return_inverse=True)
+    positions = positions.reshape(-1)
+    result.class_counts = {int(c): int(m) for c, m in zip(classes, np.bincount(positions))}
+    if given is None:
+        result.probabilities = neighbor_probabilities(I, S, positions, classes.size)
+        result.probability_source = "neighbours"
+    else:  # the model's columns are the classes 0..C-1, present in the labels or not
+        classes, positions = np.arange(given.shape[1]), y
+        result.probabilities, result.probability_source = given, "given"
+    result.classes, result.label_positions = classes, positions
+    result.noise_rate, result.label_issues = confident_learning(result.probabilities, positions)
+    result.neighbor_agreement = float(result.probabilities.max(axis=1).mean())
 
 
 def _threshold_list(thresholds: Any) -> list[Any]:

@@ -32,8 +32,8 @@ logger = logging.getLogger(__name__)
 SIMILARITY_SLACK = 1e-5
 #: lists probed per query by the IVF index (N > 50k): near-duplicates share a list or a
 #: neighbouring one far more often than ordinary neighbours do (planted pairs at cosine
-#: >= 0.97 among 1M x 128 rows: recall 1.0000 at 4 lists in 28 s, 0.9997 at 2 in 17 s,
-#: 1.0000 at 8 in 51 s; benchmarks/bench_dedup.py)
+#: >= 0.97 among 1M x 128 rows: recall 1.0000 at 4 lists, 0.9997 at 2, 1.0000 at 8, the
+#: time growing with the lists; benchmarks/bench_dedup.py)
 NPROBE = 4
 
 
@@ -200,10 +200,10 @@ def deduplicate(
 
     Parameters
     ----------
-    embeddings:
+    embeddings : array-like, torch.Tensor or path
         ``N x d`` array, tensor or ``.npy`` path (memory-mapped; with ``comm`` each rank
         reads only its rows).
-    threshold:
+    threshold : float, default 0.95
         Cosine similarity at or above which two rows are near-duplicates, in (0, 1]
         (1: exact duplicates up to rounding). Groups are transitive: ``a ~ b`` and
         ``b ~ c`` put ``a``, ``b`` and ``c`` in one group even when ``a`` and ``c`` are
@@ -211,18 +211,25 @@ def deduplicate(
         is undefined): they are taken as exact duplicates of one another, one group whose
         first row is kept (pairs of consecutive zero rows, similarity 1.0, in ``pairs``),
         and of no other row; a warning gives their count (``extra["zero_rows"]``).
-    k:
+    k : int, default 8
         Neighbours searched per row: a row with more than ``k`` near-duplicates still
         joins their group through them, but the pairs listed are at most ``k`` per row.
-    nprobe:
+    nprobe : int or None, default NPROBE
         IVF lists searched per query (over 50k rows); ``None`` tunes it for recall@10 of
         ordinary neighbours, which costs more than near-duplicates need.
-    comm:
+    comm : Communicator or None, default None
         A communicator: the search runs sharded over its ranks (collective), and every
         rank returns the same result as one process would.
+    progress, seed : bool, int, default True, 0
+        The index's progress bars and seed (:class:`~batchsel.EmbeddingIndex`).
 
-    Example
+    Returns
     -------
+    Deduplication
+        The rows kept, every row's group and the pairs found.
+
+    Examples
+    --------
     >>> x = np.random.default_rng(0).normal(size=(100, 16)).astype(np.float32)
     >>> x[50:60] = x[:10] * 2.0          # rows 50-59 repeat rows 0-9 (scale does not matter)
     >>> result = deduplicate(x, 0.99, progress=False)
@@ -239,12 +246,7 @@ def deduplicate(
         rows = np.zeros(1, np.int64)
         empty = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))
         return Deduplication(rows, rows.copy(), empty, threshold, k, time.perf_counter() - start)
-    D, I = index.neighbors(k)
-    i, j, s = neighbour_pairs(D, I, index._first_row, threshold)
-    zeros = zero_rows(index, D, I, index._first_row)
-    if comm is not None:  # every rank groups all pairs: the same result everywhere
-        parts = comm.allgather((i, j, s, zeros))
-        i, j, s, zeros = (np.concatenate([p[c] for p in parts]) for c in range(4))
+    i, j, s, zeros = _pairs_and_zero_rows(index, comm, k, threshold)
     warn_zero_rows(zeros, n, "deduplicate")
     i, j, s = unique_pairs(*with_zero_pairs(i, j, s, zeros), n)
     group = groups_of_pairs(i, j, n)
@@ -259,15 +261,22 @@ def deduplicate(
         i.size,
         seconds,
     )
-    return Deduplication(
-        keep,
-        group,
-        (i, j, s),
-        threshold,
-        k,
-        seconds,
-        extra={"kind": index.kind, "nprobe": getattr(index, "nprobe_", None), "zero_rows": int(zeros.size)},
-    )
+    extra = {"kind": index.kind, "nprobe": getattr(index, "nprobe_", None), "zero_rows": int(zeros.size)}
+    return Deduplication(keep, group, (i, j, s), threshold, k, seconds, extra=extra)
+
+
+def _pairs_and_zero_rows(
+    index: EmbeddingIndex, comm: Communicator | None, k: int, threshold: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The near-duplicate pairs ``(i, j, s)`` found among every row's ``k`` neighbours and
+    the all-zero rows, of all rows on every rank (collective with ``comm``)."""
+    D, I = index.neighbors(k)
+    i, j, s = neighbour_pairs(D, I, index._first_row, threshold)
+    zeros = zero_rows(index, D, I, index._first_row)
+    if comm is not None:  # every rank groups all pairs: the same result everywhere
+        parts = comm.allgather((i, j, s, zeros))
+        i, j, s, zeros = (np.concatenate([p[c] for p in parts]) for c in range(4))
+    return i, j, s, zeros
 
 
 __all__ = [

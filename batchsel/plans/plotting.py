@@ -44,6 +44,19 @@ def plot_reports(
     name) when given. The file is written to a temporary name and renamed; an existing
     one is replaced only with ``overwrite``. Needs matplotlib (:func:`require_matplotlib`).
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The figure's file.
+    reports : list of dict
+        :func:`~batchsel.plans.report.plan_report` of every epoch, in order.
+    source : str or None, default None
+        The plan file's name, for the heading.
+    overwrite : bool, default True
+        Replace an existing file.
+
+    Examples
+    --------
     >>> import os, tempfile, numpy as np
     >>> from batchsel import EpochPlan
     >>> from batchsel.plans.report import plan_report
@@ -57,67 +70,15 @@ def plot_reports(
     fmt = _figure_format(path)
     if not reports:
         raise ValueError("reports is empty: pass the plan_report() of at least one epoch")
-    matplotlib = require_matplotlib()
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     (ax_counts, ax_sizes), (ax_entropy, ax_edges) = axes
-    world = reports[0]["world_size"]
-    width = 0.8 / len(reports)
-    for j, rep in enumerate(reports):
-        ax_counts.bar(
-            np.arange(world) + j * width, [rk["examples"] for rk in rep["ranks"]], width, label=f"epoch {rep['epoch']}"
-        )
-    ax_counts.set(title="examples per rank", xlabel="rank", ylabel="examples")
-    ax_counts.set_xticks(np.arange(world) + 0.4 - width / 2, [str(r) for r in range(world)])
-    if 1 < len(reports) <= 8:
-        ax_counts.legend(fontsize="small")
-    sizes = [rk["batch_size"] for rep in reports for rk in rep["ranks"]]
-    ax_sizes.bar(
-        np.arange(len(sizes)),
-        [s["mean"] for s in sizes],
-        yerr=[[s["mean"] - s["min"] for s in sizes], [s["max"] - s["mean"] for s in sizes]],
-        color="tab:gray",
-    )
-    ax_sizes.set(
-        title="batch size (mean, min-max) per epoch and rank", xlabel="epoch / rank", ylabel="examples per batch"
-    )
-    if len(sizes) <= 24:
-        ax_sizes.set_xticks(
-            np.arange(len(sizes)), [f"{rep['epoch']}/{rk['rank']}" for rep in reports for rk in rep["ranks"]]
-        )
-
-    def per_batch(
-        ax: Any, key: str, title: str, ylabel: str, missing: str, reference: Callable[[dict], float] | None
-    ) -> None:
-        if key not in reports[0]["ranks"][0]:
-            ax.text(0.5, 0.5, missing, ha="center", va="center", transform=ax.transAxes)
-            ax.set(title=title, xticks=[], yticks=[])
-            return
-        offset = 0
-        for rep in reports:
-            for rk in rep["ranks"]:
-                vals = np.array([np.nan if v is None else v for v in rk[key]], dtype=float)
-                ax.plot(
-                    offset + np.arange(vals.size),
-                    vals,
-                    lw=1,
-                    color=f"C{rk['rank'] % 10}",
-                    label=f"rank {rk['rank']}" if rep is reports[0] else None,
-                )
-            if reference is not None:
-                ax.hlines(reference(rep), offset, offset + rep["num_batches"] - 1, colors="k", linestyles="dashed")
-            offset += rep["num_batches"]
-            if rep is not reports[-1]:
-                ax.axvline(offset - 0.5, color="0.8", lw=0.8)
-        ax.set(title=title, xlabel="batch (epochs one after another)", ylabel=ylabel)
-        if world <= 8:
-            ax.legend(fontsize="small")
-
+    _draw_examples_per_rank(ax_counts, reports)
+    sizes = _draw_batch_sizes(ax_sizes, reports)
     n = reports[0]["num_examples"]
-    per_batch(
+    _draw_per_batch(
         ax_entropy,
+        reports,
         "label_entropy",
         "label entropy per batch (dashed: all labels)",
         "bits",
@@ -125,8 +86,9 @@ def plot_reports(
         lambda rep: rep["labels"]["all_labels_entropy"],
     )
     mean_size = np.mean([s["mean"] for s in sizes]) if sizes else 1.0
-    per_batch(
+    _draw_per_batch(
         ax_edges,
+        reports,
         "edge_weight_kept",
         "share of the batch's edge weight kept inside it\n(dashed: random batches)",
         "share",
@@ -138,12 +100,92 @@ def plot_reports(
         f"{', '.join(rep['fingerprint'] for rep in reports[:3])}{' ...' if len(reports) > 3 else ''}"
     )
     fig.suptitle(title if source is None else f"{source}: {title}", fontsize="medium")
+    _save(plt, fig, path, fmt, overwrite)
+
+
+def _pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
+    matplotlib = require_matplotlib()
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: str, fmt: str, overwrite: bool) -> None:
+    """Lay ``fig`` out, write it to ``path`` atomically, and close it whatever happens."""
     fig.tight_layout()
     try:
         with atomic_write(path, "wb", overwrite=overwrite) as fh:
             fig.savefig(fh, format=fmt)
     finally:
         plt.close(fig)
+
+
+def _draw_examples_per_rank(ax: Any, reports: list[dict[str, Any]]) -> None:
+    """Bars of the examples of every rank, one bar per epoch."""
+    world = reports[0]["world_size"]
+    width = 0.8 / len(reports)
+    for j, rep in enumerate(reports):
+        ax.bar(
+            np.arange(world) + j * width, [rk["examples"] for rk in rep["ranks"]], width, label=f"epoch {rep['epoch']}"
+        )
+    ax.set(title="examples per rank", xlabel="rank", ylabel="examples")
+    ax.set_xticks(np.arange(world) + 0.4 - width / 2, [str(r) for r in range(world)])
+    if 1 < len(reports) <= 8:
+        ax.legend(fontsize="small")
+
+
+def _draw_batch_sizes(ax: Any, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Bars of the mean batch size (min-max whiskers) of every epoch and rank; returns
+    their ``batch_size`` entries."""
+    sizes = [rk["batch_size"] for rep in reports for rk in rep["ranks"]]
+    ax.bar(
+        np.arange(len(sizes)),
+        [s["mean"] for s in sizes],
+        yerr=[[s["mean"] - s["min"] for s in sizes], [s["max"] - s["mean"] for s in sizes]],
+        color="tab:gray",
+    )
+    ax.set(title="batch size (mean, min-max) per epoch and rank", xlabel="epoch / rank", ylabel="examples per batch")
+    if len(sizes) <= 24:
+        ax.set_xticks(np.arange(len(sizes)), [f"{rep['epoch']}/{rk['rank']}" for rep in reports for rk in rep["ranks"]])
+    return sizes
+
+
+def _draw_per_batch(
+    ax: Any,
+    reports: list[dict[str, Any]],
+    key: str,
+    title: str,
+    ylabel: str,
+    missing: str,
+    reference: Callable[[dict], float] | None,
+) -> None:
+    """One line per rank of the per-batch figure ``key``, epochs one after another, with
+    a dashed ``reference`` per epoch; ``missing`` written instead when the reports lack it."""
+    if key not in reports[0]["ranks"][0]:
+        ax.text(0.5, 0.5, missing, ha="center", va="center", transform=ax.transAxes)
+        ax.set(title=title, xticks=[], yticks=[])
+        return
+    offset = 0
+    for rep in reports:
+        for rk in rep["ranks"]:
+            vals = np.array([np.nan if v is None else v for v in rk[key]], dtype=float)
+            ax.plot(
+                offset + np.arange(vals.size),
+                vals,
+                lw=1,
+                color=f"C{rk['rank'] % 10}",
+                label=f"rank {rk['rank']}" if rep is reports[0] else None,
+            )
+        if reference is not None:
+            ax.hlines(reference(rep), offset, offset + rep["num_batches"] - 1, colors="k", linestyles="dashed")
+        offset += rep["num_batches"]
+        if rep is not reports[-1]:
+            ax.axvline(offset - 0.5, color="0.8", lw=0.8)
+    ax.set(title=title, xlabel="batch (epochs one after another)", ylabel=ylabel)
+    if reports[0]["world_size"] <= 8:
+        ax.legend(fontsize="small")
 
 
 def _figure_format(path: str) -> str:
@@ -159,6 +201,19 @@ def plot_audit(path: str | os.PathLike, report: Any, *, source: str | None = Non
     with labels the class counts and the probability the neighbours give each row's label
     (flagged rows apart). Needs matplotlib.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The figure's file.
+    report : Audit
+        What :func:`~batchsel.data.audit.audit` found.
+    source : str or None, default None
+        The embeddings' file name, for the heading.
+    overwrite : bool, default True
+        Replace an existing file.
+
+    Examples
+    --------
     >>> import os, tempfile, numpy as np
     >>> from batchsel.data.audit import audit
     >>> x = np.random.default_rng(0).normal(size=(200, 8)).astype(np.float32)
@@ -169,10 +224,7 @@ def plot_audit(path: str | os.PathLike, report: Any, *, source: str | None = Non
     """
     path = os.fspath(path)
     fmt = _figure_format(path)
-    matplotlib = require_matplotlib()
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ((ax_dup, ax_out), (ax_cls, ax_conf)) = plt.subplots(2, 2, figsize=(11, 7.5))
     ts = sorted(report.duplicates)
     ax_dup.plot(ts, [100 * report.duplicates[t] for t in ts], marker="o")
@@ -207,12 +259,7 @@ def plot_audit(path: str | os.PathLike, report: Any, *, source: str | None = Non
         ax_conf.legend(fontsize="small")
     heading = f"{report.num_examples} rows x {report.dim}"
     fig.suptitle(heading if source is None else f"{source}: {heading}", fontsize="medium")
-    fig.tight_layout()
-    try:
-        with atomic_write(path, "wb", overwrite=overwrite) as fh:
-            fig.savefig(fh, format=fmt)
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path, fmt, overwrite)
 
 
 __all__ = ["plot_reports", "plot_audit", "require_matplotlib", "PLOT_SUFFIXES"]

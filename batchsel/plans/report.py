@@ -85,6 +85,26 @@ def plan_report(plan: EpochPlan, labels: np.ndarray | None = None, graph: Any = 
     per batch (``edge_weight_kept``). Values that do not exist (the entropy of a batch
     of unlabeled examples) are None.
 
+    Parameters
+    ----------
+    plan : EpochPlan
+        The epoch's plan.
+    labels : array-like or None, default None
+        N class ids, -1 for unlabeled examples.
+    graph : sparse matrix or None, default None
+        An ``N x N`` similarity graph.
+
+    Returns
+    -------
+    dict
+        JSON-ready figures; :func:`format_report` writes them as text.
+
+    See Also
+    --------
+    batchsel.plans.plotting.plot_reports : draws them.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> from batchsel import EpochPlan
     >>> plan = EpochPlan([[np.array([0, 1]), np.array([2, 0])]], num_examples=4)
@@ -116,53 +136,77 @@ def plan_report(plan: EpochPlan, labels: np.ndarray | None = None, graph: Any = 
         "duplicates": int(idx.size - unique.size),
     }
     entropy = _label_entropy(idx, bid, num_batches, labels) if labels is not None else None
+    kept = None
     if graph is not None:
-        inside, incident, covered, total = _edge_weights(idx, bid, num_batches, graph)
-        # Random batches of the same sizes put a given pair together with probability
-        # sum_b |b| (|b| - 1) / (N (N - 1)) (capped at 1: batches overlap only by padding).
-        distinct = np.bincount(np.unique(bid * n + idx) // n, minlength=num_batches).astype(np.float64)
-        random_share = min(1.0, float((distinct * (distinct - 1)).sum() / (n * (n - 1)))) if n > 1 else 0.0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kept = inside / incident
-        report["graph"] = {
-            "edge_weight_inside": covered / total if total > 0 else None,
-            "edge_weight_inside_random": random_share,
-            "ratio_to_random": covered / total / random_share if total > 0 and random_share > 0 else None,
-        }
+        report["graph"], kept = _graph_figures(idx, bid, num_batches, graph, n)
     if labels is not None:
-        labeled = labels[labels >= 0]
-        p = np.bincount(labeled) / labeled.size if labeled.size else np.ones(1)
-        report["labels"] = {
-            "batch_entropy_mean": _finite_or_none(float(np.nanmean(entropy))) if np.isfinite(entropy).any() else None,
-            "batch_entropy_min": _finite_or_none(float(np.nanmin(entropy))) if np.isfinite(entropy).any() else None,
-            "all_labels_entropy": float(-(p[p > 0] * np.log2(p[p > 0])).sum()),
-        }
-    ranks = []
-    for r in range(plan.world_size):
-        mine = batch_rank == r
-        rank_idx = plan.indices(r)
-        rank_sizes = sizes[mine]
-        entry: dict[str, Any] = {
-            "rank": r,
-            "batches": int(mine.sum()),
-            "examples": int(rank_idx.size),
-            "unique": int(np.unique(rank_idx).size),
-            "batch_size": {
-                "min": int(rank_sizes.min()) if rank_sizes.size else 0,
-                "mean": float(rank_sizes.mean()) if rank_sizes.size else 0.0,
-                "max": int(rank_sizes.max()) if rank_sizes.size else 0,
-            },
-        }
-        weights = plan.weights(r)
-        if weights is not None:
-            entry["weight_sum"] = float(sum(float(w.sum()) for w in weights))
-        if entropy is not None:
-            entry["label_entropy"] = [_finite_or_none(h) for h in entropy[mine].tolist()]
-        if graph is not None:
-            entry["edge_weight_kept"] = [_finite_or_none(k) for k in kept[mine].tolist()]
-        ranks.append(entry)
-    report["ranks"] = ranks
+        report["labels"] = _label_figures(labels, entropy)
+    report["ranks"] = [_rank_entry(plan, r, batch_rank == r, sizes, entropy, kept) for r in range(plan.world_size)]
     return report
+
+
+def _graph_figures(
+    idx: np.ndarray, bid: np.ndarray, num_batches: int, graph: Any, n: int
+) -> tuple[dict[str, Any], np.ndarray]:
+    """The plan's ``graph`` summary (the share of edge weight inside batches, against
+    random batches of the same sizes) and the share each batch keeps."""
+    inside, incident, covered, total = _edge_weights(idx, bid, num_batches, graph)
+    # Random batches of the same sizes put a given pair together with probability
+    # sum_b |b| (|b| - 1) / (N (N - 1)) (capped at 1: batches overlap only by padding).
+    distinct = np.bincount(np.unique(bid * n + idx) // n, minlength=num_batches).astype(np.float64)
+    random_share = min(1.0, float((distinct * (distinct - 1)).sum() / (n * (n - 1)))) if n > 1 else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kept = inside / incident
+    summary = {
+        "edge_weight_inside": covered / total if total > 0 else None,
+        "edge_weight_inside_random": random_share,
+        "ratio_to_random": covered / total / random_share if total > 0 and random_share > 0 else None,
+    }
+    return summary, kept
+
+
+def _label_figures(labels: np.ndarray, entropy: Any) -> dict[str, Any]:
+    """The plan's ``labels`` summary: the batches' mean and least label entropy, and that
+    of all labels together."""
+    labeled = labels[labels >= 0]
+    p = np.bincount(labeled) / labeled.size if labeled.size else np.ones(1)
+    return {
+        "batch_entropy_mean": _finite_or_none(float(np.nanmean(entropy))) if np.isfinite(entropy).any() else None,
+        "batch_entropy_min": _finite_or_none(float(np.nanmin(entropy))) if np.isfinite(entropy).any() else None,
+        "all_labels_entropy": float(-(p[p > 0] * np.log2(p[p > 0])).sum()),
+    }
+
+
+def _rank_entry(
+    plan: EpochPlan,
+    r: int,
+    mine: np.ndarray,
+    sizes: np.ndarray,
+    entropy: np.ndarray | None,
+    kept: np.ndarray | None,
+) -> dict[str, Any]:
+    """Rank ``r``'s figures (``mine``: which of all batches are its)."""
+    rank_idx = plan.indices(r)
+    rank_sizes = sizes[mine]
+    entry: dict[str, Any] = {
+        "rank": r,
+        "batches": int(mine.sum()),
+        "examples": int(rank_idx.size),
+        "unique": int(np.unique(rank_idx).size),
+        "batch_size": {
+            "min": int(rank_sizes.min()) if rank_sizes.size else 0,
+            "mean": float(rank_sizes.mean()) if rank_sizes.size else 0.0,
+            "max": int(rank_sizes.max()) if rank_sizes.size else 0,
+        },
+    }
+    weights = plan.weights(r)
+    if weights is not None:
+        entry["weight_sum"] = float(sum(float(w.sum()) for w in weights))
+    if entropy is not None:
+        entry["label_entropy"] = [_finite_or_none(h) for h in entropy[mine].tolist()]
+    if kept is not None:
+        entry["edge_weight_kept"] = [_finite_or_none(k) for k in kept[mine].tolist()]
+    return entry
 
 
 def _mean_of(values: list[float | None]) -> str:

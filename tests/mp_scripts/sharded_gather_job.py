@@ -19,10 +19,10 @@ import sys
 
 import numpy as np
 
+from batchsel.distributed.comm import mpi_comm as comm_module
 from batchsel.distributed.sharded import ShardedIndex, gather_graph, submodular_partition
 from batchsel.index import EmbeddingIndex
 from batchsel.integrations import MPIComm, TorchDistComm
-from batchsel.integrations import comm as comm_module
 from batchsel.submodular.partition import submodular_partition as one_process
 
 
