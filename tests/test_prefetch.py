@@ -419,8 +419,9 @@ def test_cost_separates_selection_compilation_and_the_training_threads_share(pre
 
 def test_selection_kernels_release_the_gil():
     # a background selection only overlaps the step if its compiled loops let go of the GIL
-    from batchsel import _heap
-    from batchsel.selectors import _counter_rng, _smdl_kernels, loss_rank
+    from batchsel.core import heap as _heap
+    from batchsel.core import rng as _counter_rng
+    from batchsel.selectors import _smdl_kernels, loss_rank
 
     for kernel in (
         _smdl_kernels._smdl_greedy,

@@ -38,6 +38,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from batchsel.loop.sampler import SelectionBatchSampler
+from batchsel.loop.sampler.profile import SelectorProfile
 from batchsel.selectors.base import Selector
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,17 @@ class IndexedDataset(Dataset):
     """Items of a dict-style dataset with their own position added under ``key``; a key
     ``(index, weight)`` (a weighted batch sampler's) adds the weight under ``weight_key``.
 
+    Parameters
+    ----------
+    dataset : map-style dataset of dicts
+        The Trainer's training dataset (model inputs by name).
+    key : str
+        The name each item's position is added under.
+    weight_key : str, default "batchsel_weight"
+        The name a weighted key's weight is added under.
+
+    Example
+    -------
     >>> IndexedDataset([{"x": 1.0}, {"x": 2.0}], "idx")[1]
     {'x': 2.0, 'idx': 1}
     >>> IndexedDataset([{"x": 1.0}, {"x": 2.0}], "idx", "w")[(1, 2.0)]
@@ -91,7 +103,27 @@ def per_example_feedback(outputs: Any, labels: Any) -> dict[str, torch.Tensor]:
     """Per-example cross-entropy losses (and 2-D logits, detached) from a model's outputs:
     logits of shape (B, C) with labels (B,), or token logits (B, T, C) with labels (B, T)
     (mean over the tokens not labelled -100). The losses keep their gradient: a weighted
-    selector's training loss is their weighted mean."""
+    selector's training loss is their weighted mean.
+
+    Parameters
+    ----------
+    outputs : Mapping or tuple
+        The model's outputs: ``logits`` by name, or second in a tuple.
+    labels : torch.Tensor
+        The batch's labels.
+
+    Returns
+    -------
+    dict of torch.Tensor
+        ``losses`` (one per example), and ``logits`` for 2-D logits; ``ValueError``
+        without logits or labels, or for other shapes.
+
+    Example
+    -------
+    >>> out = per_example_feedback({"logits": torch.zeros(2, 3)}, torch.tensor([0, 2]))
+    >>> sorted(out), tuple(out["losses"].shape)
+    (['logits', 'losses'], (2,))
+    """
     logits = outputs.get("logits") if isinstance(outputs, Mapping) else None
     if logits is None and isinstance(outputs, (tuple, list)) and len(outputs) > 1:
         logits = outputs[1]
@@ -146,22 +178,30 @@ class _SaveSamplerState(TrainerCallback):
 class BatchselTrainerMixin:
     """Makes a ``transformers.Trainer`` train on a batchsel selector's batches.
 
-    Extra keyword arguments (the rest go to the Trainer):
-
-    selector:
+    Parameters
+    ----------
+    *args : Any
+        The Trainer's positional arguments.
+    selector : Selector
         Any :class:`~batchsel.selectors.Selector` built on the training dataset (its
         ``batch_size`` is the per-device batch size; ``per_device_train_batch_size`` is
         not used for training batches).
-    index_column:
+    index_column : str, default "batchsel_index"
         The key under which each example's position reaches the training step (and is
         removed before the model's forward).
-    feedback:
+    feedback : callable, optional
         ``fn(outputs, labels) -> dict`` of per-example ``losses`` / ``logits`` /
         ``embeddings`` for selectors that use feedback; default
         :func:`per_example_feedback` (cross-entropy from the logits).
-    sampler_kwargs:
+    sampler_kwargs : dict, optional
         Passed to :class:`SelectionBatchSampler` (``sync_every``, ...); ``drop_last``
         defaults to ``args.dataloader_drop_last``.
+    **kwargs : Any
+        The Trainer's keyword arguments.
+
+    See Also
+    --------
+    BatchselTrainer : ``transformers.Trainer`` with this mixin.
 
     Example
     -------
@@ -180,18 +220,18 @@ class BatchselTrainerMixin:
         sampler_kwargs: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(selector, Selector):
-            raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
-        if selector.epoch_lengths_vary and not all(hasattr(Trainer, name) for name in _EPOCH_HOOKS):
+        profile = SelectorProfile(selector)  # TypeError for anything but a selector
+        if profile.epoch_lengths_vary and not all(hasattr(Trainer, name) for name in _EPOCH_HOOKS):
             import transformers
 
             raise ValueError(
-                f"{type(selector).__name__}'s epochs differ in length; sizing the Trainer's run "
+                f"{profile.name}'s epochs differ in length; sizing the Trainer's run "
                 f"from them needs transformers >= 5 (Trainer.{' / '.join(_EPOCH_HOOKS)}), this is "
                 f"{transformers.__version__}"
             )
         # set before the Trainer's __init__, which may already look at the signature columns
         self.batchsel_selector = selector
+        self._batchsel_profile = profile  # what kind of selector it is: the one place that reads its flags
         self.batchsel_index_column = str(index_column)
         self.batchsel_weight_column = f"{self.batchsel_index_column}_weight"
         self.batchsel_feedback = feedback or per_example_feedback
@@ -238,7 +278,7 @@ class BatchselTrainerMixin:
         # Built now, not in __init__: under torchrun the process group exists by now.
         kwargs = {
             "drop_last": self.args.dataloader_drop_last,
-            "weighted": selector.weighted_plans,
+            "weighted": self._batchsel_profile.weighted_plans,
             **self.batchsel_sampler_kwargs,
         }
         sampler = SelectionBatchSampler(selector, **kwargs)
@@ -267,11 +307,11 @@ class BatchselTrainerMixin:
 
     def _batchsel_position(self, global_step: int) -> tuple[int, int]:
         """(epoch, optimizer steps done in it) after ``global_step`` steps of the run."""
-        selector = self.batchsel_sampler.selector
-        if not selector.epoch_lengths_vary:
+        profile = self._batchsel_profile
+        if not profile.epoch_lengths_vary:
             return divmod(global_step, self._batchsel_update_steps(0))
         epoch = 0
-        while epoch < selector.epochs and global_step >= self._batchsel_update_steps(epoch):
+        while epoch < profile.epochs and global_step >= self._batchsel_update_steps(epoch):
             global_step -= self._batchsel_update_steps(epoch)
             epoch += 1
         return epoch, global_step
@@ -280,26 +320,26 @@ class BatchselTrainerMixin:
         # The Trainer sizes the run (and its learning-rate schedule) as epochs x the first
         # epoch's length; where epoch lengths differ (dynamic pruning) use the exact sum.
         values = list(super().set_initial_training_values(args, dataloader))  # type: ignore[misc]
-        selector = self.batchsel_selector
-        if not selector.epoch_lengths_vary:
+        profile = self._batchsel_profile
+        if not profile.epoch_lengths_vary:
             return tuple(values)
-        per_epoch = [self._batchsel_update_steps(e) for e in range(selector.epochs)]
+        per_epoch = [self._batchsel_update_steps(e) for e in range(profile.epochs)]
         total = sum(per_epoch)
         if args.max_steps > 0:
             if args.max_steps > total:
                 raise ValueError(
-                    f"max_steps={args.max_steps} is past the {total} steps of the {selector.epochs} "
-                    f"epochs {type(selector).__name__} was built for"
+                    f"max_steps={args.max_steps} is past the {total} steps of the {profile.epochs} "
+                    f"epochs {profile.name} was built for"
                 )
             max_steps, epochs = args.max_steps, int(np.searchsorted(np.cumsum(per_epoch), args.max_steps) + 1)
         else:
-            if args.num_train_epochs != selector.epochs:
+            if args.num_train_epochs != profile.epochs:
                 raise ValueError(
                     f"num_train_epochs={args.num_train_epochs} disagrees with the epochs="
-                    f"{selector.epochs} {type(selector).__name__} was built for (its schedule "
+                    f"{profile.epochs} {profile.name} was built for (its schedule "
                     f"depends on it)"
                 )
-            max_steps, epochs = total, selector.epochs
+            max_steps, epochs = total, profile.epochs
         # (num_train_epochs, num_update_steps_per_epoch, ..., steps_in_epoch, max_steps)
         values[0], values[-1] = epochs, max_steps
         return tuple(values)
@@ -315,14 +355,14 @@ class BatchselTrainerMixin:
         epochs_trained, steps_trained = super()._init_training_state(  # type: ignore[misc]
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
-        if self.batchsel_selector.epoch_lengths_vary and self.state.global_step > 0:
+        if self._batchsel_profile.epoch_lengths_vary and self.state.global_step > 0:
             epochs_trained, done = self._batchsel_position(self.state.global_step)
             steps_trained = 0 if self.args.ignore_data_skip else done * self.args.gradient_accumulation_steps
         return epochs_trained, steps_trained
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         # each epoch its own length (the Trainer passes the first epoch's to every epoch)
-        if self.batchsel_selector.epoch_lengths_vary and "epoch" in kwargs:
+        if self._batchsel_profile.epoch_lengths_vary and "epoch" in kwargs:
             kwargs["steps_in_epoch"] = self.batchsel_sampler._num_batches_of(kwargs["epoch"])
             kwargs["num_update_steps_per_epoch"] = self._batchsel_update_steps(kwargs["epoch"])
         return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
@@ -373,8 +413,9 @@ class BatchselTrainerMixin:
         self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False, **kwargs: Any
     ) -> Any:
         indices, weights, sampler = self._batchsel_batch, self._batchsel_weights, self.batchsel_sampler
+        uses_feedback = self._batchsel_profile.uses_feedback
         # only the training step sets indices: evaluation losses never reach the selector
-        if indices is None or sampler is None or (weights is None and not sampler.selector.uses_feedback):
+        if indices is None or sampler is None or (weights is None and not uses_feedback):
             return super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)  # type: ignore[misc]
         self._batchsel_batch = self._batchsel_weights = None  # once per training step
         labels = inputs.get("labels")  # compute_loss may pop it
@@ -388,7 +429,7 @@ class BatchselTrainerMixin:
                     "'losses', which must keep their gradient (do not detach them)"
                 )
             loss = sampler.selector.weighted_loss(losses, weights.to(losses))
-        if sampler.selector.uses_feedback:
+        if uses_feedback:
             # every rank runs one training step per batch, so observe's collective stays in step
             sampler.observe(
                 indices, **{k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in feedback.items()}
@@ -398,7 +439,21 @@ class BatchselTrainerMixin:
 
 class BatchselTrainer(BatchselTrainerMixin, Trainer):  # type: ignore[misc]
     """``transformers.Trainer`` with :class:`BatchselTrainerMixin`:
-    ``BatchselTrainer(model=..., args=..., train_dataset=..., selector=selector)``."""
+    ``BatchselTrainer(model=..., args=..., train_dataset=..., selector=selector)``.
+
+    Parameters
+    ----------
+    *args : Any
+        The Trainer's positional arguments.
+    **kwargs : Any
+        The Trainer's keyword arguments and :class:`BatchselTrainerMixin`'s (``selector``,
+        ``index_column``, ``feedback``, ``sampler_kwargs``).
+
+    Example
+    -------
+    >>> issubclass(BatchselTrainer, Trainer)
+    True
+    """
 
 
 __all__ = ["BatchselTrainerMixin", "BatchselTrainer", "IndexedDataset", "per_example_feedback"]

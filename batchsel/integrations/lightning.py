@@ -59,11 +59,11 @@ class BatchselCallback(Callback):
 
     Parameters
     ----------
-    sampler:
+    sampler : SelectionBatchSampler, optional
         The training DataLoader's batch sampler. ``None``: found among the
         LightningModule's / DataModule's attributes at ``setup``, else in
         ``trainer.train_dataloader`` when training starts.
-    verify:
+    verify : bool, default True
         Compare every rank's plan fingerprint when training starts (a collective;
         ``RuntimeError`` if ranks were built from different data or settings).
 

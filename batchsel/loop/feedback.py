@@ -1,8 +1,8 @@
 """Feedback from the training loop: one step's observation, and its exchange across ranks.
 
-:class:`~batchsel.integrations.SelectionBatchSampler` keeps the buffer and the call count;
-this module builds an observation from what the loop hands over (only the fields the
-selector reads) and all-gathers a buffer of them, checking that every rank is at the same
+The sampler's :class:`~batchsel.loop.sampler.exchange.FeedbackExchange` keeps the buffer
+and the call count; this module builds an observation from what the loop hands over (only
+the fields the selector reads) and all-gathers a buffer of them, checking that every rank is at the same
 ``observe`` call, so that every rank's selector sees every rank's feedback in one order.
 """
 
@@ -26,7 +26,19 @@ class DeviceCopy:
     pinned memory (CUDA), read only when the feedback is applied (:func:`settle`). The
     training loop then never waits for the device in ``observe``: by the time a selection
     ahead (``prefetch``) or an all-gather needs the values, the step that made them is long
-    done."""
+    done.
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        The feedback on its device (detached here).
+
+    Example
+    -------
+    >>> import torch
+    >>> DeviceCopy(torch.ones(2)).numpy().tolist()    # a CPU tensor: a plain copy
+    [1.0, 1.0]
+    """
 
     __slots__ = ("host", "event", "shape")
 
@@ -45,13 +57,36 @@ class DeviceCopy:
             self.host = tensor.to("cpu")
 
     def numpy(self) -> np.ndarray:
+        """The values, once the copy has arrived.
+
+        Returns
+        -------
+        numpy.ndarray
+            A host copy of the tensor.
+        """
         if self.event is not None:
             self.event.synchronize()
         return np.array(tensor_to_numpy(self.host))  # a copy: the pinned buffer goes back to torch's cache
 
 
 def settle(obs: Observation) -> Observation:
-    """``obs`` with every :class:`DeviceCopy` read into a numpy array (in place)."""
+    """``obs`` with every :class:`DeviceCopy` read into a numpy array (in place).
+
+    Parameters
+    ----------
+    obs : Observation
+        One ``observe`` call's feedback.
+
+    Returns
+    -------
+    Observation
+        ``obs`` itself.
+
+    Example
+    -------
+    >>> settle({"indices": np.array([0]), "losses": np.array([1.0])})["losses"].tolist()
+    [1.0]
+    """
     for name in FEEDBACK:
         value = obs.get(name)
         if isinstance(value, DeviceCopy):
@@ -64,7 +99,28 @@ def observation(
 ) -> Observation | None:
     """The feedback of one batch as the selector reads it (copies; the fields it does not
     read left out), or None when all that was given is unread. Tensors on an accelerator
-    become :class:`DeviceCopy` (no wait for the device); :func:`settle` reads them."""
+    become :class:`DeviceCopy` (no wait for the device); :func:`settle` reads them.
+
+    Parameters
+    ----------
+    indices : array-like or tensor
+        The batch's example indices (integers).
+    fields : frozenset of str
+        The kinds of feedback the selector reads (:data:`FEEDBACK`).
+    losses, logits, embeddings : array-like or tensor, optional
+        Per-example feedback, one row per index.
+
+    Returns
+    -------
+    Observation or None
+        ``indices`` and each kind of feedback (None where not given or not read).
+
+    Example
+    -------
+    >>> obs = observation([3, 4], frozenset({"losses"}), losses=[0.5, 1.5], logits=np.zeros((2, 3)))
+    >>> obs["indices"].tolist(), obs["losses"].tolist(), obs["logits"]
+    ([3, 4], [0.5, 1.5], None)
+    """
     # one conversion and one copy per array, no more: this runs every step, and on a
     # sub-millisecond step every numpy call counts (copies: feedback held back, by prefetch,
     # sync_every or a per-epoch selector, must not change with the caller's array)
@@ -96,6 +152,18 @@ def merged(observations: list[Observation]) -> list[Observation]:
     example by example (``feedback_per_epoch``) reads the same from one call as from many.
     A run in which an index repeats stays as it was.
 
+    Parameters
+    ----------
+    observations : list of Observation
+        Settled observations, in call order.
+
+    Returns
+    -------
+    list of Observation
+        The same feedback in as few observations as the rule allows.
+
+    Example
+    -------
     >>> a = {"indices": np.array([0, 1]), "losses": np.array([1.0, 2.0]), "logits": None, "embeddings": None}
     >>> b = {"indices": np.array([2]), "losses": np.array([3.0]), "logits": None, "embeddings": None}
     >>> [o["indices"].tolist() for o in merged([a, b])], [o["indices"].tolist() for o in merged([a, a])]
@@ -136,7 +204,31 @@ def exchange(comm: Communicator, buffer: list[Observation], rank: int, timeout: 
     """All-gather every rank's buffered observations (collective) and return them in the
     order every rank applies them: round by round (call order), rank by rank within a
     round. ``RuntimeError`` when a rank is missing past ``timeout`` or the ranks' buffers
-    hold different ``observe`` calls (their ``"step"`` tags)."""
+    hold different ``observe`` calls (their ``"step"`` tags).
+
+    Parameters
+    ----------
+    comm : Communicator
+        The ranks' communicator.
+    buffer : list of Observation
+        This rank's buffered observations, each tagged with its ``"step"``.
+    rank : int
+        This rank (named in errors).
+    timeout : float or None
+        Seconds to wait for every rank (None: no limit), where the communicator can bound it.
+
+    Returns
+    -------
+    list of Observation
+        Every rank's observations in the order every rank applies them.
+
+    Example
+    -------
+    >>> from batchsel.distributed.comm import SingleProcessComm
+    >>> obs = {"indices": np.array([1]), "losses": None, "logits": None, "embeddings": None}
+    >>> len(exchange(SingleProcessComm(), [obs], rank=0, timeout=None))
+    1
+    """
     buffer = [settle(o) for o in buffer]
     wait = getattr(comm, "wait_for_ranks", None)
     if wait is not None:  # batchsel's communicators: bounded by ``timeout``

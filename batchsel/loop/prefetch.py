@@ -51,8 +51,7 @@ _END = object()
 _STARVED = 1e-4
 _MAX_SKIP = 64
 # selections that take less than this (a running mean) are run on the training thread when
-# needed: handing one to the thread and back costs more (loss-rank, ~20 us a batch, with a
-# thread beside a 0.5 ms step: 1.42x random's wall at equal steps, 1.24x without). So are
+# needed: handing one to the thread and back costs more (loss-rank's, at small N). So are
 # selections dearer than the step they would run beside (docs/design/sampler.md)
 _CHEAP = 1e-4
 
@@ -64,7 +63,18 @@ _LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCAL
 def cores_of_this_rank() -> int:
     """The cores this process can count on: its CPU affinity if it is bound to some of the
     machine's cores (mpiexec binds each rank to one core by default), else the machine's
-    cores shared by the ranks on this node (torchrun or mpiexec ``--bind-to none``)."""
+    cores shared by the ranks on this node (torchrun or mpiexec ``--bind-to none``).
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Example
+    -------
+    >>> cores_of_this_rank() >= 1
+    True
+    """
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # no affinity API (macOS): the machine's
@@ -266,13 +276,34 @@ class _SelectionThread:
 
 class SelectionClock:
     """Seconds of selection (drawing batches, handing feedback to the selector), on either
-    thread, and of numba compilation inside it (counted apart, not as selection)."""
+    thread, and of numba compilation inside it (counted apart, not as selection).
+
+    Example
+    -------
+    >>> clock = SelectionClock()
+    >>> clock.run(sum, [1, 2]), clock.select >= 0.0
+    (3, True)
+    """
 
     def __init__(self) -> None:
         self.select = 0.0
         self.compile = 0.0
 
     def run(self, fn: Callable[..., Item], *args: Any) -> Item:
+        """``fn(*args)``, its seconds counted.
+
+        Parameters
+        ----------
+        fn : callable
+            The selection work.
+        *args : Any
+            Its arguments.
+
+        Returns
+        -------
+        Any
+            What ``fn`` returns.
+        """
         compiled, start = compile_seconds(), time.perf_counter()
         try:
             return fn(*args)
@@ -289,6 +320,19 @@ class BackgroundSelection:
     :meth:`observe` applies at once; during one, feedback is held back (:attr:`deferred`)
     and each selection the iteration starts first applies what was held back until then.
     :attr:`clock` adds up the time of both.
+
+    Parameters
+    ----------
+    apply : callable
+        ``apply(observations)`` hands a list of observations to the selector.
+    deferred : list of Observation, optional
+        Feedback held back already (a saved or pickled state's).
+    per_iteration : bool, default False
+        Hold all feedback back until the next iteration starts or this one runs out.
+
+    See Also
+    --------
+    cores_of_this_rank : whether a thread is started.
     """
 
     def __init__(
@@ -315,7 +359,20 @@ class BackgroundSelection:
         exception in it is raised here, at the item it was selecting. A process with fewer
         than two cores of its own (:func:`cores_of_this_rank`) starts no thread: each
         selection runs on the calling thread when its item is needed, with the same
-        feedback, so the items are the same."""
+        feedback, so the items are the same.
+
+        Parameters
+        ----------
+        source : iterator
+            The iteration's items, selected when taken.
+        depth : int
+            How many items are selected ahead.
+
+        Returns
+        -------
+        iterator
+            ``source``'s items, in order.
+        """
         source = self._timed(source)
         if not depth:
             self._flush()  # feedback held back by a prefetch run (or its saved state)
@@ -349,7 +406,13 @@ class BackgroundSelection:
     def observe(self, observations: list[Observation]) -> None:
         """Hand ``observations`` to the selector now, after what was held back; while an
         iteration with ``depth > 0`` runs, when its next selection starts; with
-        ``per_iteration``, when the next iteration starts or this one runs out."""
+        ``per_iteration``, when the next iteration starts or this one runs out.
+
+        Parameters
+        ----------
+        observations : list of Observation
+            Feedback, in call order.
+        """
         if self._thread is not None or self.per_iteration:  # a selection may be running, or held per epoch
             self.deferred.extend(observations)
             return
@@ -365,7 +428,13 @@ class BackgroundSelection:
     def state(self) -> tuple[list[Any], list[Observation]]:
         """Wait for the selections in flight (the selector is idle afterwards). Returns the
         items they selected and :meth:`run` has not handed out yet, oldest first, and the
-        feedback held back."""
+        feedback held back.
+
+        Returns
+        -------
+        tuple of (list, list of Observation)
+            The items selected ahead, and the feedback held back.
+        """
         ahead = []
         if self._thread is not None:
             for ok, item in self._thread.drain():
@@ -377,7 +446,13 @@ class BackgroundSelection:
 
     def stop(self, flush: bool = True) -> None:
         """End the running iteration's thread after its selections in flight (that
-        iteration then ends); with ``flush``, hand the selector the feedback held back."""
+        iteration then ends); with ``flush``, hand the selector the feedback held back.
+
+        Parameters
+        ----------
+        flush : bool, default True
+            Hand the feedback held back to the selector afterwards.
+        """
         worker, self._thread = self._thread, None
         if worker is not None:
             worker.close()

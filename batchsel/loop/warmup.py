@@ -17,6 +17,13 @@ def compile_seconds() -> float:
     starts the count and returns 0). Loading a kernel from numba's disk cache is not
     compiling. Nested compilations (a kernel's callees) count once.
 
+    Returns
+    -------
+    float
+        Seconds of numba compilation so far, the one running included.
+
+    Example
+    -------
     >>> compile_seconds() >= 0.0
     True
     """
@@ -58,6 +65,11 @@ def warmup(*selectors: Any) -> float:
         :class:`~batchsel.LossRankSelector`, SMDL's for a :class:`~batchsel.SubmodularSelector`,
         nothing for the others (random batches and offline plans compile nothing). None
         given: both.
+
+    Returns
+    -------
+    float
+        The seconds it took.
 
     Examples
     --------

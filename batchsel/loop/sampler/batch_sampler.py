@@ -1,0 +1,337 @@
+"""The batch sampler: DistributedSampler's contract over a batchsel selector.
+
+:class:`SelectionBatchSampler` keeps the contract (rank and world size, ``set_epoch``,
+iteration, ``len``, ``state_dict`` / ``load_state_dict``) and hands the rest to its parts:
+:class:`~batchsel.loop.sampler.profile.SelectorProfile` (what kind of selector it drives),
+:class:`~batchsel.loop.sampler.world.RankWorld` (ranks and communicator),
+:class:`~batchsel.loop.sampler.lengths.EpochLengths`,
+:class:`~batchsel.loop.sampler.resume.IterationRecord` (exact resume),
+:class:`~batchsel.loop.sampler.exchange.FeedbackExchange` (feedback across ranks and the
+selection ahead) and :class:`~batchsel.loop.sampler.mistakes.LoopChecks` (the warnings).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from typing import Any, Iterator
+
+import numpy as np
+
+from batchsel.core.checks import check_int
+from batchsel.core.state import to_portable
+from batchsel.distributed.comm import Communicator
+from batchsel.loop.sampler.agreement import PlanAgreement
+from batchsel.loop.sampler.exchange import FeedbackExchange, FeedbackMethods, gather_timeout
+from batchsel.loop.sampler.frameworks import EpochSetter, check_not_resharded, loader_iterator
+from batchsel.loop.sampler.lengths import EpochLengths
+from batchsel.loop.sampler.mistakes import LoopChecks
+from batchsel.loop.sampler.pickled import from_pickled, to_pickled
+from batchsel.loop.sampler.profile import SelectorProfile
+from batchsel.loop.sampler.resume import IterationRecord, check_same_run, every_rank, own_state, run_keys, stamp
+from batchsel.loop.sampler.weighted import WeightedBatch
+from batchsel.loop.sampler.world import RankWorld
+from batchsel.selectors.base import Selector
+
+
+class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
+    """Yields this rank's batches (lists of int indices) of a selector's epoch plan.
+
+    Use it as ``DataLoader(dataset, batch_sampler=sampler)``; ``num_workers > 0`` works
+    (the sampler runs in the main process, where the training loop also calls
+    :meth:`observe`), and its workers' batches ahead count in the feedback lag
+    (``prefetch``). Mistakes in the loop that change what is trained get a warning that
+    names the fix: a pass without :meth:`set_epoch`, a feedback selector given no feedback,
+    a weighted plan yielded without its weights (docs: guide/training-loop.md, "Common
+    mistakes").
+
+    Parameters
+    ----------
+    selector : Selector
+        A :class:`~batchsel.selectors.Selector` (random, submodular, loss-rank, ...).
+    rank, world_size : int, optional
+        This process's rank and the number of ranks. Missing values come from the
+        communicator (torch.distributed if initialized, else MPI under mpiexec, else
+        torchrun's variables, else one process), looked up when an epoch's iteration
+        starts: a sampler built before the process group exists (in a Lightning module's
+        ``__init__``) still gets the right rank. Explicit values that contradict an
+        initialized torch.distributed raise ``ValueError``.
+    seed : int, optional
+        DistributedSampler's ``seed``: the seed lives in the selector, so this only checks
+        that it is the selector's (``ValueError`` otherwise). Every rank must use the same
+        seed: :meth:`verify` checks that.
+    comm : Communicator, optional
+        A :class:`~batchsel.distributed.comm.Communicator`; default chosen by
+        :func:`~batchsel.distributed.comm.get_communicator` (under mpiexec with
+        torch.distributed set up from MPI: MPI, whose shared-memory collectives carry a
+        step's feedback faster than gloo; under torchrun: torch.distributed). With explicit
+        ``rank`` and ``world_size`` that do not match the environment (e.g. simulating
+        ranks in one process) there is none, and feedback stays local.
+    sync_every : int, default 4
+        For online selectors in a multi-rank job, every ``sync_every``-th call of
+        :meth:`observe` all-gathers the buffered feedback so each rank's selector sees
+        everyone's. ``observe`` is then collective: every rank must call it equally often
+        (one call per step in a DDP loop does that). With 4 a selector sees the other
+        ranks' feedback up to 3 steps late, for a quarter of the collectives (why 4:
+        docs/design/sampler.md). 1 shares every step's feedback at once.
+    weighted : bool, optional
+        Yield each batch as a :class:`WeightedBatch`: ``(index, weight)`` pairs with the
+        plan's weights (weighted coresets, InfoBatch), instead of plain indices: wrap the
+        dataset in :class:`WeightedDataset` to get ``(x, y, w)`` items, or index tensors
+        with the batch's ``indices`` and ``weights`` arrays. Offline selectors only.
+        Default ``None``: plain indices, with a warning when the selector's plans carry
+        weights (``weighted_plans``: :class:`~batchsel.InfoBatchSelector`,
+        :class:`~batchsel.CoresetSelector`), whose batches are then trained on without
+        them; ``weighted=False`` drops them knowingly, without the warning.
+    drop_last : bool, default False
+        BatchSampler's: drop each rank's last batch when it is short (RandomSelector and
+        CoresetSelector, whose batches are full but the last; the same on every rank).
+        The selector's own ``drop_last`` is DistributedSampler's (pad or drop examples).
+    prefetch : int, optional
+        How many batches are selected ahead of the one the loop asks for: the feedback lag.
+        Default ``None``: the selector's ``default_prefetch``, 1 for SMDL (its selection
+        is hidden beside the step), 0 for the rest (loss-rank's cheap selection is not
+        worth a lag that cost it accuracy on short runs; offline plans are made at the
+        epoch's start). On an accelerator ``prefetch=1`` also spares loss-rank a device
+        sync per step (:meth:`observe`). The batches depend on the lag only, never on
+        whether a thread did the work: a background thread selects while the training step
+        runs when this process has two cores of its own
+        (:func:`~batchsel.loop.prefetch.cores_of_this_rank`) and a selection costs more
+        than handing it over; otherwise the training thread selects each batch when it is
+        needed, from the same feedback. :meth:`cost` reports what selection cost and what
+        the training thread still paid.
+
+        A DataLoader with workers asks for ``num_workers * prefetch_factor`` batches ahead
+        of the loop: that window is part of the lag, and the sampler selects only the rest
+        ahead itself. With ``prefetch`` at least the window the batches are those of
+        ``num_workers=0`` with the same ``prefetch``; a smaller one gets the window's lag
+        and a warning. Selectors without feedback (random, graph blocks, offline plans)
+        yield exactly the batches of ``prefetch=0``.
+
+        In the usual loop (``for batch in loader: step; observe``) batch ``t + 1`` is
+        selected from the feedback of batches ``<= t - 1`` with ``prefetch=1`` (``<= t``
+        with ``prefetch=0``). While an iteration with prefetch is running, feedback must go
+        through :meth:`observe` (not ``selector.observe``) and settings of the selector
+        must not change. The exact rule, the thread and their measurements:
+        docs/design/sampler.md.
+    timeout : float or None, default 1800.0
+        Seconds a feedback all-gather waits for every rank (torch's process-group
+        default) before it raises ``RuntimeError`` naming the collective; under mpiexec
+        the abort hook then ends every rank, so a rank that stopped calling :meth:`observe`
+        ends the job instead of hanging it; one that exited (``sys.exit``) tells the
+        waiting ranks at once, which raise then, naming it. ``None``: wait as long as it
+        takes. Over torch.distributed the process group's own ``timeout`` applies. Each
+        all-gather also checks that every rank is at the same :meth:`observe` call of the
+        same epoch (``RuntimeError`` naming each rank's call otherwise).
+
+    Notes
+    -----
+    The contract is DistributedSampler's: call :meth:`set_epoch` before each epoch
+    (Lightning and accelerate call ``batch_sampler.sampler.set_epoch``: :attr:`sampler`
+    forwards it), ``len(sampler)`` batches on every rank (padding or dropping follows the
+    selector's ``drop_last``), randomness from (seed, epoch) only.
+    ``SelectionBatchSampler(RandomSelector(n, B, seed=s, drop_last=d), drop_last=b)``
+    yields the batch counts and sizes of
+    ``BatchSampler(DistributedSampler(data, seed=s, drop_last=d), B, drop_last=b)``.
+
+    Example
+    -------
+    >>> from batchsel import RandomSelector
+    >>> sampler = SelectionBatchSampler(RandomSelector(10, batch_size=4, seed=0), rank=0, world_size=2)
+    >>> sampler.set_epoch(1)
+    >>> batches = list(sampler)
+    >>> len(sampler), [len(b) for b in batches]
+    (2, [4, 1])
+    >>> state = sampler.state_dict()     # resume point: here, the end of epoch 1
+    >>> ahead = SelectionBatchSampler(RandomSelector(10, batch_size=4, seed=0), rank=0, world_size=2, prefetch=1)
+    >>> ahead.set_epoch(1)
+    >>> list(ahead) == batches           # selected in a background thread: the same batches
+    True
+    """
+
+    def __init__(
+        self,
+        selector: Selector,
+        rank: int | None = None,
+        world_size: int | None = None,
+        seed: int | None = None,
+        comm: Communicator | None = None,
+        sync_every: int = 4,
+        weighted: bool | None = None,
+        drop_last: bool = False,
+        prefetch: int | None = None,
+        timeout: float | None = 1800.0,
+    ) -> None:
+        profile = self._profile = SelectorProfile(selector)  # TypeError for anything else
+        profile.check_seed(seed)
+        self.selector = selector
+        self.sync_every = check_int(sync_every, "sync_every", minimum=1)
+        self.prefetch = profile.default_prefetch if prefetch is None else check_int(prefetch, "prefetch", minimum=0)
+        self.timeout = gather_timeout(timeout)
+        self._checks = LoopChecks(profile)
+        self._checks.weights_dropped(weighted)
+        self.weighted, self.drop_last = bool(weighted), bool(drop_last)
+        profile.check_options(self.weighted, self.drop_last)
+        #: what Lightning and accelerate call ``set_epoch`` on (``batch_sampler.sampler``)
+        self.sampler = EpochSetter(self)
+        self._world = RankWorld(rank, world_size, comm, check=selector.check_world)
+        self.epoch = 0
+        self._lengths = EpochLengths(profile, self.drop_last)
+        self._record = IterationRecord()
+        self._feedback = FeedbackExchange(profile, self._world, self._record, self._num_batches_of)
+        self._waited, self._handed = 0.0, 0  # the training thread's seconds in the sampler; batches
+
+    # -- rank and world size ------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        """This process's rank (looked up on first use when not given)."""
+        return self._world.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks (looked up on first use when not given)."""
+        return self._world.world_size
+
+    @property
+    def comm(self) -> Communicator | None:
+        """The communicator feedback and :meth:`verify` go through (None: local only)."""
+        return self._world.comm
+
+    @comm.setter
+    def comm(self, comm: Communicator | None) -> None:
+        self._world.found = comm
+
+    @property
+    def batch_size(self) -> int:
+        """The selector's batch size (BatchSampler's attribute, read by frameworks)."""
+        return self.selector.batch_size
+
+    # -- the DistributedSampler contract ------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose batches the next iteration yields."""
+        self.epoch = check_int(epoch, "epoch", minimum=0)
+
+    def __len__(self) -> int:
+        """This rank's batches in the epoch set by :meth:`set_epoch`."""
+        return self._num_batches_of(self.epoch)
+
+    def _num_batches_of(self, epoch: int) -> int:
+        return self._lengths.of(epoch, self.world_size)
+
+    def total_batches(self, epochs: int) -> int:
+        """This rank's batches over epochs ``0 .. epochs - 1``: the optimizer steps of the
+        run, to size a learning-rate schedule with (``OneCycleLR(total_steps=...)``).
+        Exact, also where epochs differ in length (:class:`~batchsel.InfoBatchSelector`;
+        ``epochs`` must then be the run the selector was built for, else ``ValueError``).
+
+        >>> from batchsel import RandomSelector
+        >>> SelectionBatchSampler(RandomSelector(10, 4), rank=0, world_size=1).total_batches(epochs=5)
+        15
+        """
+        return self._lengths.total(epochs, self.world_size)
+
+    def __iter__(self) -> Iterator[Any]:  # lists of indices; WeightedBatch with weighted=True
+        # a process group may exist now (one process so far), and it must agree with
+        # explicit values; a multi-rank answer is final
+        self._world.refresh()
+        caller = sys._getframe(1)
+        check_not_resharded(caller, self)
+        window = self._checks.loader(loader_iterator(caller, self), self.weighted, self.prefetch)
+        feedback, record = self._feedback, self._record
+        feedback.background.stop()  # an earlier iteration left unfinished: its selection ends first
+        epoch = self.epoch
+        self._checks.previous_pass(record, epoch, feedback.fed)
+        start, pending, skip = record.begin(epoch)
+        feedback.restart()
+        unfed_after = feedback.unfed_after(self.prefetch, window)  # observe() forgotten after these
+        for _ in range(skip):  # finished batches that the framework skips itself, unseen
+            record.yielded += 1
+            yield []
+        # the replayed batches were drawn before the checkpoint; the selector resumes after them
+        source: Any = itertools.chain(
+            ((np.asarray(b), None) for b in pending),
+            self._profile.batches(epoch, self.rank, self.world_size, start, self.weighted),
+        )
+        source = itertools.islice(source, max(len(self) - record.base, 0))
+        source = feedback.background.run(source, feedback.depth(self.prefetch, window))
+        keep = self._profile.records_batches
+        try:
+            while True:
+                asked = time.perf_counter()
+                try:
+                    batch, weights = next(source)
+                except StopIteration:
+                    record.passed = True
+                    return
+                finally:
+                    self._waited += time.perf_counter() - asked
+                if unfed_after is not None and not feedback.fed and len(record.history) >= unfed_after:
+                    self._checks.unfed(epoch, len(record.history))
+                record.handed(batch, keep)
+                self._handed += 1
+                yield batch.tolist() if weights is None else WeightedBatch(batch, weights)
+        finally:  # a loop that breaks early: the prefetch thread stops now, not at garbage collection
+            source.close()
+
+    # -- resume -------------------------------------------------------------------------
+    def state_dict(self, batches_done: int | None = None, all_ranks: bool = False) -> dict[str, Any]:
+        """Everything needed to resume this rank mid-epoch (arrays as torch tensors, so
+        ``torch.save`` / ``torch.load`` handle it with the model's state).
+
+        ``batches_done``: how many batches of the current epoch the training loop has
+        finished. The default, all batches handed out so far, is exact with
+        ``num_workers=0``; a DataLoader with workers fetches a few batches ahead, so pass
+        your step count there. Batches an online selector drew ahead of that point are
+        stored and replayed first on resume.
+
+        ``all_ranks=True`` (collective) returns every rank's state in one dict, so that
+        rank 0 alone can save the checkpoint; :meth:`load_state_dict` picks its own part.
+
+        With ``prefetch``, the selections in flight are waited for: their batches are saved
+        as pending (replayed first on resume), the feedback not yet handed to the selector
+        under ``deferred``, and the selector's state is the one after those selections.
+        """
+        ahead, deferred = self._feedback.held()
+        state = self._record.saved(self.epoch, batches_done, ahead, self._profile.online)
+        state.update(selector=self.selector.state_dict(), observations=list(self._feedback.buffer), deferred=deferred)
+        stamp(state, run_keys(self.selector, self.rank, self.world_size, len(self)))
+        return to_portable(every_rank(state, self.comm, self.world_size) if all_ranks else state)
+
+    def load_state_dict(self, state: dict[str, Any], placeholders: bool = False) -> None:
+        """Restore :meth:`state_dict`'s output: the next iteration over the saved epoch
+        yields exactly the batches that were still to come (call :meth:`set_epoch` with
+        that epoch as usual; another epoch starts from its beginning).
+
+        ``placeholders=True`` is for a framework that skips the finished batches itself
+        (the Hugging Face Trainer's ``skip_first_batches`` drops the first ``k`` batches of
+        the batch sampler unseen): the next iteration first yields one empty batch for
+        each finished one, so the framework's count and the sampler's agree and no batch
+        is skipped twice."""
+        state = own_state(state, lambda: (self.rank, self.world_size))
+        epoch_length = self._num_batches_of(check_int(state["epoch"], "epoch", minimum=0))
+        check_same_run(state, run_keys(self.selector, self.rank, self.world_size, epoch_length))
+        position = check_int(state["position"], "position", minimum=0)
+        if position > epoch_length:
+            raise ValueError(f"the state's position {position} is past the epoch's {epoch_length} batches")
+        self._feedback.background.stop(flush=False)  # an iteration with prefetch still running: its thread stops first
+        self.selector.load_state_dict(state["selector"])
+        self._feedback.restore(state["observations"], state.get("deferred", []))
+        self._record.restart_at(state, position, placeholders)
+        self.epoch = int(state["epoch"])
+
+    # pickled in the flat form of earlier versions (batchsel.loop.sampler.pickled)
+    def __getstate__(self) -> dict[str, Any]:
+        return to_pickled(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(from_pickled(self, state))
+
+    def __repr__(self) -> str:
+        return (
+            f"SelectionBatchSampler({self.selector!r}, rank={self.rank}, world_size={self.world_size}, "
+            f"epoch={self.epoch}, sync_every={self.sync_every}, prefetch={self.prefetch})"
+        )
+
+
+__all__ = ["SelectionBatchSampler"]

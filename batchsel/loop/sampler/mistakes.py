@@ -1,0 +1,165 @@
+"""The training-loop mistakes a sampler warns of, each once (docs: guide/training-loop.md,
+"Common mistakes").
+
+A weighted plan yielded without its weights, a pass without ``set_epoch``, a feedback
+selector given no feedback, weighted keys into a dataset that cannot take them, and a
+DataLoader whose workers ask for more batches ahead than the sampler's ``prefetch``.
+Each warning names the fix.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from batchsel.loop.sampler.profile import SelectorProfile
+from batchsel.loop.sampler.resume import IterationRecord
+
+
+class LoopChecks:
+    """Warns of the training loop's mistakes, once per sampler and kind.
+
+    Parameters
+    ----------
+    profile : SelectorProfile
+        The selector's answers (its name, what it reads, whether it is online).
+
+    Example
+    -------
+    >>> import warnings
+    >>> from batchsel import InfoBatchSelector
+    >>> checks = LoopChecks(SelectorProfile(InfoBatchSelector(100, 10, epochs=2)))
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     checks.weights_dropped(weighted=None)
+    >>> "pass weighted=True" in str(caught[0].message)
+    True
+    """
+
+    def __init__(self, profile: SelectorProfile) -> None:
+        self.profile = profile
+        self.warned: set[str] = set()  # the kinds warned of
+
+    def warn_once(self, kind: str, message: str) -> None:
+        """Warn of ``message`` unless a warning of this ``kind`` came already.
+
+        Parameters
+        ----------
+        kind : str
+            The mistake (``"set_epoch"``, ``"observe"``, ``"weighted_keys"``, ``"num_workers"``).
+        message : str
+            What happens and the fix.
+        """
+        if kind not in self.warned:
+            self.warned.add(kind)
+            # this method, the check, the sampler's __iter__: the level above is the loop
+            warnings.warn(f"SelectionBatchSampler: {message}", UserWarning, stacklevel=4)
+
+    def weights_dropped(self, weighted: bool | None) -> None:
+        """At construction: a selector whose plans carry weights, and a sampler not told
+        whether to yield them (``weighted=None``), would train without them silently.
+
+        Parameters
+        ----------
+        weighted : bool or None
+            The sampler's ``weighted`` as given.
+        """
+        if weighted is None and self.profile.weighted_plans:
+            warnings.warn(
+                f"{self.profile.name}'s batches carry weights (the loss's up-weights) and this "
+                f"sampler yields plain indices, so training drops them: pass weighted=True (batches "
+                f"with indices and weights; wrap the dataset in WeightedDataset), or weighted=False "
+                f"to train unweighted knowingly",
+                UserWarning,
+                stacklevel=3,  # this method, the sampler's __init__: the level above builds it
+            )
+
+    def previous_pass(self, record: IterationRecord, epoch: int, fed: int) -> None:
+        """Warn of the mistakes the iteration before this one shows: it ran to its end and
+        the epoch was not set anew (DistributedSampler repeats the epoch's batches then,
+        silently), or it handed out batches and the loop gave no feedback.
+
+        Parameters
+        ----------
+        record : IterationRecord
+            The previous iteration's record (and a loaded restart point, if any).
+        epoch : int
+            The epoch the new iteration is over.
+        fed : int
+            The previous iteration's ``observe`` calls that carried what the selector needs.
+        """
+        if not record.passed or record.epoch is None:
+            return
+        if record.resume is None and record.epoch == epoch:
+            self.warn_once(
+                "set_epoch",
+                f"this pass repeats epoch {epoch}'s batches: call sampler.set_epoch(epoch) before each "
+                f"epoch (DistributedSampler's contract; Lightning, accelerate and BatchselTrainer call it)",
+            )
+        if self.profile.needed_fields and record.history and not fed:
+            self.unfed(record.epoch, len(record.history))
+
+    def unfed(self, epoch: int, batches: int) -> None:
+        """Warn that ``batches`` batches of ``epoch`` came without the feedback the
+        selector chooses from.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch.
+        batches : int
+            Batches handed out without feedback.
+        """
+        needed = self.profile.needed_fields
+        self.warn_once(
+            "observe",
+            f"{self.profile.name} chooses batches from the {' or '.join(sorted(needed))} the loop hands to "
+            f"sampler.observe(...), and none came in {batches} batches of epoch {epoch}: its batches do not "
+            f"follow the training. Call sampler.observe(batch, {sorted(needed)[0]}=...) after each step",
+        )
+
+    def loader(self, loader: Any, weighted: bool, prefetch: int) -> int:
+        """Warn of what a DataLoader iterating the sampler changes, and return how many
+        batches it asks for ahead of the training loop (its workers' prefetch: the feedback
+        lag it adds).
+
+        Parameters
+        ----------
+        loader : DataLoader iterator or None
+            The iterator asking for batches (None: a loop of its own).
+        weighted : bool
+            Whether the sampler yields ``(index, weight)`` keys.
+        prefetch : int
+            The sampler's ``prefetch``.
+
+        Returns
+        -------
+        int
+            ``num_workers * prefetch_factor`` (0 without workers or loader).
+        """
+        if loader is None:
+            return 0
+        dataset = getattr(loader, "_dataset", None)
+        if weighted and dataset is not None and not getattr(dataset, "accepts_weighted_keys", False):
+            self.warn_once(
+                "weighted_keys",
+                f"weighted=True hands the DataLoader (index, weight) pairs as keys, which "
+                f"{type(dataset).__name__} does not take: wrap the dataset, "
+                f"DataLoader(WeightedDataset(dataset), batch_sampler=sampler), for (x, y, w) items (a dataset "
+                f"that takes such keys itself says so with accepts_weighted_keys = True)",
+            )
+        workers = int(getattr(loader, "_num_workers", 0) or 0)
+        window = workers * int(getattr(loader, "_prefetch_factor", None) or 0)
+        if window > prefetch and self.profile.lag_matters:  # offline: plans at the epoch start
+            self.warn_once(
+                "num_workers",
+                f"DataLoader(num_workers={workers}) asks for batches {window} ahead of the training step, so "
+                f"{self.profile.name} sees the feedback {window} batches late, not {prefetch} "
+                f"(prefetch={prefetch}): its batches are those of num_workers=0 with prefetch={window}. Pass "
+                f"SelectionBatchSampler(prefetch={window}) for batches that do not depend on num_workers, or "
+                f"load in the main process (num_workers=0) where loading is cheap",
+            )
+        return window
+
+
+__all__ = ["LoopChecks"]
