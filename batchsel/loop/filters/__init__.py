@@ -112,6 +112,10 @@ class _StepClock:
 class CandidateFilter(_StepClock):
     """Chooses the B examples to train on from a scored candidate batch (docs: design/filters.md).
 
+    Keyword groups: the score (`irreducible_losses`, `irreducible_weight`), the pick
+    (`diversity`, `uniform_fraction`, `warmup_steps`, `pick`, `beta`, `window`), the guard
+    (`min_il_skill`, `min_il_decisive`, `reference_accuracy`) and the draws (`seed`).
+
     Parameters
     ----------
     batch_size : int
@@ -173,10 +177,6 @@ class CandidateFilter(_StepClock):
         its candidates on average: ``ratio=2`` keeps as many.
     beta, window : float and int, default 1.0 and 1024
         ``pick="percentile"``'s exponent (> 0) and history length (>= 1).
-
-    Keyword groups: the score (`irreducible_losses`, `irreducible_weight`), the pick
-    (`diversity`, `uniform_fraction`, `warmup_steps`, `pick`, `beta`, `window`), the guard
-    (`min_il_skill`, `min_il_decisive`, `reference_accuracy`) and the draws (`seed`).
 
     The defaults (``uniform_fraction=0.25``, ratio 4) were chosen on a validation split;
     every loss-seeking filter can end below random batches on a model that does not

@@ -33,6 +33,10 @@ logger = logging.getLogger(__name__)
 class IrreducibleLoss:
     """Fits the irreducible-loss model and holds every example's irreducible loss.
 
+    Keyword groups: the models (`neighbors`, `standardize`, `balanced`, `min_prob`), the
+    torch models' architecture and budget (`hidden`, `epochs`, `patience`, `batch_size`,
+    `lr`, `weight_decay`, `stop_fraction`) and the draws (`seed`).
+
     Parameters
     ----------
     model : {"knn", "logistic", "mlp", "net"}, classifier or callable, default "knn"
@@ -75,10 +79,6 @@ class IrreducibleLoss:
         Seeds the fold / holdout split, the scikit-learn models and the torch models
         (initial weights and batch order from ``(seed, fold)``; torch's global generator
         is left as it was).
-
-    Keyword groups: the models (`neighbors`, `standardize`, `balanced`, `min_prob`), the
-    torch models' architecture and budget (`hidden`, `epochs`, `patience`, `batch_size`,
-    `lr`, `weight_decay`, `stop_fraction`) and the draws (`seed`).
 
     Attributes
     ----------
