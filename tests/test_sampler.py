@@ -439,7 +439,7 @@ def test_verify_catches_ranks_whose_embeddings_or_weights_differ():
 
 
 def test_selector_fingerprint_samples_large_embeddings(monkeypatch):
-    import batchsel.selectors.base as base
+    import batchsel.selectors.hashing as base
 
     monkeypatch.setattr(base, "DIGEST_FULL_BYTES", 1024)  # 32 rows of 8 float32: the rest is sampled
     x = np.random.default_rng(0).normal(size=(400, 8)).astype(np.float32)

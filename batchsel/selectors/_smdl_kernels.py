@@ -368,7 +368,7 @@ def smdl_select(
     Returns the picks and whether every term was finite (greedy is skipped if not)."""
     if x.shape[0] != pool.shape[0]:
         x = np.empty((pool.shape[0], source.shape[1]), dtype=np.float32)
-        for i in range(pool.shape[0]):  # element by element: a row slice assignment is 5x slower
+        for i in range(pool.shape[0]):  # element by element: a row slice assignment is slower
             r = pool[i]
             for j in range(source.shape[1]):
                 x[i, j] = source[r, j]
@@ -492,7 +492,7 @@ def _smdl_pool(
 # others stay. What a batch computes per row (the embedding, its squared norm, its distance
 # to the mean, its features; with ``coverage_every > 1`` its similarities to the coverage
 # set) is a function of that row alone (the kernels compute each output from its own row,
-# in a fixed order), so it is kept per run in slots of a _RowCache and computed only for the
+# in a fixed order), so it is kept per run in slots of a RowCache and computed only for the
 # rows that enter: the values are those a fresh computation gives.
 @numba.njit(cache=True, nogil=True)
 def stretch_setup(source: np.ndarray, rows: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, float]:
@@ -547,7 +547,7 @@ def smdl_step(
     unused positions (descending), ``order[m-k:m]`` the batch's. Returns the batch (example
     indices) and whether the terms were finite (the run is not changed if not).
 
-    The pool's rows are kept in the cache arrays ``c*`` (slots, see :class:`_RowCache`):
+    The pool's rows are kept in the cache arrays ``c*`` (slots, see :class:`~batchsel.selectors.smdl_pool.RowCache`):
     ``c_pos[:c_count[0]]`` the cached pool positions (ascending), ``c_slot`` their slots.
     The rows of the pool not cached are read (``source[shard[position]]``, or
     ``source[src_pool[i]]`` for the i-th pool position in ascending order when

@@ -18,8 +18,11 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_indices, check_int, check_labels, check_metric, check_rows, load_embeddings
+from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
-from batchsel.selectors.base import Selector, epoch_rng, even_split, shard_length, split_batches, weighted_sum
+from batchsel.selectors.offline import OfflineSelector
+from batchsel.selectors.selector import weighted_sum
+from batchsel.selectors.sharding import epoch_rng, even_split, shard_length, split_batches
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ def class_budgets(counts: np.ndarray, fraction: float) -> np.ndarray:
     return np.minimum(budget, counts)
 
 
-class CoresetSelector(Selector):
+class CoresetSelector(OfflineSelector):
     """A weighted CRAIG coreset of ``fraction`` of the data, batched every epoch.
 
     Parameters
@@ -109,7 +112,6 @@ class CoresetSelector(Selector):
 
     uses_feedback = True  # observe(embeddings=...) refreshes the vectors the coreset is fit to
     feedback_fields = ("embeddings",)
-    supports_start = True
     weighted_plans = True
     full_batches = True  # DistributedSampler's policy over the coreset
 
@@ -225,24 +227,23 @@ class CoresetSelector(Selector):
         self._coreset = None
 
     # -- the interface ----------------------------------------------------------------
-    def check_world(self, world_size: int, rank: int | None = None) -> None:
-        super().check_world(world_size, rank)
-        if world_size > self.coreset_size:
-            raise ValueError(f"world_size must be <= the coreset size ({self.coreset_size}), got {world_size}")
+    def world_error(self, world_size: int) -> str | None:
+        """At most one rank per coreset member (so at most one per example)."""
+        error = super().world_error(world_size)
+        if error is None and world_size > self.coreset_size:
+            error = f"world_size must be <= the coreset size ({self.coreset_size}), got {world_size}"
+        return error
 
-    def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
-        epoch = check_int(epoch, "epoch", minimum=0)
-        self.check_world(world_size)
+    def _plan(self, epoch: int, world: World) -> EpochPlan:
         idx, w = self.indices_, self.weights_
         perm = epoch_rng(self.seed, epoch).permutation(len(idx))
-        shards = even_split(perm, world_size, self.drop_last)
+        shards = even_split(perm, world.size, self.drop_last)
         batches = [[idx[b] for b in split_batches(s, self.batch_size)] for s in shards]
         weights = [[w[b] for b in split_batches(s, self.batch_size)] for s in shards]
         return EpochPlan(batches, weights, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="craig")
 
-    def num_batches(self, world_size: int = 1) -> int:
-        self.check_world(world_size)
-        return -(-shard_length(self.coreset_size, world_size, self.drop_last) // self.batch_size)
+    def _num_batches(self, world: World) -> int:
+        return -(-shard_length(self.coreset_size, world.size, self.drop_last) // self.batch_size)
 
     def __repr__(self) -> str:
         return (

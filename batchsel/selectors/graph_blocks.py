@@ -24,13 +24,15 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 from batchsel.core.checks import check_graph, check_int
 from batchsel.core.graph import metis_blocks as _metis_blocks
 from batchsel.core.io import save_npy
+from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
-from batchsel.selectors.base import Selector, epoch_rng, even_split
+from batchsel.selectors.offline import OfflineSelector
+from batchsel.selectors.sharding import epoch_rng, even_split
 
 logger = logging.getLogger(__name__)
 
 
-class GraphBlockSelector(Selector):
+class GraphBlockSelector(OfflineSelector):
     """Batches of ``q`` METIS blocks of a graph, shuffled every epoch (docs: design/graph-batches.md).
 
     Parameters
@@ -85,11 +87,9 @@ class GraphBlockSelector(Selector):
     (5, True)
     """
 
-    uses_feedback = False
-    supports_start = True
     # where the METIS cache lives does not change the blocks; neighbors only builds the
     # graph from an EmbeddingIndex, and the graph itself is fingerprinted
-    _unplanned_params = ("cache_dir", "neighbors")
+    unplanned_params = ("cache_dir", "neighbors")
 
     def __init__(
         self,
@@ -235,16 +235,16 @@ class GraphBlockSelector(Selector):
         return int(sizes[:q].sum()), int(sizes[-q:].sum())
 
     # -- the interface ----------------------------------------------------------------
-    def check_world(self, world_size: int, rank: int | None = None) -> None:
-        super().check_world(world_size, rank)
-        if world_size > self.num_batches_total:
-            raise ValueError(
+    def world_error(self, world_size: int) -> str | None:
+        """At most one rank per example and per batch of the epoch."""
+        error = super().world_error(world_size)
+        if error is None and world_size > self.num_batches_total:
+            error = (
                 f"world_size must be <= the number of batches per epoch ({self.num_batches_total}), got {world_size}"
             )
+        return error
 
-    def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:
-        epoch = check_int(epoch, "epoch", minimum=0)
-        self.check_world(world_size)
+    def _plan(self, epoch: int, world: World) -> EpochPlan:
         blocks = self.blocks_
         rng = epoch_rng(self.seed, epoch)
         # a random order of blocks
@@ -259,7 +259,7 @@ class GraphBlockSelector(Selector):
             order = np.lexsort((np.where(backwards, -within, within), block_rank))
             bounds = np.minimum(np.arange(self.num_batches_total + 1) * self.batch_size, self.num_examples)
         batches = [order[bounds[i] : bounds[i + 1]].astype(np.int64) for i in range(self.num_batches_total)]
-        ids = even_split(np.arange(self.num_batches_total), world_size, self.drop_last)
+        ids = even_split(np.arange(self.num_batches_total), world.size, self.drop_last)
         return EpochPlan(
             [[batches[i] for i in rank_ids] for rank_ids in ids],
             num_examples=self.num_examples,
@@ -268,10 +268,9 @@ class GraphBlockSelector(Selector):
             method="graph_blocks",
         )
 
-    def num_batches(self, world_size: int = 1) -> int:
-        self.check_world(world_size)
+    def _num_batches(self, world: World) -> int:
         m = self.num_batches_total
-        return m // world_size if self.drop_last else -(-m // world_size)
+        return m // world.size if self.drop_last else -(-m // world.size)
 
     def __repr__(self) -> str:
         return (

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,12 +22,32 @@ from numba import njit
 
 from batchsel.core.checks import check_indices, check_int, check_rows
 from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, uniform
-from batchsel.selectors.base import OnlineSelector
+from batchsel.selectors.online import OnlineSelector
+from batchsel.selectors.runs import Run
 
 logger = logging.getLogger(__name__)
 
 
-class LossRankSelector(CounterKeyedBatches, OnlineSelector):
+@dataclass(eq=False)
+class LossRankRun(Run):
+    """A loss-rank run: the shard sorted by index, and what its batches keep between them.
+
+    Parameters
+    ----------
+    rank_order : tuple of numpy.ndarray or None, default None
+        The shard's rank order (``_sort_shard``'s ``(sv, sp, cur)``), from the run's first
+        batch on; later batches update it in O(n).
+    pending : numpy.ndarray or None, default None
+        A plan's own pending marks (a training run uses the selector's).
+    **fields
+        :class:`~batchsel.selectors.runs.Run`'s.
+    """
+
+    rank_order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    pending: np.ndarray | None = None
+
+
+class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun]):
     """Rank-based online batch selection with selection pressure ``s_e`` (docs: design/loss-rank.md).
 
     Parameters
@@ -67,9 +88,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
     True
     """
 
-    uses_feedback = True
     feedback_fields = ("losses",)
-    supports_start = True
+    run_type = LossRankRun
 
     def __init__(
         self,
@@ -139,41 +159,44 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector):
         done = min(1.0, batch / max(self.anneal_batches - 1, 1))
         return float(self._pressure ** (1.0 - done))
 
-    def _new_run(self, epoch: int, rank: int, world_size: int) -> dict[str, Any]:
+    def _new_run(self, epoch: int, rank: int, world_size: int) -> LossRankRun:
         run = super()._new_run(epoch, rank, world_size)
         # the shard's examples in index order: every batch scans their losses, read then in
-        # memory order (1M examples: 4 ms a batch instead of 10). Which examples the shard
-        # holds is the random split's; ties are broken at random all the same (_pick)
-        run["shard"] = np.sort(run["shard"])
+        # memory order (fewer cache misses than the random split's order). Which examples
+        # the shard holds is the random split's; ties are broken at random all the same (_pick)
+        run.shard = np.sort(run.shard)
         return run
 
-    def _next_batch(self, run: dict[str, Any], rng: Any) -> np.ndarray:
-        shard = run["shard"]
+    def _next_batch(self, run: LossRankRun, rng: Any) -> np.ndarray:
+        shard = run.shard
         n = len(shard)
         # a plan()'s runs are not the training's: they keep their own pending marks
-        training = any(run is r for r in self._runs.values())
-        pending = self._pending if training else run.setdefault("pending", np.zeros(self.num_examples, np.bool_))
-        order = run.get("rank_order")
+        pending = self._pending
+        if not any(run is r for r in self._runs.values()):
+            if run.pending is None:
+                run.pending = np.zeros(self.num_examples, np.bool_)
+            pending = run.pending
+        order = run.rank_order
         if order is None:  # the run's first batch: one sort; later ones update it in O(n)
-            order = run["rank_order"] = _sort_shard(self.losses_, pending, shard)
+            order = run.rank_order = _sort_shard(self.losses_, pending, shard)
         batch = _loss_rank_batch(
             self.losses_,
             pending,
             shard,
             *order,
             min(self.batch_size, n),
-            _log_q(self._run_pressure(run), n),  # type: ignore[call-arg]
+            _log_q(self._run_pressure(run), n),
             stream_key(rng),
         )
         pending[batch] = True
         return batch
 
-    def _run_pressure(self, run: dict[str, Any]) -> float:
+    def _run_pressure(self, run: LossRankRun) -> float:
         """The pressure of ``run``'s next batch."""
         if self.anneal_batches is None:
             return self._pressure
-        per_epoch = -(-len(run["shard"]) // self.batch_size)  # the run's num_batches(world_size)
-        return self.pressure_at(run["epoch"] * per_epoch + len(run["drawn"]))
+        per_epoch = -(-len(run.shard) // self.batch_size)  # the run's num_batches(world_size)
+        return self.pressure_at(run.epoch * per_epoch + len(run.drawn))
 
     def _scores_state(self) -> dict[str, Any]:
         return {"losses": self.losses_.copy(), "pressure": self._pressure, "pending": self._pending.copy()}

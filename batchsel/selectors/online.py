@@ -1,0 +1,179 @@
+"""The online kind of selector: :class:`OnlineSelector` draws batch after batch from the
+scores known at that moment, keeps each rank's draw of the current epoch as a
+:class:`~batchsel.selectors.runs.Run`, and resumes it exactly from its state dict."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Iterator, TypeVar
+
+import numpy as np
+
+from batchsel.core.checks import check_int
+from batchsel.core.state import from_portable, to_portable
+from batchsel.core.world import World
+from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.runs import Run
+from batchsel.selectors.selector import Selector
+from batchsel.selectors.sharding import epoch_rng, shard_length
+
+STATE_VERSION = 1
+R = TypeVar("R", bound=Run)  # an online selector's run type
+
+
+class OnlineSelector(Selector, Generic[R]):
+    """The kind of selector that draws each batch from the scores known at that moment.
+
+    Subclasses implement :meth:`_next_batch`. Batch ``t`` of (epoch, rank) uses the
+    generator ``epoch_rng(seed, epoch, rank, t)`` (or the subclass's own key of those,
+    :meth:`_batch_rng`), the rank's shard of the epoch (:meth:`rank_shards`), the scores
+    observed so far and the run state (:class:`~batchsel.selectors.runs.Run`: the examples
+    already used this epoch; a subclass keeps more in a ``Run`` subclass, its
+    ``run_type``). Drawn batches are remembered per (rank, world size) for the current
+    epoch: iterating an epoch again, or from ``start`` after :meth:`load_state_dict`,
+    replays the batches already drawn (a DataLoader prefetches ahead of training) and
+    draws the rest.
+
+    Parameters
+    ----------
+    num_examples, batch_size : int
+        N and B.
+    **kwargs
+        ``seed``, ``drop_last``, ``partition``: :class:`Selector`'s.
+    """
+
+    online = True
+    uses_feedback = True  # the scores observed so far choose the batches
+    #: the class of this selector's runs (``OnlineSelector[ItsRun]`` types them)
+    run_type: type[Run] = Run
+
+    def __init__(self, num_examples: int, batch_size: int, **kwargs: Any) -> None:
+        super().__init__(num_examples, batch_size, **kwargs)
+        self._runs: dict[tuple[int, int], R] = {}
+
+    # -- subclass hooks ---------------------------------------------------------------
+    def _next_batch(self, run: R, rng: Any) -> np.ndarray:
+        """Draw the next batch of ``run`` (example indices), updating the run state."""
+        raise NotImplementedError
+
+    def _scores_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_scores(self, state: dict[str, Any]) -> None:
+        pass
+
+    def _check_epoch(self, epoch: int) -> int:
+        return check_int(epoch, "epoch", minimum=0)
+
+    # -- runs -------------------------------------------------------------------------
+    def _new_run(self, epoch: int, rank: int, world_size: int) -> R:
+        """A fresh run of (epoch, rank) for ``world_size`` ranks (checked by the caller)."""
+        shard = self._rank_shards(epoch, World(rank, world_size))[rank]
+        return self.run_type.start(epoch, rank, shard, self.batch_size)  # type: ignore[return-value]
+
+    def _restore_run(self, run: R) -> None:
+        """Called on each run rebuilt by :meth:`load_state_dict` (``order``, ``m`` and
+        ``drawn`` restored), so a subclass can bring it to the form it keeps; the sizes of
+        a state written by an earlier version are re-cut (:meth:`Run.recut_sizes`)."""
+        run.recut_sizes()
+
+    def _batch_rng(self, run: Any, rank: int, t: int) -> Any:
+        """The randomness handed to :meth:`_next_batch` for batch ``t`` of ``run``:
+        ``epoch_rng(seed, epoch, rank, t)``. A subclass whose compiled kernel draws its own
+        numbers may return a cheaper key of the same (seed, epoch, rank, t) instead."""
+        return epoch_rng(self.seed, run.epoch, rank, t)
+
+    def _draw(self, run: R, rank: int) -> np.ndarray:
+        t = len(run.drawn)
+        batch = np.asarray(self._next_batch(run, self._batch_rng(run, rank, t)), dtype=np.int64)
+        run.drawn.append(batch)
+        return batch
+
+    def _num_batches(self, world: World) -> int:
+        return -(-shard_length(self.num_examples, world.size, self.drop_last) // self.batch_size)
+
+    def _iter_batches(self, epoch: int, world: World, start: int) -> Iterator[np.ndarray]:
+        total = self._num_batches(world)
+        key = (world.rank, world.size)
+        run = self._runs.get(key)
+        if run is None or run.epoch != epoch:
+            run = self._runs[key] = self._new_run(epoch, world.rank, world.size)
+        t = min(start, len(run.drawn))
+        while t < total:
+            batch = run.drawn[t] if t < len(run.drawn) else self._draw(run, world.rank)
+            if t >= start:
+                yield batch
+            t += 1
+
+    def _plan(self, epoch: int, world: World) -> EpochPlan:
+        # as drawn now, from the scores known now; the runs in progress are not touched
+        total = self._num_batches(world)
+        per_rank = []
+        for r in range(world.size):
+            run = self._new_run(epoch, r, world.size)
+            per_rank.append([self._draw(run, r) for _ in range(total)])
+        return EpochPlan(
+            per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method=type(self).__name__
+        )
+
+    # -- resume -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Scores, GreedMax shards and, per (rank, world size), the current epoch's run:
+        enough for a fresh selector built from the same inputs to continue exactly.
+
+        Returns
+        -------
+        dict
+            Portable (``torch.load(weights_only=True)`` reads it).
+        """
+        return to_portable(
+            {
+                "version": STATE_VERSION,
+                "class": type(self).__name__,
+                "num_examples": self.num_examples,
+                "batch_size": self.batch_size,
+                "drop_last": self.drop_last,
+                "seed": self.seed,
+                "runs": [run.record(world_size) for (_, world_size), run in self._runs.items()],
+                "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
+                "scores": self._scores_state(),
+            }
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` (also one written by an earlier version).
+
+        Parameters
+        ----------
+        state : dict
+            What :meth:`state_dict` returned, for a selector built from the same inputs.
+        """
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"not a {type(self).__name__} state (version {state.get('version') if isinstance(state, dict) else None!r})"
+            )
+        if state.get("class") != type(self).__name__:
+            raise ValueError(f"state is from a {state.get('class')!r}, not a {type(self).__name__}")
+        state = from_portable(state)
+        missing = sorted({"num_examples", "seed", "runs", "partitions", "scores"} - set(state))
+        if missing:
+            raise ValueError(f"{type(self).__name__} state lacks {missing}: pass what state_dict() returned")
+        # a run of another N, batch size or padding policy would resume at the wrong
+        # batch; states written before batch_size / drop_last were recorded skip those
+        for key in ("num_examples", "seed", "batch_size", "drop_last"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(
+                    f"state is for {key}={state[key]!r}, this selector has {key}={getattr(self, key)!r}; "
+                    f"build the selector as the one whose state this is"
+                )
+        self._shard_of = {int(w): np.asarray(o, dtype=np.int64).copy() for w, o in state["partitions"].items()}
+        self._load_scores(state["scores"])
+        self._runs = {}
+        for record in state["runs"]:
+            world = self.world(record["world_size"], record["rank"])
+            run = self._new_run(record["epoch"], world.rank, world.size)
+            run.resume(record)
+            self._restore_run(run)
+            self._runs[(world.rank, world.size)] = run
+
+
+__all__ = ["OnlineSelector", "STATE_VERSION"]
