@@ -20,7 +20,8 @@ command leaves all of its files or none. An existing file is only replaced with
 Under mpiexec the ranks first check that they run the same command on the same data.
 
 One module per command (its options and ``cmd_*``), assembled by ``parser``; shared:
-``inputs``, ``outputs`` (all or none), ``ranks`` (mpiexec), ``errors``, ``terminal``.
+``commands`` (what each command module has, and adds with), ``inputs``, ``outputs`` (all
+or none), ``ranks`` (mpiexec), ``errors``, ``terminal``.
 """
 
 from __future__ import annotations

@@ -8,10 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from batchsel.cli import inputs, outputs, ranks
+from batchsel.cli import commands, inputs, outputs, ranks
 from batchsel.cli.errors import EXIT_OK, UsageError
 from batchsel.core.checks import check_int
 from batchsel.core.io import AtomicGroup
+
+AUDIT_HELP = "near-duplicates, label noise, imbalance and outliers of a data set"
+AUDIT_DESCRIPTION = (
+    "Audit EMB (and its labels): near-duplicates, label noise, class balance, outliers\n"
+    "and cluster structure, with what the regime benchmark measured on such data."
+)
 
 AUDIT_EXAMPLE = """\
 examples:
@@ -29,33 +35,13 @@ examples:
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``audit`` command and its options.
-
-    Parameters
-    ----------
-    sub : argparse._SubParsersAction
-        The ``batchsel`` parser's subcommands.
-    parents : list of argparse.ArgumentParser
-        The options every command takes (``--quiet``, ``--debug``, ``--force``).
-    """
-    p = sub.add_parser(
-        "audit",
-        parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=AUDIT_EXAMPLE,
-        help="near-duplicates, label noise, imbalance and outliers of a data set",
-        description="Audit EMB (and its labels): near-duplicates, label noise, class balance, outliers\n"
-        "and cluster structure, with what the regime benchmark measured on such data.",
+    """Add the ``audit`` command and its options (:func:`~batchsel.cli.commands.add_command`)."""
+    p = commands.add_command(
+        sub, parents, "audit", help=AUDIT_HELP, description=AUDIT_DESCRIPTION, epilog=AUDIT_EXAMPLE
     )
-    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
+    commands.add_embeddings_argument(p)
     p.add_argument("--labels", metavar="Y", help="class labels (N integers): label noise and class balance")
-    p.add_argument(
-        "--threshold",
-        type=float,
-        default=0.95,
-        metavar="T",
-        help="near-duplicate cosine similarity for the advice, in (0, 1] (default 0.95)",
-    )
+    commands.add_threshold_argument(p, help="near-duplicate cosine similarity for the advice, in (0, 1] (default 0.95)")
     p.add_argument(
         "--probabilities",
         metavar="P",
@@ -108,18 +94,7 @@ def _write_outputs(args: argparse.Namespace, report: Any) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    """Run ``batchsel audit``.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        The parsed command line (:func:`add_parser`'s options).
-
-    Returns
-    -------
-    int
-        The exit code, 0; errors are raised (``UsageError``: exit 2).
-    """
+    """Run ``batchsel audit`` on the parsed ``args`` (the contract: :mod:`batchsel.cli.commands`)."""
     from batchsel.data.audit import audit
 
     _check_options(args)

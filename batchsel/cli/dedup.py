@@ -7,10 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from batchsel.cli import inputs, outputs, ranks
+from batchsel.cli import commands, inputs, outputs, ranks
 from batchsel.cli.errors import EXIT_OK, UsageError
 from batchsel.core.checks import check_int
 from batchsel.core.io import AtomicGroup
+
+DEDUP_HELP = "find near-duplicate rows and keep one of each group"
+DEDUP_DESCRIPTION = (
+    "Find the rows of EMB whose embeddings are near-duplicates (cosine similarity >= T)\n"
+    "and keep one row per group (its smallest index)."
+)
 
 DEDUP_EXAMPLE = """\
 examples:
@@ -29,31 +35,13 @@ examples:
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``dedup`` command and its options.
-
-    Parameters
-    ----------
-    sub : argparse._SubParsersAction
-        The ``batchsel`` parser's subcommands.
-    parents : list of argparse.ArgumentParser
-        The options every command takes (``--quiet``, ``--debug``, ``--force``).
-    """
-    p = sub.add_parser(
-        "dedup",
-        parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=DEDUP_EXAMPLE,
-        help="find near-duplicate rows and keep one of each group",
-        description="Find the rows of EMB whose embeddings are near-duplicates (cosine similarity >= T)\n"
-        "and keep one row per group (its smallest index).",
+    """Add the ``dedup`` command and its options (:func:`~batchsel.cli.commands.add_command`)."""
+    p = commands.add_command(
+        sub, parents, "dedup", help=DEDUP_HELP, description=DEDUP_DESCRIPTION, epilog=DEDUP_EXAMPLE
     )
-    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
-    p.add_argument(
-        "--threshold",
-        type=float,
-        default=0.95,
-        metavar="T",
-        help="cosine similarity at or above which two rows are near-duplicates, in (0, 1] (default 0.95)",
+    commands.add_embeddings_argument(p)
+    commands.add_threshold_argument(
+        p, help="cosine similarity at or above which two rows are near-duplicates, in (0, 1] (default 0.95)"
     )
     p.add_argument("--k", type=int, default=8, metavar="K", help="neighbours searched per row (default 8)")
     p.add_argument("--out", metavar="KEEP.npy", help="save the kept row indices (int64, sorted)")
@@ -94,18 +82,7 @@ def _report(args: argparse.Namespace, result: Any) -> None:
 
 
 def cmd_dedup(args: argparse.Namespace) -> int:
-    """Run ``batchsel dedup``.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        The parsed command line (:func:`add_parser`'s options).
-
-    Returns
-    -------
-    int
-        The exit code, 0; errors are raised (``UsageError``: exit 2).
-    """
+    """Run ``batchsel dedup`` on the parsed ``args`` (the contract: :mod:`batchsel.cli.commands`)."""
     from batchsel.data.dedup import deduplicate
 
     inputs.check_threshold(args.threshold)

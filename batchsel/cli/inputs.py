@@ -69,7 +69,7 @@ def num_rows(path: str) -> int:
     Parameters
     ----------
     path : str
-        ``FILE.npy``, ``FILE.npz[:NAME]`` or ``FILE.pt[:NAME]``.
+        An embeddings file, as for :func:`read_embeddings`.
 
     Returns
     -------
@@ -114,10 +114,8 @@ def read_losses(path: str, num_examples: int) -> np.ndarray:
 
     Parameters
     ----------
-    path : str
-        An array file, as for :func:`read_embeddings`.
-    num_examples : int
-        N: one loss per example.
+    path, num_examples
+        As for :func:`read_labels`: an array file, and N (one loss per example).
 
     Returns
     -------
@@ -190,17 +188,8 @@ def read_graph(path: str, num_examples: int) -> Any:
 
 
 def metric(name: str) -> str:
-    """A ``--metric`` of ``plan``: one of :data:`METRICS`, ``"l2"`` as ``"euclidean"``.
-
-    Parameters
-    ----------
-    name : str
-        The option's value.
-
-    Returns
-    -------
-    str
-        The metric's name for the index and the set functions.
+    """The metric a ``--metric`` of ``plan`` names (one of :data:`METRICS`), for the index and
+    the set functions: ``"l2"`` as ``"euclidean"``.
 
     Examples
     --------
@@ -211,17 +200,7 @@ def metric(name: str) -> str:
 
 
 def check_threshold(value: float) -> None:
-    """Check a ``--threshold`` (cosine similarity) of ``dedup`` and ``audit``.
-
-    Parameters
-    ----------
-    value : float
-        The option's value.
-
-    Raises
-    ------
-    UsageError
-        Unless it is in (0, 1].
-    """
+    """Check the ``value`` of a ``--threshold`` (cosine similarity) of ``dedup`` and
+    ``audit``: :class:`~batchsel.cli.errors.UsageError` unless it is in (0, 1]."""
     if not (math.isfinite(value) and 0 < value <= 1):
         raise UsageError(f"--threshold must be in (0, 1], got {value}")

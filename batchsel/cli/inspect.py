@@ -6,13 +6,19 @@ import argparse
 import os
 from typing import Any
 
-from batchsel.cli import inputs, outputs
+from batchsel.cli import commands, inputs, outputs
 from batchsel.cli.errors import EXIT_OK, UsageError
 from batchsel.cli.terminal import progress
 from batchsel.core.checks import check_int
 from batchsel.plans.plan import load_plans
 from batchsel.plans.plotting import plot_reports
 from batchsel.plans.report import format_report, plan_report
+
+INSPECT_HELP = "summarize (and plot) a plan file"
+INSPECT_DESCRIPTION = (
+    "Summarize a plan file: fingerprints, coverage, duplicates, per-rank counts,\n"
+    "and label entropy / graph edges inside batches when given."
+)
 
 INSPECT_EXAMPLE = """\
 examples:
@@ -31,23 +37,9 @@ print([e['fingerprint'] for e in json.load(sys.stdin)['epochs']])"
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``inspect`` command and its options.
-
-    Parameters
-    ----------
-    sub : argparse._SubParsersAction
-        The ``batchsel`` parser's subcommands.
-    parents : list of argparse.ArgumentParser
-        The options every command takes (``--quiet``, ``--debug``, ``--force``).
-    """
-    p = sub.add_parser(
-        "inspect",
-        parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=INSPECT_EXAMPLE,
-        help="summarize (and plot) a plan file",
-        description="Summarize a plan file: fingerprints, coverage, duplicates, per-rank counts,\n"
-        "and label entropy / graph edges inside batches when given.",
+    """Add the ``inspect`` command and its options (:func:`~batchsel.cli.commands.add_command`)."""
+    p = commands.add_command(
+        sub, parents, "inspect", help=INSPECT_HELP, description=INSPECT_DESCRIPTION, epilog=INSPECT_EXAMPLE
     )
     p.add_argument("plan", metavar="PLAN.npz", help="plan file written by 'batchsel plan' or batchsel.save_plans")
     p.add_argument("--epoch", type=int, default=None, metavar="E", help="only this epoch (default all)")
@@ -111,18 +103,7 @@ def _plans(args: argparse.Namespace) -> list[Any]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """Run ``batchsel inspect``.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        The parsed command line (:func:`add_parser`'s options).
-
-    Returns
-    -------
-    int
-        The exit code, 0; errors are raised (``UsageError``: exit 2).
-    """
+    """Run ``batchsel inspect`` on the parsed ``args`` (the contract: :mod:`batchsel.cli.commands`)."""
     if args.epoch is not None:
         check_int(args.epoch, "--epoch", minimum=0)
     outputs.check_plot(args.plot, args.force, [("PLAN", args.plan), ("--labels", args.labels), ("--graph", args.graph)])

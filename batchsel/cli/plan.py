@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from batchsel.cli import inputs, outputs, ranks
+from batchsel.cli import commands, inputs, outputs, ranks
 from batchsel.cli.errors import EXIT_OK, UsageError
 from batchsel.cli.terminal import progress
 from batchsel.core.checks import check_int, check_seed
@@ -22,6 +22,9 @@ from batchsel.core.io import AtomicGroup
 from batchsel.plans.plan import save_plans
 
 METHODS = ("random", "submodular", "loss", "graph", "coreset")
+
+PLAN_HELP = "compute every worker's batches and save them"
+PLAN_DESCRIPTION = "Compute the batches of every worker (rank) for E epochs and save them in one\nplan file."
 
 PLAN_EXAMPLE = """\
 examples:
@@ -61,24 +64,9 @@ USED_BY = {
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``plan`` command and its options.
-
-    Parameters
-    ----------
-    sub : argparse._SubParsersAction
-        The ``batchsel`` parser's subcommands.
-    parents : list of argparse.ArgumentParser
-        The options every command takes (``--quiet``, ``--debug``, ``--force``).
-    """
-    p = sub.add_parser(
-        "plan",
-        parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=PLAN_EXAMPLE,
-        help="compute every worker's batches and save them",
-        description="Compute the batches of every worker (rank) for E epochs and save them in one\nplan file.",
-    )
-    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
+    """Add the ``plan`` command and its options (:func:`~batchsel.cli.commands.add_command`)."""
+    p = commands.add_command(sub, parents, "plan", help=PLAN_HELP, description=PLAN_DESCRIPTION, epilog=PLAN_EXAMPLE)
+    commands.add_embeddings_argument(p)
     p.add_argument("--batch-size", type=int, required=True, metavar="B", help="examples per batch")
     p.add_argument(
         "--workers", type=int, required=True, metavar="W", help="number of data-parallel workers (world size)"
@@ -363,18 +351,7 @@ def _report(args: argparse.Namespace, plans: list[Any], n: int, sizes: list[int]
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Run ``batchsel plan``.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        The parsed command line (:func:`add_parser`'s options).
-
-    Returns
-    -------
-    int
-        The exit code, 0; errors are raised (``UsageError``: exit 2).
-    """
+    """Run ``batchsel plan`` on the parsed ``args`` (the contract: :mod:`batchsel.cli.commands`)."""
     _check_options(args)
     # under mpiexec -n W (W > 1), method graph and the GreedMax partition build the k-NN
     # graph sharded over the ranks (each reads its rows of EMB); rank 0 writes the outputs

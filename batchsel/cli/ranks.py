@@ -62,10 +62,8 @@ def rank_zero_alone(args: argparse.Namespace, input_names: Sequence[str]) -> boo
 
     Parameters
     ----------
-    args : argparse.Namespace
-        The command's parsed arguments.
-    input_names : sequence of str
-        The names in ``args`` of the command's input files.
+    args, input_names
+        As for :func:`mpi_ranks`.
 
     Returns
     -------

@@ -14,25 +14,23 @@ from typing import Any
 
 import numpy as np
 
-from batchsel.cli import inputs, outputs, ranks
+from batchsel.cli import commands, inputs, outputs, ranks
 from batchsel.cli.errors import EXIT_OK, UsageError
 from batchsel.core.checks import check_int, check_metric, check_seed
 from batchsel.core.io import AtomicGroup, NpyRows, conversion_hint
+from batchsel.submodular.optimizers import OPTIMIZERS as MAXIMIZE_OPTIMIZERS
 
 OBJECTIVES = ("facility-location", "feature-based", "graph-cut", "sum-redundancy", "saturated-coverage")
-# every optimizer of maximize but GreeDi (which needs ranks: greedi_facility_location under mpiexec)
-OPTIMIZERS = (
-    "lazy",
-    "naive",
-    "two-stage",
-    "approximate-lazy",
-    "stochastic",
-    "lazier-than-lazy",
-    "sample",
-    "modular",
-    "bidirectional",
-)
+# every optimizer of maximize, its default (lazy) first, but GreeDi (which needs ranks:
+# greedi_facility_location under mpiexec)
+OPTIMIZERS = ("lazy", *(name for name in MAXIMIZE_OPTIMIZERS if name not in ("lazy", "greedi")))
 SELECT_METRICS = inputs.METRICS + ("corr",)  # set functions also take apricot's correlation; the index does not
+
+SELECT_HELP = "pick k examples by submodular maximization"
+SELECT_DESCRIPTION = (
+    "Pick K examples of EMB (N x d) by greedy maximization of a submodular function;\n"
+    "print them in selection order with their marginal gains."
+)
 
 SELECT_EXAMPLE = """\
 example:
@@ -52,25 +50,11 @@ np.save('emb.npy', load_digits().data.astype('float32'))"
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``select`` command and its options.
-
-    Parameters
-    ----------
-    sub : argparse._SubParsersAction
-        The ``batchsel`` parser's subcommands.
-    parents : list of argparse.ArgumentParser
-        The options every command takes (``--quiet``, ``--debug``, ``--force``).
-    """
-    p = sub.add_parser(
-        "select",
-        parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=SELECT_EXAMPLE,
-        help="pick k examples by submodular maximization",
-        description="Pick K examples of EMB (N x d) by greedy maximization of a submodular function;\n"
-        "print them in selection order with their marginal gains.",
+    """Add the ``select`` command and its options (:func:`~batchsel.cli.commands.add_command`)."""
+    p = commands.add_command(
+        sub, parents, "select", help=SELECT_HELP, description=SELECT_DESCRIPTION, epilog=SELECT_EXAMPLE
     )
-    p.add_argument("embeddings", metavar="EMB", help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]")
+    commands.add_embeddings_argument(p)
     p.add_argument("--k", type=int, required=True, metavar="K", help="number of examples to select")
     p.add_argument(
         "--objective", choices=OBJECTIVES, default="facility-location", help="set function (default facility-location)"
@@ -277,18 +261,7 @@ def _report(args: argparse.Namespace, n: int, result: Any, metric: str, seed: in
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    """Run ``batchsel select``.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        The parsed command line (:func:`add_parser`'s options).
-
-    Returns
-    -------
-    int
-        The exit code, 0; errors are raised (``UsageError``: exit 2).
-    """
+    """Run ``batchsel select`` on the parsed ``args`` (the contract: :mod:`batchsel.cli.commands`)."""
     metric, seed = _check_options(args)
     if args.stream:
         if ranks.rank_zero_alone(args, ["embeddings"]):
