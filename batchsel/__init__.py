@@ -31,7 +31,7 @@ from batchsel.selectors import (
     coverage_centric_selection,
 )
 from batchsel.selectors.scores import gradnorm_scores, loss_scores
-from batchsel.submodular import (
+from batchsel.submodular.functions import (
     Custom,
     FacilityLocation,
     FeatureBased,
@@ -40,16 +40,13 @@ from batchsel.submodular import (
     MaxCoverage,
     Mixture,
     Modular,
-    ReferenceFacilityLocation,
     SaturatedCoverage,
-    Selection,
     SetFunction,
-    SieveStreaming,
     SumRedundancy,
-    greedi_facility_location,
-    maximize,
-    submodular_partition,
 )
+from batchsel.submodular.optimizers import Selection, greedi_facility_location, maximize
+from batchsel.submodular.partition import submodular_partition
+from batchsel.submodular.streaming import ReferenceFacilityLocation, SieveStreaming
 
 _compat.install()
 

@@ -114,6 +114,7 @@ class BaseSelection:
         self.gains: Any = None
         self.subset: Any = None
         self.sparse: Any = None
+        self.n_neighbors: Any = None
         self._sieve: Any = None
         self._sieve_rows: dict[int, np.ndarray] = {}
         self.n_seen_ = 0
@@ -123,8 +124,15 @@ class BaseSelection:
         raise NotImplementedError
 
     def _matrix(self, X: Any) -> Any:
-        """The matrix the function is built on (features here, a similarity for graphs)."""
-        return X
+        """The matrix the function is built on: the features (``metric="ignore"``, as here),
+        or a similarity of the rows (:meth:`_over_similarity`)."""
+        return similarity(X, self.metric, self.n_neighbors)
+
+    def _over_similarity(self, metric: str, n_neighbors: Any) -> None:
+        """Build the function on the similarity ``metric`` of the rows (apricot's ``"corr"``
+        is ``"correlation"``), a sparse k-NN one with ``n_neighbors``."""
+        self.metric = metric.replace("corr", "correlation") if metric != "correlation" else metric
+        self.n_neighbors = n_neighbors
 
     # -- apricot's interface ------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None, sample_cost: Any = None) -> "BaseSelection":
@@ -277,8 +285,7 @@ class BaseGraphSelection(BaseSelection):
             random_state=random_state,
             verbose=verbose,
         )
-        self.metric = metric.replace("corr", "correlation") if metric != "correlation" else metric
-        self.n_neighbors = n_neighbors
+        self._over_similarity(metric, n_neighbors)
 
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None, sample_cost: Any = None) -> "BaseSelection":
         if sp.issparse(X) and self.metric not in ("precomputed", "ignore"):
@@ -286,6 +293,3 @@ class BaseGraphSelection(BaseSelection):
         if self.metric == "precomputed" and X.shape[0] != X.shape[1]:
             raise ValueError("Precomputed similarity matrices must be square and symmetric.")
         return super().fit(X, y=y, sample_weight=sample_weight, sample_cost=sample_cost)
-
-    def _matrix(self, X: Any) -> Any:
-        return similarity(X, self.metric, self.n_neighbors)

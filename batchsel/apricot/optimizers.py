@@ -14,6 +14,7 @@ import numpy as np
 from batchsel.apricot.problem import Problem
 from batchsel.apricot.utils import check_random_state
 from batchsel.submodular.optimizers import (
+    GreedyRun,
     approximate_lazy_greedy,
     bidirectional_greedy,
     lazy_greedy,
@@ -23,6 +24,18 @@ from batchsel.submodular.optimizers import (
 
 def _budget(k: Any, cost: np.ndarray | None) -> Any:
     return float(k) if cost is not None else int(k)
+
+
+def _take_if_affordable(run: GreedyRun, picks: list[int], j: int, spent: float, k: Any, cost: Any) -> float:
+    """Take item ``j`` (into ``run`` and ``picks``) when its cost (1 without ``cost``) fits
+    in what ``spent`` leaves of the budget ``k``, as apricot's modular and random greedy;
+    returns the budget spent."""
+    c = 1.0 if cost is None else float(cost[j])
+    if spent + c > k:
+        return spent
+    run.take(j)
+    picks.append(j)
+    return spent + c
 
 
 class BaseOptimizer:
@@ -276,14 +289,10 @@ class ModularGreedy(BaseOptimizer):
         run = problem.run(sample_cost)
         pool = problem.idxs
         order = pool[run.ratios(pool).argsort()[::-1]]
-        spent, picks = 0.0, []
+        picks: list[int] = []
+        spent = 0.0
         for j in order.tolist():
-            c = 1.0 if sample_cost is None else float(sample_cost[j])
-            if spent + c > k:
-                continue
-            spent += c
-            run.take(j)
-            picks.append(j)
+            spent = _take_if_affordable(run, picks, j, spent, k, sample_cost)
         problem.record(picks, run.picked_gains)
 
 
@@ -294,17 +303,13 @@ class RandomGreedy(BaseOptimizer):
     def select(self, problem: Problem, k: Any, sample_cost: Any = None) -> None:
         run = problem.run(sample_cost)
         mask = problem.mask.copy()
-        spent, picks = 0.0, []
+        picks: list[int] = []
+        spent = 0.0
         while spent < k and not mask.all():
             live = np.flatnonzero(~mask)
             j = int(self.random_state.choice(live))
             mask[j] = True
-            c = 1.0 if sample_cost is None else float(sample_cost[j])
-            if spent + c > k:
-                continue
-            spent += c
-            run.take(j)
-            picks.append(j)
+            spent = _take_if_affordable(run, picks, j, spent, k, sample_cost)
         problem.record(picks, run.picked_gains)
 
 

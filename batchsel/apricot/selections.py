@@ -11,7 +11,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from batchsel.apricot.base import BaseGraphSelection, BaseSelection
-from batchsel.apricot.utils import similarity
 from batchsel.submodular.functions import (
     Custom,
     FacilityLocation,
@@ -241,21 +240,32 @@ class MixtureSelection(BaseSelection):
             n_samples, initial_subset, optimizer, optimizer_kwds, reservoir, max_reservoir_size, n_jobs,
             random_state, verbose,
         )  # fmt: skip
-        self.metric = metric.replace("corr", "correlation") if metric != "correlation" else metric
-        self.n_neighbors = n_neighbors
+        self._over_similarity(metric, n_neighbors)
         self._square = self.metric != "ignore"
         for function in self.functions:
             function.initial_subset = self.initial_subset
             function.metric = "precomputed"
 
-    def _matrix(self, X: Any) -> Any:
-        return similarity(X, self.metric, self.n_neighbors)
-
     def _make(self, matrix: Any) -> SetFunction:
         return Mixture([g._make(matrix) for g in self.functions], weights=self.weights)
 
 
-class CustomSelection(BaseSelection):
+class _OverCustom:
+    """The function of apricot's custom selections: ``function(rows, **function_kwds)`` of
+    the chosen rows (of the features, or of the similarity), over :class:`batchsel.Custom`."""
+
+    def _set_function(self, function: Callable, function_kwds: dict | None) -> None:
+        if not callable(function):
+            raise ValueError("Must pass in a callable function.")
+        self.function = function
+        self.function_kwds = {} if function_kwds is None else function_kwds
+
+    def _make(self, matrix: Any) -> SetFunction:
+        dense = matrix.toarray() if sp.issparse(matrix) else matrix
+        return Custom(dense, self.function, **self.function_kwds)
+
+
+class CustomSelection(_OverCustom, BaseSelection):
     """apricot's ``CustomSelection``: ``function(rows)`` of the chosen rows, over
     :class:`batchsel.Custom` (``function_kwds`` passed to it)."""
 
@@ -271,21 +281,14 @@ class CustomSelection(BaseSelection):
         random_state: Any = None,
         verbose: bool = False,
     ) -> None:
-        if not callable(function):
-            raise ValueError("Must pass in a callable function.")
-        self.function = function
-        self.function_kwds = {} if function_kwds is None else function_kwds
+        self._set_function(function, function_kwds)
         super().__init__(
             n_samples, initial_subset, optimizer, optimizer_kwds, n_jobs=n_jobs, random_state=random_state,
             verbose=verbose,
         )  # fmt: skip
 
-    def _make(self, matrix: Any) -> SetFunction:
-        dense = matrix.toarray() if sp.issparse(matrix) else matrix
-        return Custom(dense, self.function, **self.function_kwds)
 
-
-class CustomGraphSelection(BaseGraphSelection):
+class CustomGraphSelection(_OverCustom, BaseGraphSelection):
     """apricot's ``CustomGraphSelection``: ``function(rows)`` of the chosen rows of the
     similarity (``metric``), over :class:`batchsel.Custom`."""
 
@@ -302,15 +305,8 @@ class CustomGraphSelection(BaseGraphSelection):
         random_state: Any = None,
         verbose: bool = False,
     ) -> None:
-        if not callable(function):
-            raise ValueError("Must pass in a callable function.")
-        self.function = function
-        self.function_kwds = {} if function_kwds is None else function_kwds
+        self._set_function(function, function_kwds)
         super().__init__(
             n_samples, metric, initial_subset, optimizer, optimizer_kwds, n_jobs=n_jobs, random_state=random_state,
             verbose=verbose,
         )  # fmt: skip
-
-    def _make(self, matrix: Any) -> SetFunction:
-        dense = matrix.toarray() if sp.issparse(matrix) else matrix
-        return Custom(dense, self.function, **self.function_kwds)

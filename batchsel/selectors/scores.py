@@ -149,10 +149,8 @@ def gradnorm_scores(logits: Any, labels: Any, hidden: Any = None) -> np.ndarray:
 
     Parameters
     ----------
-    logits : array-like or tensor
-        n x classes logits (finite).
-    labels : array-like or tensor of int
-        One class id per row.
+    logits, labels
+        As in :func:`loss_scores`.
     hidden : array-like, tensor or None, default None
         The last hidden layer's activations, one row per example (finite).
 

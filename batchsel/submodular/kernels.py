@@ -81,24 +81,25 @@ sat_sparse = _jit(_sat_sparse)
 fl_sparse_cover = _jit(_fl_sparse_cover)
 
 
-def facility_gains(sim, cur: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    """``sum_v max(sim[j, v] - cur[v], 0)`` for every ``j`` in ``cand`` (dense or CSR)."""
+def _row_pass(dense, sparse, sim, state: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """One value per ``j`` in ``cand`` from row j of ``sim`` and ``state``: the kernel
+    ``dense`` for an ndarray, ``sparse`` for a CSR matrix."""
     out = np.empty(cand.shape[0], dtype=np.float64)
     if isinstance(sim, np.ndarray):
-        fl_dense(sim, cur, cand, out)
+        dense(sim, state, cand, out)
     else:
-        fl_sparse(sim.indptr, sim.indices, sim.data, cur, cand, out)
+        sparse(sim.indptr, sim.indices, sim.data, state, cand, out)
     return out
+
+
+def facility_gains(sim, cur: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """``sum_v max(sim[j, v] - cur[v], 0)`` for every ``j`` in ``cand`` (dense or CSR)."""
+    return _row_pass(fl_dense, fl_sparse, sim, cur, cand)
 
 
 def saturated_gains(sim, room: np.ndarray, cand: np.ndarray) -> np.ndarray:
     """``sum_v min(sim[j, v], room[v])`` for every ``j`` in ``cand`` (dense or CSR)."""
-    out = np.empty(cand.shape[0], dtype=np.float64)
-    if isinstance(sim, np.ndarray):
-        sat_dense(sim, room, cand, out)
-    else:
-        sat_sparse(sim.indptr, sim.indices, sim.data, room, cand, out)
-    return out
+    return _row_pass(sat_dense, sat_sparse, sim, room, cand)
 
 
 # -- how an add lowers the gains of sparse symmetric functions ------------------------------

@@ -253,3 +253,14 @@ def diagonal(matrix: np.ndarray | sp.csr_matrix) -> np.ndarray:
     if isinstance(matrix, np.ndarray):
         return np.diagonal(matrix).astype(np.float64)
     return np.asarray(matrix.diagonal(), dtype=np.float64)
+
+
+def symmetric_drops(
+    matrix: np.ndarray | sp.csr_matrix, symmetric: bool, kernel: Any, state: np.ndarray, j: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``_decrements(j)`` of a function over a similarity whose drops the numba ``kernel``
+    computes from a symmetric CSR matrix (``kernel(indptr, indices, data, state, j)``);
+    None when ``matrix`` is not one (``symmetric`` false)."""
+    if not symmetric:
+        return None
+    return kernel(matrix.indptr, matrix.indices, matrix.data, state, j)

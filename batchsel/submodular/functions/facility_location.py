@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from batchsel.core.blas import one_blas_thread
 from batchsel.core.checks import check_int, check_scale, load_embeddings
 from batchsel.submodular import kernels
-from batchsel.submodular.functions.base import SetFunction, as_similarity, check_symmetric_flag, row
+from batchsel.submodular.functions.base import SetFunction, as_similarity, check_symmetric_flag, row, symmetric_drops
 
 logger = logging.getLogger(__name__)
 
@@ -219,10 +219,7 @@ class FacilityLocation(SetFunction):
         return kernels.facility_gains(self.similarity, self._cur, idx)
 
     def _decrements(self, j: int) -> tuple[np.ndarray, np.ndarray] | None:
-        if not self.symmetric:
-            return None
-        s = self.similarity
-        return kernels.facility_drops(s.indptr, s.indices, s.data, self._cur, j)
+        return symmetric_drops(self.similarity, self.symmetric, kernels.facility_drops, self._cur, j)
 
     def _add(self, j: int) -> None:
         cols, vals = row(self.similarity, j)

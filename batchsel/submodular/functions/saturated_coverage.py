@@ -7,7 +7,14 @@ from typing import Any
 import numpy as np
 
 from batchsel.submodular import kernels
-from batchsel.submodular.functions.base import SetFunction, as_similarity, check_symmetric_flag, row, row_sums
+from batchsel.submodular.functions.base import (
+    SetFunction,
+    as_similarity,
+    check_symmetric_flag,
+    row,
+    row_sums,
+    symmetric_drops,
+)
 from batchsel.submodular.functions.facility_location import similarity_from_embeddings
 
 
@@ -73,10 +80,7 @@ class SaturatedCoverage(SetFunction):
         return kernels.saturated_gains(self.similarity, self._room, idx)
 
     def _decrements(self, j: int) -> tuple[np.ndarray, np.ndarray] | None:
-        if not self.symmetric:
-            return None
-        s = self.similarity
-        return kernels.saturated_drops(s.indptr, s.indices, s.data, self._room, j)
+        return symmetric_drops(self.similarity, self.symmetric, kernels.saturated_drops, self._room, j)
 
     def _add(self, j: int) -> None:
         cols, vals = row(self.similarity, j)

@@ -7,11 +7,14 @@ default, runs lazy greedy: its picks are naive greedy's).
 
 Each loop adds its picks to a :class:`~batchsel.submodular.optimizers.run.GreedyRun`, at
 each step the item of largest gain (per unit cost with costs), ties to the smallest index.
+Every loop takes ``run``, ``pool`` and ``budget`` as :func:`naive_greedy` documents them,
+and returns its picks (a list of int, in pick order).
 """
 
 from __future__ import annotations
 
 import heapq
+from typing import Callable
 
 import numpy as np
 
@@ -66,20 +69,10 @@ def run_greedy(name: str, run: GreedyRun, pool: np.ndarray, budget: float, beta:
         ``"naive"``, ``"lazy"``, ``"two-stage"`` (apricot's default, naive greedy for the
         first picks then lazy: naive greedy's picks, which lazy greedy returns exactly),
         ``"approximate-lazy"`` or ``"modular"``.
-    run : GreedyRun
-        The run: its function holds the initial set, to which the picks are added.
-    pool : numpy.ndarray
-        Sorted indices (int64) of the items that may be picked.
-    budget : float
-        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
-        spend.
+    run, pool, budget
+        As in :func:`naive_greedy`.
     beta : float, default 0.9
         ``"approximate-lazy"``'s acceptance factor.
-
-    Returns
-    -------
-    list of int
-        The picks, in pick order.
 
     Example
     -------
@@ -128,16 +121,36 @@ def naive_greedy(run: GreedyRun, pool: np.ndarray, budget: float) -> list[int]:
     >>> naive == lazy_greedy(GreedyRun(f, np.empty(0, np.int64), None, False), np.arange(200), 5)
     True
     """
+    # the first maximum: the smallest index, live being sorted
+    return take_chosen(run, pool, budget, "naive greedy", lambda live: int(np.argmax(run.ratios(live))))
+
+
+def take_chosen(
+    run: GreedyRun, pool: np.ndarray, budget: float, desc: str, choose: Callable[[np.ndarray], int]
+) -> list[int]:
+    """The loop of :func:`naive_greedy` and
+    :func:`~batchsel.submodular.optimizers.stochastic.stochastic_greedy`: at each step take
+    the item at position ``choose(live)`` of ``live``, the remaining affordable items
+    (sorted), until the budget is spent or no item is left.
+
+    Parameters
+    ----------
+    run, pool, budget
+        As in :func:`naive_greedy`.
+    desc : str
+        The progress bar's label.
+    choose : callable
+        ``choose(live)``: the position in ``live`` of the item to take.
+    """
     picks: list[int] = []
     remaining = budget
     live = pool.copy()
-    bar = run.bar(budget, "naive greedy")
+    bar = run.bar(budget, desc)
     while live.size:
         live = run.affordable(live, remaining)
         if live.size == 0:
             break
-        r = run.ratios(live)
-        best = int(np.argmax(r))  # first maximum: smallest index, live being sorted
+        best = choose(live)
         j = int(live[best])
         remaining -= run.take(j)
         picks.append(j)
@@ -156,17 +169,8 @@ def lazy_greedy(run: GreedyRun, pool: np.ndarray, budget: float) -> list[int]:
 
     Parameters
     ----------
-    run : GreedyRun
-        The run, as :func:`naive_greedy`'s.
-    pool : numpy.ndarray
-        Sorted indices (int64) of the items that may be picked.
-    budget : float
-        Number of picks (an int), or the total cost the picks may spend (``run.cost``).
-
-    Returns
-    -------
-    list of int
-        The picks, in pick order.
+    run, pool, budget
+        As in :func:`naive_greedy`.
 
     See Also
     --------
@@ -238,22 +242,11 @@ def approximate_lazy_greedy(run: GreedyRun, pool: np.ndarray, budget: float, bet
 
     Parameters
     ----------
-    run : GreedyRun
-        The run: its function holds the initial set, to which the picks are added (and their
-        gains to ``run.picked_gains``).
-    pool : numpy.ndarray
-        Sorted indices (int64) of the items that may be picked.
-    budget : float
-        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
-        spend.
+    run, pool, budget
+        As in :func:`naive_greedy`.
     beta : float
         Accept a re-evaluated gain ``>= beta`` times its bound (``0 < beta <= 1``; 1 is
         lazy greedy; apricot's default 0.9).
-
-    Returns
-    -------
-    list of int
-        The picks, in pick order.
 
     Example
     -------
@@ -300,19 +293,8 @@ def modular_greedy(run: GreedyRun, pool: np.ndarray, budget: float) -> list[int]
 
     Parameters
     ----------
-    run : GreedyRun
-        The run: its function holds the initial set, to which the picks are added (and their
-        gains to ``run.picked_gains``).
-    pool : numpy.ndarray
-        Sorted indices (int64) of the items that may be picked.
-    budget : float
-        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
-        spend.
-
-    Returns
-    -------
-    list of int
-        The picks, in pick order.
+    run, pool, budget
+        As in :func:`naive_greedy`.
 
     Example
     -------

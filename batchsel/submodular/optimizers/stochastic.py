@@ -3,7 +3,10 @@ the remaining items; with ``lazy=True``, lazier-than-lazy greedy, the same picks
 evaluation inside each sample) and :func:`sample_greedy` (apricot's: lazy greedy on a
 random part of the items), with :func:`run_sampled`, which runs one of them by
 :func:`~batchsel.submodular.optimizers.maximize`'s name. Each draws from the generator it
-is given, so a seed gives the same picks.
+is given, so a seed gives the same picks. As the greedy loops
+(:mod:`~batchsel.submodular.optimizers.greedy`), each takes ``run``, ``pool`` and
+``budget`` as :func:`~batchsel.submodular.optimizers.greedy.naive_greedy` documents them
+and returns its picks (a list of int, in pick order).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import math
 
 import numpy as np
 
-from batchsel.submodular.optimizers.greedy import LAZY_FIRST, LAZY_MAX, inflate_bound, lazy_greedy
+from batchsel.submodular.optimizers.greedy import LAZY_FIRST, LAZY_MAX, inflate_bound, lazy_greedy, take_chosen
 from batchsel.submodular.optimizers.run import GreedyRun
 
 # The names of maximize's optimizers that this family runs (see run_sampled).
@@ -34,13 +37,8 @@ def run_sampled(
     ----------
     name : str
         ``"stochastic"``, ``"lazier-than-lazy"`` or ``"sample"``.
-    run : GreedyRun
-        The run: its function holds the initial set, to which the picks are added.
-    pool : numpy.ndarray
-        Sorted indices (int64) of the items that may be picked.
-    budget : float
-        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
-        spend.
+    run, pool, budget
+        As in :func:`~batchsel.submodular.optimizers.greedy.naive_greedy`.
     rng : numpy.random.Generator
         The draws.
     epsilon : float, default 0.01
@@ -48,11 +46,6 @@ def run_sampled(
         :func:`stochastic_greedy`).
     sample_fraction : float, default 0.9
         ``"sample"``: the fraction of the items kept (see :func:`sample_greedy`).
-
-    Returns
-    -------
-    list of int
-        The picks, in pick order.
 
     Example
     -------
@@ -80,25 +73,14 @@ def stochastic_greedy(
 
     Parameters
     ----------
-    run : GreedyRun
-        The run: its function holds the initial set, to which the picks are added (and their
-        gains to ``run.picked_gains``).
-    pool : numpy.ndarray
-        Sorted indices (int64) of the items that may be picked.
-    budget : float
-        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
-        spend.
+    run, pool, budget
+        As in :func:`~batchsel.submodular.optimizers.greedy.naive_greedy`.
     epsilon : float
         The sample size's ``epsilon`` (``0 < epsilon < 1``).
     rng : numpy.random.Generator
         The samples.
     lazy : bool
         Lazy evaluation inside each sample.
-
-    Returns
-    -------
-    list of int
-        The picks, in pick order.
 
     Example
     -------
@@ -111,32 +93,20 @@ def stochastic_greedy(
     >>> eager == lazier, lazier_evaluations < eager_evaluations
     (True, True)
     """
-    picks: list[int] = []
-    remaining = budget
-    live = pool.copy()
     steps = budget if run.cost is None else max(1.0, budget / float(np.median(run.cost[pool])))
     sample_size = max(1, math.ceil(pool.size / steps * math.log(1 / epsilon)))
     bounds = np.full(run.f.n, np.inf) if lazy else None
-    bar = run.bar(budget, "stochastic greedy")
-    while live.size:
-        live = run.affordable(live, remaining)
-        if live.size == 0:
-            break
+
+    def choose(live: np.ndarray) -> int:
         pos = np.sort(rng.choice(live.size, size=min(sample_size, live.size), replace=False))
         sample = live[pos]
         if lazy:
             best_pos, _ = _lazy_in_sample(run, sample, bounds)
         else:
             best_pos = int(np.argmax(run.ratios(sample)))
-        j = int(sample[best_pos])
-        remaining -= run.take(j)
-        picks.append(j)
-        live = np.delete(live, pos[best_pos])
-        bar.update(1 if run.cost is None else run.cost[j])
-        if run.cost is None and len(picks) == budget:
-            break
-    bar.close()
-    return picks
+        return int(pos[best_pos])
+
+    return take_chosen(run, pool, budget, "stochastic greedy", choose)
 
 
 def _lazy_in_sample(run: GreedyRun, sample: np.ndarray, bounds: np.ndarray) -> tuple[int, float]:
@@ -171,23 +141,12 @@ def sample_greedy(
 
     Parameters
     ----------
-    run : GreedyRun
-        The run: its function holds the initial set, to which the picks are added (and their
-        gains to ``run.picked_gains``).
-    pool : numpy.ndarray
-        Sorted indices (int64) of the items that may be picked.
-    budget : float
-        Number of picks (an int) or, when ``run.cost`` is set, the total cost the picks may
-        spend.
+    run, pool, budget
+        As in :func:`~batchsel.submodular.optimizers.greedy.naive_greedy`.
     fraction : float
         Fraction of the items kept (``0 < fraction <= 1``; apricot's ``epsilon``).
     rng : numpy.random.Generator
         The items kept.
-
-    Returns
-    -------
-    list of int
-        The picks, in pick order.
 
     Example
     -------
