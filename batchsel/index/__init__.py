@@ -398,7 +398,7 @@ def knn_graph(
     Returns
     -------
     scipy.sparse.csr_matrix
-        The ``N x N`` graph.
+        The ``N x N`` graph, as :meth:`EmbeddingIndex.knn_graph` returns it.
 
     Examples
     --------

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_int
+from batchsel.core.state import from_portable, to_portable
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.offline import OfflineSelector
@@ -27,12 +28,8 @@ class EpochFeedbackSelector(OfflineSelector):
 
     Parameters
     ----------
-    num_examples, batch_size : int
-        N and B.
-    seed : int, default 0
-        Seeds the plans.
-    drop_last : bool, default False
-        DistributedSampler's padding (False) or dropping (True).
+    num_examples, batch_size, seed, drop_last
+        As :class:`~batchsel.selectors.selector.Selector`.
 
     See Also
     --------
@@ -52,6 +49,8 @@ class EpochFeedbackSelector(OfflineSelector):
     epoch_lengths_vary = True
     feedback_per_epoch = True  # read when the next epoch is planned
     epochs: int
+    #: epoch -> share of the examples skipped, for every epoch planned (set by subclasses)
+    pruned_share_: dict[int, float]
 
     def epoch_size(self, epoch: int) -> int:
         """Examples trained on in ``epoch`` (over all ranks, before padding)."""
@@ -102,6 +101,31 @@ class EpochFeedbackSelector(OfflineSelector):
         return EpochPlan(
             batches, rank_weights, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method=method
         )
+
+    def _portable_state(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The :meth:`state_dict` of a pruning selector: its class and number of examples,
+        ``fields``, then :attr:`pruned_share_`, made portable
+        (:func:`batchsel.core.state.to_portable`)."""
+        return to_portable(
+            {
+                "class": type(self).__name__,
+                "num_examples": self.num_examples,
+                **fields,
+                "pruned_epochs": list(self.pruned_share_),
+                "pruned_shares": list(self.pruned_share_.values()),
+            }
+        )
+
+    def _loaded_state(self, state: Any, fields: set[str]) -> dict[str, Any]:
+        """A state made by :meth:`_portable_state` with these ``fields``, read back
+        (:func:`batchsel.core.state.from_portable`) and checked (:meth:`_check_state`)."""
+        state = from_portable(state)
+        self._check_state(state, {"class", "num_examples", *fields, "pruned_epochs", "pruned_shares"})
+        return state
+
+    def _restore_pruned_shares(self, state: dict[str, Any]) -> None:
+        """:attr:`pruned_share_` from a state that :meth:`_loaded_state` read back."""
+        self.pruned_share_ = {int(e): float(s) for e, s in zip(state["pruned_epochs"], state["pruned_shares"])}
 
     def _check_state(self, state: Any, expected: set[str]) -> None:
         """Refuse a state that is not this class's, of this many examples, with these keys

@@ -22,14 +22,9 @@ class OfflineSelector(Selector):
 
     Parameters
     ----------
-    num_examples, batch_size : int
-        N and B.
-    seed : int, default 0
-        Seeds the plans.
-    drop_last : bool, default False
-        DistributedSampler's padding (False) or dropping (True).
-    partition : str, default "random"
-        ``"random"`` or ``"submodular"`` where the subclass supports it.
+    num_examples, batch_size, seed, drop_last, partition
+        As :class:`~batchsel.selectors.selector.Selector` (``partition="submodular"``
+        where the subclass supports it).
 
     Example
     -------

@@ -86,17 +86,15 @@ def global_median_sigma2(sq: np.ndarray, valid: np.ndarray, comm: Communicator) 
 
     Parameters
     ----------
-    sq : numpy.ndarray
-        Squared distances of this rank's rows to their neighbours.
-    valid : numpy.ndarray
-        Which neighbours exist.
+    sq, valid : numpy.ndarray
+        As :func:`~batchsel.index.affinity.median_sigma2`, for this rank's rows.
     comm : Communicator
         The ranks.
 
     Returns
     -------
     float
-        sigma^2 > 0.
+        sigma^2 > 0, the same on every rank.
 
     Examples
     --------

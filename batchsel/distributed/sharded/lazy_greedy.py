@@ -4,7 +4,7 @@ lazy greedy), with the same picks, gains and tie rule.
 
 The single-process pieces are reused, not repeated: the gains come from
 :func:`batchsel.submodular.kernels.facility_gains` and the result is a
-:class:`batchsel.submodular.Selection`. What is distributed is the bookkeeping: every rank
+:class:`batchsel.Selection`. What is distributed is the bookkeeping: every rank
 keeps a lazy heap of its own rows' gains, and each step the ranks agree on the winner.
 """
 
@@ -90,7 +90,7 @@ def facility_location(rows: sp.csr_matrix, k: int, comm: Communicator, row_start
     See Also
     --------
     batchsel.submodular.maximize : the single-process optimizers.
-    batchsel.submodular.FacilityLocation : the set function.
+    batchsel.FacilityLocation : the set function.
 
     Examples
     --------

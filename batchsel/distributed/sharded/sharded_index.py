@@ -189,13 +189,7 @@ class ShardedIndex(EmbeddingIndex):
             self.kind,
             self.metric,
         )
-        bar = tqdm(
-            total=hi - lo,
-            desc="index add",
-            unit="pt",
-            leave=False,
-            disable=not self.progress or hi - lo <= self.block_rows,
-        )
+        bar = self._shard_rows_bar("index add", "pt")
         for start in range(0, hi - lo, self.block_rows):
             stop = min(hi - lo, start + self.block_rows)
             block = self._prepared(self.embeddings[start:stop])
@@ -205,6 +199,14 @@ class ShardedIndex(EmbeddingIndex):
                 index.add(block)
             bar.update(stop - start)
         bar.close()
+
+    def _shard_rows_bar(self, desc: str, unit: str) -> tqdm:
+        """A progress bar over this shard's rows, shown when ``progress`` is on and the
+        shard has more than one block of rows."""
+        lo, hi = self.row_range
+        return tqdm(
+            total=hi - lo, desc=desc, unit=unit, leave=False, disable=not self.progress or hi - lo <= self.block_rows
+        )
 
     def _scattered_source(self) -> np.ndarray:
         return np.load(self._path, mmap_mode="r") if self._path is not None else self._source
@@ -260,13 +262,7 @@ class ShardedIndex(EmbeddingIndex):
         lo, hi = self.row_range
         distances = np.empty((hi - lo, k), dtype=np.float32)
         indices = np.empty((hi - lo, k), dtype=np.int64)
-        bar = tqdm(
-            total=hi - lo,
-            desc="knn graph",
-            unit="q",
-            leave=False,
-            disable=not self.progress or hi - lo <= self.block_rows,
-        )
+        bar = self._shard_rows_bar("knn graph", "q")
         blocks = ivf_list_blocks(self.index, self.dim, self._round_rows)
         nothing = (np.empty(0, np.int64), np.empty((0, self.dim), np.float32))
         while True:

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_indices, check_int, check_labels, check_number, check_rows
-from batchsel.core.state import from_portable, to_portable
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.epoch_feedback import EpochFeedbackSelector
@@ -257,31 +256,17 @@ class InfoBatchSelector(EpochFeedbackSelector):
     def state_dict(self) -> dict[str, Any]:
         """The losses observed and the ones the latest planned epoch was drawn from."""
         epoch, frozen = self._frozen if self._frozen is not None else (-1, np.empty(0))
-        return to_portable(
-            {
-                "class": type(self).__name__,
-                "num_examples": self.num_examples,
-                "losses": self.losses_,
-                "frozen_epoch": int(epoch),
-                "frozen_losses": frozen,
-                "pruned_epochs": list(self.pruned_share_),
-                "pruned_shares": list(self.pruned_share_.values()),
-            }
-        )
+        return self._portable_state({"losses": self.losses_, "frozen_epoch": int(epoch), "frozen_losses": frozen})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        state = from_portable(state)
-        self._check_state(
-            state,
-            {"class", "num_examples", "losses", "frozen_epoch", "frozen_losses", "pruned_epochs", "pruned_shares"},
-        )
+        state = self._loaded_state(state, {"losses", "frozen_epoch", "frozen_losses"})
         losses = np.asarray(state["losses"], dtype=np.float64)
         if losses.shape != (self.num_examples,):
             raise ValueError(f"state holds {losses.shape} losses, expected ({self.num_examples},)")
         self.losses_ = losses.copy()
         epoch = int(state["frozen_epoch"])
         self._frozen = None if epoch < 0 else (epoch, np.asarray(state["frozen_losses"], dtype=np.float64).copy())
-        self.pruned_share_ = {int(e): float(s) for e, s in zip(state["pruned_epochs"], state["pruned_shares"])}
+        self._restore_pruned_shares(state)
 
 
 __all__ = ["InfoBatchSelector", "ANNEAL_RULES"]

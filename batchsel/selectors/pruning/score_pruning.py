@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_indices, check_int, check_labels, check_number, check_rows, tensor_to_numpy
-from batchsel.core.state import from_portable, to_portable
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.epoch_feedback import EpochFeedbackSelector
@@ -183,38 +182,19 @@ class ScorePruningSelector(EpochFeedbackSelector):
     def state_dict(self) -> dict[str, Any]:
         """The scores observed and the kept set, once drawn."""
         kept = np.full(0, -1, dtype=np.int64) if self.kept_ is None else self.kept_.copy()
-        return to_portable(
+        return self._portable_state(
             {
-                "class": type(self).__name__,
-                "num_examples": self.num_examples,
                 "score_sum": self.score_sum_,
                 "observed": self.observed_,
                 "correct": self.correct_,
                 "learnt": self.learnt_,
                 "drawn": self.kept_ is not None,
                 "kept": kept,
-                "pruned_epochs": list(self.pruned_share_),
-                "pruned_shares": list(self.pruned_share_.values()),
             }
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        state = from_portable(state)
-        self._check_state(
-            state,
-            {
-                "class",
-                "num_examples",
-                "score_sum",
-                "observed",
-                "correct",
-                "learnt",
-                "drawn",
-                "kept",
-                "pruned_epochs",
-                "pruned_shares",
-            },
-        )
+        state = self._loaded_state(state, {"score_sum", "observed", "correct", "learnt", "drawn", "kept"})
         arrays = {k: np.asarray(state[k]) for k in ("score_sum", "observed", "correct", "learnt")}
         if any(a.shape != (self.num_examples,) for a in arrays.values()):
             raise ValueError(
@@ -226,7 +206,7 @@ class ScorePruningSelector(EpochFeedbackSelector):
         self.correct_, self.learnt_ = arrays["correct"].astype(bool), arrays["learnt"].astype(bool)
         kept = np.asarray(state["kept"], dtype=np.int64)
         self.kept_ = check_indices(kept, self.num_examples, "kept").copy() if bool(state["drawn"]) else None
-        self.pruned_share_ = {int(e): float(s) for e, s in zip(state["pruned_epochs"], state["pruned_shares"])}
+        self._restore_pruned_shares(state)
 
 
 __all__ = ["ScorePruningSelector", "SCORES"]
