@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-# The controller scans the loaded libraries (about 0.4 ms): built once, on first use.
+# The controller scans the loaded libraries, which is not free: built once, on first use.
 _controller: Any = None
 # The BLAS thread count is process-wide: one limited section at a time, entered and left on
 # the same thread, so concurrent sections can neither leave it at 1 nor restore it early.
@@ -25,8 +25,25 @@ _lock = threading.RLock()  # reentrant: a nested section on the same thread is f
 @contextmanager
 def one_blas_thread() -> Iterator[None]:
     """Limit BLAS (OpenBLAS, MKL, BLIS, ...) to one thread inside the block and restore
-    the previous count after it. Other threads' BLAS calls made meanwhile
-    also run on one thread."""
+    the previous count after it.
+
+    Other threads' BLAS calls made meanwhile also run on one thread. Sections nest, and
+    concurrent sections on other threads wait for this one to end (the count is
+    process-wide).
+
+    Yields
+    ------
+    None
+        The block runs with BLAS limited to one thread.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> with one_blas_thread():
+    ...     product = np.ones((4, 3)) @ np.ones((3, 2))
+    >>> product.tolist()[0]
+    [3.0, 3.0]
+    """
     global _controller
     with _lock:
         if _controller is None:

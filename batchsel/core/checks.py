@@ -30,7 +30,18 @@ def tensor_to_numpy(x: Any) -> Any:
 
     A CPU tensor that needs no gradient is viewed as it is (``.numpy()``, no copy): this
     runs for every batch's feedback, where ``.detach().cpu()`` and a dtype name cost more
-    than the conversion."""
+    than the conversion.
+
+    Parameters
+    ----------
+    x : Any
+        A torch tensor (anything with ``detach`` and ``numpy``) on any device, or any other value.
+
+    Returns
+    -------
+    Any
+        ``x`` as a numpy array when it is a tensor; ``x`` itself otherwise (numpy arrays included).
+    """
     if isinstance(x, np.ndarray):
         return x
     if hasattr(x, "detach") and hasattr(x, "numpy"):
@@ -63,7 +74,29 @@ def _describe(x: Any) -> str:
 
 
 def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Return ``value`` as an ``int`` after checking its type and range."""
+    """Return ``value`` as an ``int`` after checking its type and range.
+
+    Parameters
+    ----------
+    value : Any
+        The value to check: a Python or numpy integer (bools are refused).
+    name : str
+        The argument's name, for the messages.
+    minimum, maximum : int or None, default None
+        The smallest and largest values allowed; ``None``: no bound on that side.
+
+    Returns
+    -------
+    int
+        ``value`` as a Python int.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not an integer (or is a bool).
+    ValueError
+        ``value`` is below ``minimum`` or above ``maximum``.
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {value!r}")
     value = int(value)
@@ -75,8 +108,29 @@ def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | 
 
 
 def check_number(value: Any, name: str, low: float, high: float | None = None) -> float:
-    """Return ``value`` as a ``float`` after checking it is a finite number in
-    ``[low, high]`` (``high=None``: no upper bound)."""
+    """Return ``value`` as a ``float`` after checking it is a finite number in ``[low, high]``.
+
+    Parameters
+    ----------
+    value : Any
+        The value to check: a Python or numpy int or float (bools are refused).
+    name : str
+        The argument's name, for the message.
+    low : float
+        The smallest value allowed.
+    high : float or None, default None
+        The largest value allowed (``high=None``: no upper bound).
+
+    Returns
+    -------
+    float
+        ``value`` as a Python float.
+
+    Raises
+    ------
+    ValueError
+        ``value`` is not a number, not finite, or outside ``[low, high]``.
+    """
     if (
         isinstance(value, (bool, np.bool_))
         or not isinstance(value, (int, float, np.integer, np.floating))
@@ -93,10 +147,23 @@ def check_finite(x: np.ndarray, name: str, source: np.ndarray | None = None, fir
     """Raise ``ValueError`` when ``x`` holds NaN or inf; scans in blocks so a memmap is
     read once and never copied whole.
 
-    ``source``: the array ``x`` was cast from (same shape); a value finite there and
-    infinite in ``x`` overflowed the cast, which the message says (with the fix).
-    ``first_row``: the row number of ``x[0]`` in the data the user knows (a shard's
-    offset), so messages name the row the user can look up.
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The array to check, at least 1-D (its first axis: the rows).
+    name : str
+        The array's name, for the message.
+    source : numpy.ndarray or None, default None
+        The array ``x`` was cast from (same shape); a value finite there and
+        infinite in ``x`` overflowed the cast, which the message says (with the fix).
+    first_row : int, default 0
+        The row number of ``x[0]`` in the data the user knows (a shard's
+        offset), so messages name the row the user can look up.
+
+    Raises
+    ------
+    ValueError
+        ``x`` holds NaN or inf (the message names the first such row).
     """
     flat = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
     rows = max(1, _FINITE_BLOCK_BYTES // max(1, flat.shape[1] * flat.itemsize))
@@ -122,7 +189,23 @@ def check_scale(x: np.ndarray, name: str, center: np.ndarray | None = None, unde
     ``SQUARED_MAX`` they overflow to inf (and NaN after a subtraction), below
     ``SQUARED_MIN`` (but not all 0) they underflow, and either way every distance, hence
     every pick, would be wrong without notice. Reads ``x`` in blocks, in float64.
-    ``underflow=False`` checks overflow only (a few rows of a larger set may be tiny)."""
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The rows to check, ``N x d``.
+    name : str
+        The array's name, for the message.
+    center : numpy.ndarray or None, default None
+        A ``d``-vector subtracted from every row first; ``None``: none.
+    underflow : bool, default True
+        ``underflow=False`` checks overflow only (a few rows of a larger set may be tiny).
+
+    Raises
+    ------
+    ValueError
+        A squared norm beyond the range; the message says how to rescale.
+    """
     flat = x.reshape(x.shape[0], -1)
     rows = max(1, _FINITE_BLOCK_BYTES // max(1, flat.shape[1] * 8))
     largest = 0.0
@@ -146,12 +229,30 @@ def check_scale(x: np.ndarray, name: str, center: np.ndarray | None = None, unde
 
 
 def load_embeddings(embeddings: Any, name: str = "embeddings", first_row: int = 0) -> np.ndarray:
-    """Return an ``N x d`` float32 C-contiguous array for ``embeddings``
-    (``first_row``: the number of its first row in messages, for a shard).
+    """Return an ``N x d`` float32 C-contiguous array for ``embeddings``.
 
-    ``embeddings`` is an array-like, a torch tensor, or the path of a ``.npy`` file, which
-    is opened memory-mapped. An array that already is float32 C-contiguous (memmaps
-    included) is returned as it is: no copy.
+    Parameters
+    ----------
+    embeddings : array-like, torch.Tensor, str or os.PathLike
+        ``embeddings`` is an array-like, a torch tensor, or the path of a ``.npy`` file, which
+        is opened memory-mapped: ``N x d`` real numbers (integers and bools are cast), ``N, d >= 1``.
+    name : str, default "embeddings"
+        The argument's name, for the messages.
+    first_row : int, default 0
+        ``first_row``: the number of its first row in messages, for a shard.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``N x d`` float32, C-contiguous, finite. An array that already is float32 C-contiguous
+        (memmaps included) is returned as it is: no copy.
+
+    Raises
+    ------
+    ValueError
+        A path that is a folder, missing or not ``.npy``; data not 2-D, empty, or not finite in float32.
+    TypeError
+        Data that is not an array of real numbers (complex, objects, ragged lists).
     """
     if isinstance(embeddings, (str, os.PathLike)):
         path = os.fspath(embeddings)
@@ -189,11 +290,33 @@ def load_embeddings(embeddings: Any, name: str = "embeddings", first_row: int = 
 def check_graph(
     graph: Any, num_nodes: int | None = None, name: str = "graph", dtype: Any = np.float32
 ) -> sp.csr_matrix:
-    """Return ``graph`` as a square CSR matrix with int64 indices and float32 weights
-    (``dtype=np.float64`` keeps float64 weights, for the set functions' float64 similarities).
+    """Return ``graph`` as a square CSR matrix with int64 indices and float32 weights.
 
     A scipy sparse matrix or array is accepted; a dense array is refused (it defeats the
-    point of a sparse graph). ``num_nodes`` checks the size.
+    point of a sparse graph).
+
+    Parameters
+    ----------
+    graph : scipy.sparse matrix or array
+        A square ``N x N`` graph with finite edge weights; it is not modified.
+    num_nodes : int or None, default None
+        ``num_nodes`` checks the size: the number of nodes it must have (the data's examples); ``None``: any.
+    name : str, default "graph"
+        The argument's name, for the messages.
+    dtype : numpy dtype, default numpy.float32
+        The weights' dtype: ``dtype=np.float64`` keeps float64 weights, for the set functions' float64 similarities.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix
+        Duplicates summed, explicit zeros dropped, int64 indices; a symmetric mark kept.
+
+    Raises
+    ------
+    TypeError
+        ``graph`` is not a scipy sparse matrix.
+    ValueError
+        ``graph`` is not square, has the wrong size, or has NaN, inf or too large weights.
     """
     if not sp.issparse(graph):
         raise TypeError(f"{name} must be a scipy.sparse matrix (CSR), got {type(graph).__name__}")
@@ -224,34 +347,80 @@ def check_graph(
 
 def to_int64(matrix: sp.csr_matrix) -> sp.csr_matrix:
     """Give a CSR matrix int64 ``indices`` and ``indptr`` (scipy downcasts to int32
-    whenever it can; int32 overflows past 2**31 stored entries)."""
+    whenever it can; int32 overflows past 2**31 stored entries).
+
+    Parameters
+    ----------
+    matrix : scipy.sparse.csr_matrix
+        The matrix, changed in place and returned.
+    """
     matrix.indices = matrix.indices.astype(np.int64, copy=False)
     matrix.indptr = matrix.indptr.astype(np.int64, copy=False)
     return matrix
 
 
 # A CSR matrix known to be symmetric (``knn_graph`` symmetrizes) carries its own arrays
-# under this attribute: the set functions then skip the check (one transposition, a third
-# of a 100k-point sparse facility location). Replacing an array drops the mark; editing
+# under this attribute: the set functions then skip the check (one transposition, a large
+# share of a sparse facility location's time: docs/performance.md). Replacing an array drops the mark; editing
 # one in place does not, and a wrong mark makes lazy greedy's result wrong (documented).
 _SYMMETRIC_MARK = "_batchsel_symmetric"
 
 
 def mark_symmetric(matrix: sp.csr_matrix) -> sp.csr_matrix:
-    """Record on a CSR matrix that it is symmetric, as built (see :func:`known_symmetric`)."""
+    """Record on a CSR matrix that it is symmetric, as built (see :func:`known_symmetric`).
+
+    Parameters
+    ----------
+    matrix : scipy.sparse.csr_matrix
+        A symmetric matrix (not checked), marked in place and returned.
+    """
     setattr(matrix, _SYMMETRIC_MARK, (matrix.indptr, matrix.indices, matrix.data))
     return matrix
 
 
 def known_symmetric(matrix: Any) -> bool:
-    """Whether ``matrix`` carries the mark of :func:`mark_symmetric` for its current arrays."""
+    """Whether ``matrix`` carries the mark of :func:`mark_symmetric` for its current arrays.
+
+    Parameters
+    ----------
+    matrix : Any
+        A matrix (any object: one without the mark gives ``False``).
+
+    Returns
+    -------
+    bool
+        ``True`` when marked and none of its three CSR arrays was replaced since.
+    """
     mark = getattr(matrix, _SYMMETRIC_MARK, None)
     return mark is not None and all(a is b for a, b in zip(mark, (matrix.indptr, matrix.indices, matrix.data)))
 
 
 def check_labels(labels: Any, num_examples: int, name: str = "labels", allow_unlabeled: bool = False) -> np.ndarray:
-    """Return labels as a 1-D int64 array of length ``num_examples``; -1 marks an
-    unlabeled example when ``allow_unlabeled``."""
+    """Return labels as a 1-D int64 array of length ``num_examples``.
+
+    Parameters
+    ----------
+    labels : array-like or torch.Tensor
+        Integer class ids (integral floats are accepted), one per example.
+    num_examples : int
+        The length ``labels`` must have.
+    name : str, default "labels"
+        The argument's name, for the messages.
+    allow_unlabeled : bool, default False
+        -1 marks an unlabeled example when ``allow_unlabeled``; otherwise every label must be >= 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        The labels, 1-D int64.
+
+    Raises
+    ------
+    ValueError
+        ``labels`` is not 1-D, has another length, or holds values out of range.
+    TypeError
+        ``labels`` holds values that are not integers.
+    """
     labels = tensor_to_numpy(labels)
     y = np.asarray(labels)
     if y.ndim != 1:
@@ -274,12 +443,52 @@ def check_labels(labels: Any, num_examples: int, name: str = "labels", allow_unl
 
 
 def check_seed(seed: Any) -> int:
-    """Seeds are non-negative integers (they are combined with the epoch)."""
+    """Seeds are non-negative integers (they are combined with the epoch).
+
+    Parameters
+    ----------
+    seed : Any
+        The seed to check: a Python or numpy integer >= 0.
+
+    Returns
+    -------
+    int
+        ``seed`` as a Python int.
+
+    Raises
+    ------
+    TypeError
+        ``seed`` is not an integer.
+    ValueError
+        ``seed`` is negative.
+    """
     return check_int(seed, "seed", minimum=0)
 
 
 def check_indices(indices: Any, num_examples: int, name: str = "indices") -> np.ndarray:
-    """Return example indices as a 1-D int64 array, checked to lie in ``[0, N)``."""
+    """Return example indices as a 1-D int64 array, checked to lie in ``[0, N)``.
+
+    Parameters
+    ----------
+    indices : array-like or torch.Tensor
+        Integer indices, 1-D (a single index becomes an array of one).
+    num_examples : int
+        ``N``, the number of examples the indices point into.
+    name : str, default "indices"
+        The argument's name, for the messages.
+
+    Returns
+    -------
+    numpy.ndarray
+        The indices, 1-D int64.
+
+    Raises
+    ------
+    ValueError
+        ``indices`` has two or more dimensions, or an index outside ``[0, N)``.
+    TypeError
+        ``indices`` are not integers.
+    """
     idx = tensor_to_numpy(indices)
     if not isinstance(idx, np.ndarray):
         idx = np.asarray(idx)
@@ -300,8 +509,31 @@ def check_indices(indices: Any, num_examples: int, name: str = "indices") -> np.
 
 
 def check_rows(values: Any, count: int, name: str, ndim: int) -> np.ndarray:
-    """Feedback values (losses: 1-D, logits / embeddings: 2-D) as a finite float array
-    with one row per index."""
+    """Feedback values (losses: 1-D, logits / embeddings: 2-D) as a finite float array with one row per index.
+
+    Parameters
+    ----------
+    values : array-like or torch.Tensor
+        Real numbers (bools are accepted), ``count`` rows.
+    count : int
+        The number of rows ``values`` must have (the number of indices it goes with).
+    name : str
+        The argument's name, for the messages.
+    ndim : int
+        The dimensions ``values`` must have: 1 (a float64 result) or 2 (float32).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``values`` as float64 (``ndim`` 1) or float32 (``ndim`` 2).
+
+    Raises
+    ------
+    TypeError
+        ``values`` are complex or not numbers (e.g. hold ``None``).
+    ValueError
+        ``values`` has other dimensions or another number of rows, or holds NaN or inf.
+    """
     values = tensor_to_numpy(values)
     if values.dtype.kind == "c" if isinstance(values, np.ndarray) else np.iscomplexobj(values):
         raise TypeError(
@@ -331,9 +563,29 @@ METRIC_SYNONYMS = {"l2": "euclidean"}
 
 
 def check_metric(metric: Any, allowed: tuple[str, ...], name: str = "metric") -> str:
-    """The canonical name of ``metric`` (``"l2"`` becomes ``"euclidean"``), which must be
-    one of ``allowed``; a ``ValueError`` naming the choices otherwise.
+    """The canonical name of ``metric`` (``"l2"`` becomes ``"euclidean"``), which must be one of ``allowed``.
 
+    Parameters
+    ----------
+    metric : Any
+        The metric's name as the user gave it.
+    allowed : tuple of str
+        The canonical names the caller accepts (e.g. ``("euclidean", "cosine")``).
+    name : str, default "metric"
+        The argument's name, for the message.
+
+    Returns
+    -------
+    str
+        The canonical name, one of ``allowed``.
+
+    Raises
+    ------
+    ValueError
+        ``metric`` names none of ``allowed`` (nor a synonym of one): the message names the choices.
+
+    Examples
+    --------
     >>> check_metric("l2", ("euclidean", "cosine"))
     'euclidean'
     """

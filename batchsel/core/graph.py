@@ -19,6 +19,23 @@ logger = logging.getLogger(__name__)
 def without_self_loops(graph: sp.csr_matrix) -> sp.csr_matrix:
     """The graph without its diagonal (unchanged, not copied, when it has none).
 
+    Parameters
+    ----------
+    graph : scipy.sparse.csr_matrix
+        A square graph; it is not modified.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix
+        ``graph`` itself when its diagonal is all zero, else a new CSR matrix (int64
+        indices) holding its other entries.
+
+    See Also
+    --------
+    symmetrized : every edge in both directions.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> without_self_loops(sp.csr_matrix(np.eye(2) + np.eye(2)[::-1])).toarray().tolist()
     [[0.0, 1.0], [1.0, 0.0]]
@@ -35,6 +52,23 @@ def symmetrized(graph: sp.csr_matrix) -> sp.csr_matrix:
     """``max(graph, graph.T)``: every edge in both directions with the larger weight
     (unchanged, not copied, when the graph is symmetric already).
 
+    Parameters
+    ----------
+    graph : scipy.sparse.csr_matrix
+        A square graph; it is not modified. A graph marked by
+        :func:`~batchsel.core.checks.mark_symmetric` is taken as symmetric unchecked.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix
+        ``graph`` itself when symmetric, else a new CSR matrix with int64 indices.
+
+    See Also
+    --------
+    without_self_loops : drop the diagonal.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> symmetrized(sp.csr_matrix(np.array([[0, 2], [1, 0]], dtype=np.float32))).toarray().tolist()
     [[0.0, 2.0], [2.0, 0.0]]
@@ -54,6 +88,34 @@ def metis_blocks(graph: sp.csr_matrix, num_blocks: int, seed: int = 0, recursive
     are filled by halving the largest ones so that every block id is used. Edge weights
     are scaled to integers 1..``EDGE_SCALE``; the graph is made symmetric without self loops.
 
+    Parameters
+    ----------
+    graph : scipy.sparse.csr_matrix
+        A square graph with finite weights >= 0 (when all are 0, every edge counts
+        alike); it is not modified.
+    num_blocks : int
+        The number of blocks, >= 1 (checked by the callers); with ``num_blocks >= N``
+        every node is its own block.
+    seed : int, default 0
+        METIS's seed (taken modulo ``2**31 - 1``).
+    recursive : bool, default True
+        Recursive bisection; ``False``: k-way partitioning.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``N`` block ids (int64) in ``[0, num_blocks)``, every id used when
+        ``num_blocks <= N``.
+
+    Raises
+    ------
+    ImportError
+        pymetis is not installed (``pip install 'batchsel[graph]'``).
+    ValueError
+        An edge weight is negative or not finite.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> ring = sp.csr_matrix(np.roll(np.eye(8, dtype=np.float32), 1, axis=1))
     >>> np.bincount(metis_blocks(ring, 2)).tolist()

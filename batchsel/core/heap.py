@@ -129,6 +129,8 @@ def _sift_up(h, pos, at):
 
 @njit(cache=True, nogil=True)
 def heapify(h, pos):
+    """Make all rows of ``h`` (bound, item, stamp) the indexed 4-ary heap of
+    :func:`before`'s order, and set ``pos[item]`` to each item's row."""
     for at in range(h.shape[0]):
         pos[np.int64(h[at, 1])] = at
     for at in range((h.shape[0] - 2) // 4, -1, -1):
@@ -228,6 +230,8 @@ def lazy_pop(h, pos, size_box, step, tracked, pending, batch, slack, out, out_bo
 
 @njit(cache=True, nogil=True)
 def lazy_push(h, pos, size_box, items, bounds, stamp):
+    """Add ``items`` with their ``bounds``, all stamped ``stamp``, to the heap
+    ``h[:size_box[0]]`` (room for them needed); updates ``pos`` and ``size_box[0]``."""
     size = size_box[0]
     for i in range(items.shape[0]):
         h[size, 0] = bounds[i]

@@ -62,7 +62,11 @@ def _target(path: str | os.PathLike, overwrite: bool) -> str:
 class AtomicGroup:
     """Files written as one (see :func:`atomic_group`): :meth:`open` and :meth:`path` give
     each a temporary file beside it; the group renames them all only when its block
-    succeeds."""
+    succeeds.
+
+    Made by :func:`atomic_group`, not directly: the group's block commits (renames) or
+    discards (deletes) the temporary files.
+    """
 
     def __init__(self) -> None:
         self._pending: list[tuple[str, str]] = []  # (temporary, final) names
@@ -88,7 +92,22 @@ class AtomicGroup:
 
     @contextlib.contextmanager
     def open(self, path: str | os.PathLike, mode: str = "wb", overwrite: bool = True) -> Iterator[IO]:
-        """A temporary file for ``path``, flushed to disk when the ``with`` block ends."""
+        """A temporary file for ``path``, flushed to disk when the ``with`` block ends.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The final name, checked as by :func:`atomic_write` (a symlink is written through).
+        mode : str, default "wb"
+            The mode the temporary file is opened in (a writing mode: ``"wb"``, ``"w"``).
+        overwrite : bool, default True
+            Whether an existing file at ``path`` may be replaced.
+
+        Yields
+        ------
+        IO
+            The open temporary file; it is renamed to ``path`` when the group commits.
+        """
         fd, _ = self._reserve(path, overwrite, ".tmp")
         with os.fdopen(fd, mode) as f:
             yield f
@@ -101,6 +120,20 @@ class AtomicGroup:
         the format from it (or append their own); it is flushed to disk and renamed with
         the group.
 
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The final name, checked as by :func:`atomic_write` (a symlink is written through).
+        overwrite : bool, default True
+            Whether an existing file at ``path`` may be replaced.
+
+        Returns
+        -------
+        str
+            The temporary file's name (the file exists, empty, with the final mode).
+
+        Examples
+        --------
         >>> import os, tempfile
         >>> folder = tempfile.mkdtemp()
         >>> with atomic_group() as group:
@@ -135,6 +168,19 @@ def atomic_group() -> Iterator[AtomicGroup]:
     to a temporary name, and all are renamed to their names only when the whole block
     succeeds, so a failure writing one leaves none of them (e.g. a plan and its graph).
 
+    Yields
+    ------
+    AtomicGroup
+        The group: its :meth:`~AtomicGroup.open` and :meth:`~AtomicGroup.path` give the
+        temporary files. On an exception in the block every temporary file is deleted
+        and the exception goes on.
+
+    See Also
+    --------
+    atomic_write : one file.
+
+    Examples
+    --------
     >>> import os, tempfile
     >>> folder = tempfile.mkdtemp()
     >>> with atomic_group() as group:
@@ -162,6 +208,34 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", overwrite: bool = Tr
     device, FIFO or socket is refused with ``ValueError`` (renaming over it would replace
     the node with a regular file).
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write; its folder must exist.
+    mode : str, default "wb"
+        The mode the temporary file is opened in (a writing mode: ``"wb"``, ``"w"``).
+    overwrite : bool, default True
+        Whether an existing file at ``path`` may be replaced.
+
+    Yields
+    ------
+    IO
+        The open temporary file. On an exception in the block it is deleted and ``path``
+        is left as it was.
+
+    Raises
+    ------
+    ValueError
+        ``path`` is a folder or an existing non-regular file, or its folder is missing.
+    FileExistsError
+        ``path`` exists and ``overwrite`` is False.
+
+    See Also
+    --------
+    atomic_group : several files written as one.
+
+    Examples
+    --------
     >>> import os, tempfile
     >>> target = os.path.join(tempfile.mkdtemp(), "out.txt")
     >>> with atomic_write(target, "w") as f:
@@ -179,7 +253,16 @@ def c_stdout_to_stderr() -> Iterator[None]:
     """Send what C code prints to the process's stdout (file descriptor 1) to stderr while
     the block runs: libraries such as METIS ``printf`` diagnostics, which would otherwise
     mix into a command's output (``batchsel plan --json``). C's stdio buffer is flushed
-    before fd 1 is restored, so nothing printed inside leaks out later."""
+    before fd 1 is restored, so nothing printed inside leaks out later.
+
+    Where there is no usable file descriptor 1 (some embedded interpreters) the block
+    runs unchanged.
+
+    Yields
+    ------
+    None
+        The block runs with file descriptor 1 pointing at stderr.
+    """
     try:
         out = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
         saved = os.dup(out)
@@ -207,7 +290,21 @@ def _flush_c_stdio() -> None:
 
 
 def save_npy(path: str | os.PathLike, array: np.ndarray, overwrite: bool = True) -> None:
-    """``np.save`` through :func:`atomic_write` (the name is kept as given)."""
+    """``np.save`` through :func:`atomic_write` (the name is kept as given).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (no ``.npy`` is appended), checked as by :func:`atomic_write`.
+    array : numpy.ndarray
+        The array to save.
+    overwrite : bool, default True
+        Whether an existing file at ``path`` may be replaced.
+
+    See Also
+    --------
+    load_array : read it back.
+    """
     with atomic_write(path, "wb", overwrite=overwrite) as f:
         np.save(f, array)
 
@@ -217,8 +314,31 @@ def load_array(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
     or ``.pt`` (a tensor, or a dict of tensors with ``key``); ``FILE.npz:NAME`` names the
     key inside the path.
 
-    Raises ``ValueError`` naming the path for a missing file, a folder, an unknown
-    extension or a missing key.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.npy``, ``.npz`` or ``.pt`` file; ``FILE.npz:NAME`` (or ``FILE.pt:NAME``)
+        names the key when ``key`` is None and no file has that whole name.
+    key : str or None, default None
+        The array's name in an ``.npz`` file, or the tensor's in a ``.pt`` dict; ``None``:
+        the only one there is.
+
+    Returns
+    -------
+    numpy.ndarray
+        The array: memory-mapped for ``.npy``; loaded for ``.npz``; converted from the
+        tensor for ``.pt`` (bfloat16 as float32).
+
+    Raises
+    ------
+    ValueError
+        Naming the path, for a missing file, a folder, an unknown extension (saying how to
+        convert) or a missing key; also for an ambiguous key or a file that cannot be read.
+
+    See Also
+    --------
+    array_shape : the shape without loading the data.
+    array_digest : a digest of the data.
     """
     path = os.fspath(path)
     if key is None and not os.path.exists(path) and ":" in os.path.basename(path):
@@ -271,6 +391,18 @@ def conversion_hint(path: str) -> str:
     reads: a command to run for text tables (``.csv``, ``.tsv``, ``.txt``) and Parquet,
     else the numpy call that saves an array.
 
+    Parameters
+    ----------
+    path : str
+        The file of another format (its extension picks the advice).
+
+    Returns
+    -------
+    str
+        The advice, one line, for an error message.
+
+    Examples
+    --------
     >>> print(conversion_hint("emb.csv"))
     convert it to .npy first: python -c "import numpy as np; np.save('emb.npy', np.loadtxt('emb.csv', delimiter=',', dtype='float32'))" (skiprows=1 skips a header line)
     """
@@ -290,7 +422,20 @@ def conversion_hint(path: str) -> str:
 def array_shape(path: str | os.PathLike, key: str | None = None) -> tuple[int, ...]:
     """The shape of the array :func:`load_array` would return, reading only the header
     where the format allows (``.npy``, and ``.npz`` members stored as ``.npy``); a ``.pt``
-    file is loaded (it has no header to read). Raises ``ValueError`` as ``load_array``."""
+    file is loaded (it has no header to read). Raises ``ValueError`` as ``load_array``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        As for :func:`load_array` (``FILE.npz:NAME`` included).
+    key : str or None, default None
+        As for :func:`load_array`.
+
+    Returns
+    -------
+    tuple of int
+        The array's shape.
+    """
     path = os.fspath(path)
     if key is None and not os.path.exists(path) and ":" in os.path.basename(path):
         path, key = path.rsplit(":", 1)  # FILE.npz:NAME
@@ -324,6 +469,23 @@ def array_digest(path: str | os.PathLike, key: str | None = None, chunk_bytes: i
     memory-mapped); other files are loaded. Raises ``ValueError`` as ``load_array`` does,
     and for a truncated ``.npy`` file.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        As for :func:`load_array` (``FILE.npz:NAME`` included).
+    key : str or None, default None
+        As for :func:`load_array`.
+    chunk_bytes : int, default 1 << 24
+        The bytes read (or hashed) at a time, >= 1: bounds the memory used.
+
+    Returns
+    -------
+    str
+        The SHA-256 hex digest (64 characters): equal for equal dtype, shape and values,
+        whatever the file format.
+
+    Examples
+    --------
     >>> import os, tempfile
     >>> folder = tempfile.mkdtemp()
     >>> x = np.arange(6, dtype=np.float32).reshape(3, 2)
@@ -359,7 +521,32 @@ def array_digest(path: str | os.PathLike, key: str | None = None, chunk_bytes: i
 
 class NpyRows:
     """The rows of a 2-D ``.npy`` file, read chunk by chunk with plain reads (a memmap's
-    touched pages would count in the resident memory until unmapped)."""
+    touched pages would count in the resident memory until unmapped).
+
+    Parameters
+    ----------
+    path : str
+        A ``.npy`` file holding a non-empty 2-D (``N x d``) array.
+
+    Attributes
+    ----------
+    array : numpy.ndarray
+        The file memory-mapped (its header, and random rows for a sample).
+    path : str
+        The file.
+    shape : tuple of int
+        ``(N, d)``.
+
+    Raises
+    ------
+    ValueError
+        ``path`` is not a ``.npy`` file, cannot be read, or does not hold a non-empty
+        2-D array.
+
+    See Also
+    --------
+    load_array : the whole array, memory-mapped.
+    """
 
     def __init__(self, path: str) -> None:
         if not path.endswith(".npy"):
@@ -372,6 +559,26 @@ class NpyRows:
         self.path, self.shape = path, self.array.shape
 
     def chunks(self, rows: int, start: int = 0) -> Iterator[np.ndarray]:
+        """The rows from ``start`` on, ``rows`` at a time, read from the file in order.
+
+        Parameters
+        ----------
+        rows : int
+            Rows per chunk, >= 1 (the last chunk may hold fewer).
+        start : int, default 0
+            The first row, in ``[0, N]``.
+
+        Yields
+        ------
+        numpy.ndarray
+            The next ``rows x d`` chunk, in the file's dtype (a new array; slices of the
+            memmap for a Fortran-order file).
+
+        Raises
+        ------
+        ValueError
+            The file is truncated (the message names the row).
+        """
         a = self.array
         if not isinstance(a, np.memmap) or not a.flags.c_contiguous:
             for s in range(start, a.shape[0], rows):  # Fortran order: slices of the memmap

@@ -31,12 +31,14 @@ def _mix64(z):  # pragma: no cover - numba
 
 @njit(inline="always")
 def substream(key, which):  # pragma: no cover - numba
+    """Stream ``which`` (an integer >= 0) of the batch key ``key``: a 64-bit number for
+    :func:`uniform`; distinct ``which`` give independent streams."""
     return _mix64(np.uint64(key) ^ _mix64(np.uint64(which) * _GAMMA))
 
 
 @njit(inline="always")
 def uniform(stream, i):  # pragma: no cover - numba
-    """The ``i``-th number in [0, 1) of ``stream`` (53 random bits)."""
+    """The ``i``-th number in [0, 1) of ``stream`` (53 random bits; ``i`` >= 0)."""
     return np.float64(_mix64(stream + np.uint64(i + 1) * _GAMMA) >> _S11) * _INV53
 
 
@@ -64,10 +66,21 @@ def _batch_key(run_key: int, t: int) -> int:
 
 
 class CounterKeyedBatches:
-    """Mixin for an online selector whose compiled kernel draws a batch's numbers itself:
-    batch ``t`` gets an int key of (seed, epoch, rank, t) instead of a numpy Generator
+    """Mixin for an online selector whose compiled kernel draws a batch's numbers itself.
+
+    Batch ``t`` gets an int key of (seed, epoch, rank, t) instead of a numpy Generator
     (``OnlineSelector._batch_rng``'s default). The run's key is computed once, on first use
-    (so also for a run restored from a state)."""
+    (so also for a run restored from a state), and kept in the run under ``"key"``.
+
+    Attributes
+    ----------
+    seed : int
+        The selector's seed, a non-negative integer (set by the selector, not here).
+
+    See Also
+    --------
+    stream_key : a batch's key from what ``_batch_rng`` returned.
+    """
 
     seed: int  # the selector's
 
@@ -79,7 +92,31 @@ class CounterKeyedBatches:
 
 
 def stream_key(rng: Any) -> int:
-    """A batch's key: the int itself, or 63 bits drawn from a numpy Generator."""
+    """A batch's key: the int itself, or 63 bits drawn from a numpy Generator.
+
+    Parameters
+    ----------
+    rng : int or numpy.random.Generator
+        A batch key (a Python or numpy integer, not a bool), as
+        :class:`CounterKeyedBatches` hands out, or a Generator to draw one from.
+
+    Returns
+    -------
+    int
+        A key in ``[0, 2**63)``: an integer's low 63 bits, or a number drawn from ``rng``
+        (which advances it).
+
+    See Also
+    --------
+    substream : the batch's streams of numbers from this key (in compiled code).
+
+    Examples
+    --------
+    >>> stream_key(5), stream_key(np.int64(-1)) == 2**63 - 1
+    (5, True)
+    >>> 0 <= stream_key(np.random.default_rng(0)) < 2**63
+    True
+    """
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
         return int(rng) & _MASK63
     return int(rng.integers(0, 1 << 63))

@@ -31,8 +31,8 @@ class World:
     --------
     batchsel.selectors.Selector.world : a World checked to fit a selector too.
 
-    Example
-    -------
+    Examples
+    --------
     >>> World(1, 4)
     World(rank=1, size=4)
     >>> World(4, 4)

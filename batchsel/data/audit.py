@@ -64,7 +64,51 @@ SOURCES = {"neighbours": "from the neighbours' votes", "given": "from the given 
 
 @dataclass
 class Audit:
-    """What :func:`audit` found. ``to_dict()`` gives it as plain values (JSON)."""
+    """What :func:`audit` found. ``to_dict()`` gives it as plain values (JSON).
+
+    Attributes
+    ----------
+    num_examples, dim : int
+        The number of rows ``N`` and the embeddings' dimension ``d``.
+    duplicates : dict of float to float
+        For every threshold of the curve, the share of rows :func:`~batchsel.deduplicate` would remove.
+    threshold : float
+        The near-duplicate threshold of ``duplicate_group`` (and of the advice).
+    duplicate_group : numpy.ndarray
+        For every row, the row its group keeps at ``threshold``.
+    outlier_score : numpy.ndarray
+        For every row, 1 - its mean cosine similarity to its ``k`` neighbours.
+    outliers : numpy.ndarray
+        The rows flagged as outliers, most isolated first.
+    neighbor_similarity, random_similarity : float
+        The mean cosine similarity of rows to their neighbours, and of random pairs of rows.
+    class_counts : dict of int to int or None, default None
+        Rows per class (with labels).
+    noise_rate : float or None, default None
+        The estimated share of wrong labels (with labels).
+    label_issues : numpy.ndarray or None, default None
+        The rows most likely mislabelled, most likely first (with labels).
+    probabilities : numpy.ndarray or None, default None
+        The ``N x C`` class probabilities the noise estimate used.
+    classes, label_positions : numpy.ndarray or None, default None
+        The classes of the columns of ``probabilities``, and each row's label as a column.
+    neighbor_agreement : float or None, default None
+        The mean probability of each row's most probable class (below ``MIN_AGREEMENT``: unreliable noise rate).
+    probability_source : str or None, default None
+        ``"neighbours"`` (leave-one-out votes) or ``"given"`` (a model's probabilities).
+    advice : list of str, default []
+        What the regime benchmark measured on data like this.
+    seconds : float, default 0.0
+        Wall time of the audit.
+    zero_rows : numpy.ndarray, default empty
+        The all-zero rows (no direction: exact duplicates of one another in ``duplicates``).
+
+    Examples
+    --------
+    >>> report = Audit(4, 2, {0.95: 0.25}, 0.95, np.array([0, 0, 2, 3]), np.zeros(4), np.zeros(0, np.int64), 0.9, 0.1)
+    >>> report.to_dict()["near_duplicates"], report.imbalance
+    ({'0.95': 0.25}, None)
+    """
 
     num_examples: int
     dim: int
@@ -90,13 +134,27 @@ class Audit:
 
     @property
     def imbalance(self) -> float | None:
-        """Largest class count over the smallest."""
+        """Largest class count over the smallest (>= 1); ``None`` without labels."""
         if not self.class_counts:
             return None
         counts = np.array(list(self.class_counts.values()))
         return float(counts.max() / max(counts.min(), 1))
 
     def to_dict(self, top: int = 20) -> dict[str, Any]:
+        """The audit as plain values, for JSON (the core of what ``batchsel audit --json``
+        prints).
+
+        Parameters
+        ----------
+        top : int, default 20
+            How many outliers and flagged rows to list (>= 0), first ones first; the counts cover all.
+
+        Returns
+        -------
+        dict
+            Plain Python values (floats rounded, thresholds as strings); with labels also the
+            class counts, imbalance, noise rate, its reliability and the flagged rows.
+        """
         out: dict[str, Any] = {
             "num_examples": self.num_examples,
             "dim": self.dim,
@@ -124,7 +182,13 @@ class Audit:
         return out
 
     def format(self) -> str:
-        """A short text report."""
+        """A short text report: one line per finding, then the advice.
+
+        Returns
+        -------
+        str
+            The report, lines separated by newlines.
+        """
         d = self.to_dict()
         curve = ", ".join(f"{v:.1%} at {t}" for t, v in d["near_duplicates"].items())
         lines = [
@@ -149,6 +213,22 @@ def neighbor_probabilities(I: np.ndarray, S: np.ndarray, labels: np.ndarray, num
     none) weighted by their similarities ``S`` (negative ones count 0), plus
     ``PRIOR_WEIGHT`` pseudo-counts spread by the class prior.
 
+    Parameters
+    ----------
+    I, S : numpy.ndarray
+        Every row's neighbours (``N x k`` row ids, never the row itself; -1: none) and their similarities.
+    labels : numpy.ndarray
+        Every row's class, int in ``[0, num_classes)``, length ``N``.
+    num_classes : int
+        The number of classes ``C``, >= 1.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``N x C`` float64 class probabilities, rows summing to 1.
+
+    Examples
+    --------
     >>> I = np.array([[1, 2], [0, 2], [0, 1]]); S = np.ones((3, 2))
     >>> neighbor_probabilities(I, S, np.array([0, 0, 1]), 2).round(2).tolist()
     [[0.53, 0.47], [0.53, 0.47], [0.93, 0.07]]
@@ -193,6 +273,23 @@ def confident_learning(probs: np.ndarray, labels: np.ndarray) -> tuple[float, np
     p_real - p_given; never a row whose given label is its most probable class (ties
     count for the label); ranked by the probability of their given label.
 
+    Parameters
+    ----------
+    probs : numpy.ndarray
+        ``N x C`` out-of-sample class probabilities, rows summing to 1.
+    labels : numpy.ndarray
+        The given labels as columns of ``probs``: ints in ``[0, C)``, length ``N``.
+
+    Returns
+    -------
+    noise_rate : float
+        The estimated share of wrong labels, in [0, 1].
+    flagged : numpy.ndarray
+        The rows flagged as mislabelled (int64), lowest probability of their given label
+        first.
+
+    Examples
+    --------
     >>> p = np.array([[.9, .1], [.8, .2], [.2, .8], [.1, .9], [.85, .15]])
     >>> rate, flagged = confident_learning(p, np.array([0, 0, 1, 1, 1]))
     >>> round(rate, 2), flagged.tolist()
@@ -306,9 +403,8 @@ def audit(
 ) -> Audit:
     """Audit ``embeddings`` and, if given, their integer ``labels``: see the module docstring.
 
-    All-zero rows have no direction: they count as exact duplicates of one another (one
-    kept) at every threshold and of no other row, as in :func:`~batchsel.deduplicate`; a
-    warning and the advice give their count (``zero_rows``).
+    All-zero rows have no direction: they count as exact duplicates of one another (one kept) at every threshold
+    and of no other row, as in :func:`~batchsel.deduplicate`; a warning and the advice give their count (``zero_rows``).
 
     Parameters
     ----------
@@ -322,26 +418,28 @@ def audit(
         The near-duplicate threshold of the groups returned (and of the advice).
     thresholds : sequence of float, or float, default DUPLICATE_THRESHOLDS
         The near-duplicate curve's thresholds, numbers in (0, 1].
-    nprobe, comm, progress, seed
+    nprobe, comm, progress, seed : int or None, Communicator or None, bool, int
         As :func:`~batchsel.deduplicate` (defaults ``NPROBE``, None, True, 0): with
         ``comm`` the search runs sharded over its ranks and every rank returns the same.
     probabilities : array-like or None, default None
-        ``N x C`` out-of-sample class probabilities of the labels' model (column c =
-        label c; rows summing to 1), for the label-noise estimate and the flagged rows
-        instead of the neighbours' votes; they need ``labels`` in ``[0, C)``.
+        ``N x C`` out-of-sample class probabilities of the labels' model (column c = label c; rows summing to 1), for
+        the label-noise estimate and the flagged rows instead of the neighbours' votes; they need ``labels`` in [0, C).
 
     Returns
     -------
     Audit
         What was found, with advice.
 
+    Raises
+    ------
+    ValueError
+        Thresholds outside (0, 1], ``k < 1``, under 2 rows, bad labels or ``probabilities``.
+
     Examples
     --------
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, 300)
+    >>> rng = np.random.default_rng(0); y = rng.integers(0, 3, 300)
     >>> x = (np.eye(3, 8)[y] * 4 + rng.normal(size=(300, 8))).astype(np.float32)
-    >>> noisy = y.copy(); noisy[:30] = (y[:30] + 1) % 3          # 10 % wrong labels
-    >>> report = audit(x, noisy, progress=False)
+    >>> noisy = y.copy(); noisy[:30] = (y[:30] + 1) % 3; report = audit(x, noisy, progress=False)  # 10 % wrong
     >>> 0.05 < report.noise_rate < 0.15, bool(np.isin(report.label_issues[:10], np.arange(30)).all())
     (True, True)
     """
@@ -440,7 +538,31 @@ def _threshold_list(thresholds: Any) -> list[Any]:
 
 def check_probabilities(probabilities: Any, labels: np.ndarray | None, num_examples: int) -> np.ndarray:
     """``N x C`` class probabilities as float64, checked: labels given, one row per example,
-    finite, in [0, 1], rows summing to 1 (within 1e-3), every label a column."""
+    finite, in [0, 1], rows summing to 1 (within 1e-3), every label a column.
+
+    Parameters
+    ----------
+    probabilities : array-like or torch.Tensor
+        ``N x C`` class probabilities (column c = label c).
+    labels : numpy.ndarray or None
+        The checked labels (int64); ``None`` is refused.
+    num_examples : int
+        ``N``, the number of rows the table must have.
+
+    Returns
+    -------
+    numpy.ndarray
+        The probabilities, ``N x C`` float64.
+
+    Raises
+    ------
+    ValueError
+        No labels; a table of the wrong shape; values outside [0, 1] or not finite; a row
+        not summing to 1; a label that is not a column.
+    TypeError
+        Values that are not real numbers.
+
+    """
     if labels is None:
         raise ValueError("probabilities need labels: they are the model's probabilities of each label")
     p = np.asarray(tensor_to_numpy(probabilities))

@@ -43,16 +43,32 @@ class Deduplication:
 
     Attributes
     ----------
-    keep:
+    keep : numpy.ndarray
         The rows kept, sorted (int64): one per group, its smallest index.
-    group:
-        For every row, the row its group keeps (itself when kept).
-    pairs:
-        ``(i, j, similarity)`` of every near-duplicate pair found, ``i < j``, sorted.
-    threshold, k:
-        The settings used.
-    seconds:
+    group : numpy.ndarray
+        For every row, the row its group keeps (itself when kept), int64.
+    pairs : tuple of numpy.ndarray
+        ``(i, j, similarity)`` of every near-duplicate pair found, ``i < j``, sorted
+        (int64, int64, float32).
+    threshold : float
+        The similarity threshold used, in (0, 1].
+    k : int
+        The neighbours searched per row (at most ``N - 1``).
+    seconds : float, default 0.0
         Wall time of the search and grouping.
+    extra : dict, default {}
+        Details of the search: the index's ``kind``, its ``nprobe``, and ``zero_rows``,
+        the number of all-zero rows.
+
+    See Also
+    --------
+    deduplicate : what makes it.
+
+    Examples
+    --------
+    >>> pairs = (np.array([0, 0]), np.array([1, 3]), np.ones(2, np.float32))
+    >>> Deduplication(np.array([0, 2]), np.array([0, 0, 2, 0]), pairs, 0.9, 1)
+    Deduplication(num_examples=4, kept=2, removed_fraction=0.500, threshold=0.9, pairs=2)
     """
 
     keep: np.ndarray
@@ -65,15 +81,29 @@ class Deduplication:
 
     @property
     def num_examples(self) -> int:
+        """The number of rows searched (kept or not)."""
         return int(self.group.size)
 
     @property
     def removed_fraction(self) -> float:
-        """The share of rows that are near-duplicates of a kept row."""
+        """The share of rows that are near-duplicates of a kept row, in [0, 1)."""
         return 1.0 - self.keep.size / max(self.group.size, 1)
 
     def groups(self) -> list[np.ndarray]:
-        """Every group of two or more rows (sorted rows; its first is the one kept)."""
+        """Every group of two or more rows (sorted rows; its first is the one kept).
+
+        Returns
+        -------
+        list of numpy.ndarray
+            One int64 array per group, in the order of the rows kept.
+
+        Examples
+        --------
+        >>> pairs = (np.array([0, 0]), np.array([1, 3]), np.ones(2, np.float32))
+        >>> result = Deduplication(np.array([0, 2]), np.array([0, 0, 2, 0]), pairs, 0.9, 1)
+        >>> [g.tolist() for g in result.groups()]
+        [[0, 1, 3]]
+        """
         order = np.argsort(self.group, kind="stable")
         bounds = np.flatnonzero(np.diff(self.group[order])) + 1
         return [g for g in np.split(order, bounds) if g.size > 1]
@@ -89,7 +119,34 @@ def neighbour_pairs(
     D: np.ndarray, I: np.ndarray, first_row: int, threshold: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(i, j, similarity)`` with ``i < j`` of the neighbour lists ``(D, I)`` of rows
-    ``first_row ..`` at similarity >= threshold."""
+    ``first_row ..`` at similarity >= threshold.
+
+    A pair found from both ends appears twice (:func:`unique_pairs` keeps one);
+    similarities down to ``SIMILARITY_SLACK`` below the threshold count (rounding).
+
+    Parameters
+    ----------
+    D : numpy.ndarray
+        Cosine similarities to the neighbours, ``rows x k``.
+    I : numpy.ndarray
+        The neighbours' global row ids, ``rows x k``; -1: no neighbour.
+    first_row : int
+        The global id of the first row of ``D`` and ``I`` (a shard's offset), >= 0.
+    threshold : float
+        The similarity threshold, in (0, 1].
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(i, j, similarity)``: int64, int64, float32, in the order of the lists.
+
+    Examples
+    --------
+    >>> D = np.array([[0.99, 0.5], [0.99, 0.2]]); I = np.array([[3, 1], [2, -1]])
+    >>> i, j, s = neighbour_pairs(D, I, 2, 0.95)
+    >>> i.tolist(), j.tolist()
+    ([2, 2], [3, 3])
+    """
     rows, cols = np.nonzero((D >= threshold - SIMILARITY_SLACK) & (I >= 0))
     a = rows.astype(np.int64) + first_row
     b = I[rows, cols].astype(np.int64)
@@ -98,7 +155,28 @@ def neighbour_pairs(
 
 def unique_pairs(i: np.ndarray, j: np.ndarray, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each pair once (found from both ends), sorted by (i, j); the larger similarity of
-    the two findings (they differ only by rounding)."""
+    the two findings (they differ only by rounding).
+
+    Parameters
+    ----------
+    i, j : numpy.ndarray
+        The pairs' rows, int64, ``i < j``.
+    s : numpy.ndarray
+        The pairs' similarities.
+    n : int
+        The number of rows (every row id below it).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(i, j, s)`` without repeats, sorted by ``(i, j)``.
+
+    Examples
+    --------
+    >>> i, j, s = unique_pairs(np.array([2, 2, 0]), np.array([3, 3, 1]), np.array([0.98, 0.99, 0.5]), 4)
+    >>> i.tolist(), j.tolist(), s.tolist()
+    ([0, 2], [1, 3], [0.5, 0.99])
+    """
     if i.size == 0:
         return i, j, s
     key = i * n + j
@@ -112,7 +190,22 @@ def unique_pairs(i: np.ndarray, j: np.ndarray, s: np.ndarray, n: int) -> tuple[n
 def zero_rows(index: EmbeddingIndex, D: np.ndarray, I: np.ndarray, first_row: int) -> np.ndarray:
     """The all-zero rows (global ids, sorted) among rows ``first_row ..`` whose neighbour
     lists are ``(D, I)`` (cosine). The index leaves a zero row as it is, so its similarity
-    to every row is 0: only the rows with no positive similarity are read back and checked."""
+    to every row is 0: only the rows with no positive similarity are read back and checked.
+
+    Parameters
+    ----------
+    index : EmbeddingIndex
+        The cosine index the lists come from (its rows are read back).
+    D, I : numpy.ndarray
+        The neighbour lists of the rows ``first_row ..``, as for :func:`neighbour_pairs`.
+    first_row : int
+        The global id of the lists' first row.
+
+    Returns
+    -------
+    numpy.ndarray
+        The all-zero rows' global ids, int64, sorted.
+    """
     maybe = np.flatnonzero(~((I >= 0) & (D > 0)).any(axis=1)) + first_row
     if not maybe.size:
         return maybe.astype(np.int64)
@@ -125,7 +218,26 @@ def with_zero_pairs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pairs ``(i, j, s)`` plus the all-zero rows ``zeros`` (sorted) as exact
     duplicates of one another: each paired with the next at similarity 1, so they form one
-    group, kept by its first row, in the graph of pairs at every threshold."""
+    group, kept by its first row, in the graph of pairs at every threshold.
+
+    Parameters
+    ----------
+    i, j, s : numpy.ndarray
+        The pairs (rows, rows, similarities).
+    zeros : numpy.ndarray
+        The all-zero rows, sorted (fewer than two: the pairs come back unchanged).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(i, j, s)`` with the zero rows' pairs appended.
+
+    Examples
+    --------
+    >>> i, j, s = with_zero_pairs(np.array([0]), np.array([1]), np.array([0.97]), np.array([4, 6, 7]))
+    >>> i.tolist(), j.tolist(), s.tolist()
+    ([0, 4, 6], [1, 6, 7], [0.97, 1.0, 1.0])
+    """
     if zeros.size < 2:
         return i, j, s
     return (
@@ -136,7 +248,17 @@ def with_zero_pairs(
 
 
 def warn_zero_rows(zeros: np.ndarray, n: int, caller: str) -> None:
-    """Log a warning naming the all-zero rows ``zeros`` of ``n``, if any."""
+    """Log a warning naming the all-zero rows ``zeros`` of ``n``, if any.
+
+    Parameters
+    ----------
+    zeros : numpy.ndarray
+        The all-zero rows, sorted; empty: no warning.
+    n : int
+        The number of rows, for the message.
+    caller : str
+        The function the message is from (``"deduplicate"``, ``"audit"``).
+    """
     if zeros.size:
         logger.warning(
             "%s: %d of %d rows are all zero (rows %s%s): cosine similarity is undefined for them, so they "
@@ -155,6 +277,20 @@ def groups_of_pairs(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
     """For each of ``n`` rows, the smallest row of its connected component in the graph of
     pairs ``(i, j)``.
 
+    Parameters
+    ----------
+    i, j : numpy.ndarray
+        The pairs' rows (edges of the graph), integers in ``[0, n)``.
+    n : int
+        The number of rows.
+
+    Returns
+    -------
+    numpy.ndarray
+        For every row, the smallest row of its group (itself when alone), int64.
+
+    Examples
+    --------
     >>> groups_of_pairs(np.array([1, 3]), np.array([4, 4]), 5).tolist()
     [0, 1, 2, 1, 1]
     """
@@ -167,7 +303,34 @@ def groups_of_pairs(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
 
 
 def check_threshold(threshold: Any, name: str = "threshold") -> float:
-    """``threshold`` as a float in (0, 1] (a cosine similarity), else ``ValueError``."""
+    """``threshold`` as a float in (0, 1] (a cosine similarity), else ``ValueError``.
+
+    Parameters
+    ----------
+    threshold : Any
+        The value to check.
+    name : str, default "threshold"
+        The argument's name, for the message.
+
+    Returns
+    -------
+    float
+        ``threshold`` as a float.
+
+    Raises
+    ------
+    ValueError
+        ``threshold`` is not a finite number in (0, 1].
+
+    Examples
+    --------
+    >>> check_threshold(1)
+    1.0
+    >>> check_threshold(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: threshold must be in (0, 1], got 0.0 (every pair of rows would be a near-duplicate)
+    """
     threshold = check_number(threshold, name, low=0.0, high=1.0)
     if threshold == 0.0:
         raise ValueError(f"{name} must be in (0, 1], got 0.0 (every pair of rows would be a near-duplicate)")
@@ -178,7 +341,28 @@ def cosine_index(
     embeddings: Any, comm: Communicator | None, nprobe: int | None, progress: bool, seed: int
 ) -> tuple[EmbeddingIndex, Communicator | None]:
     """The cosine index of ``embeddings``: sharded over ``comm``'s ranks when it has several
-    (collective), else one process's; returned with the communicator in use (None for one)."""
+    (collective), else one process's; returned with the communicator in use (None for one).
+
+    Parameters
+    ----------
+    embeddings : array-like, torch.Tensor or path
+        ``N x d`` array, tensor or ``.npy`` path.
+    comm : Communicator or None
+        The ranks to shard over; ``None`` or one rank: one process's index.
+    nprobe : int or None
+        IVF lists searched per query (``None``: tuned), as for :func:`deduplicate`.
+    progress : bool
+        Whether the index shows progress bars.
+    seed : int
+        The index's seed.
+
+    Returns
+    -------
+    tuple
+        ``(index, comm)``: an :class:`~batchsel.EmbeddingIndex` or a
+        :class:`~batchsel.distributed.sharded.ShardedIndex`, and ``comm`` when it has
+        several ranks, else ``None``.
+    """
     if comm is not None and int(comm.size) > 1:
         from batchsel.distributed.sharded import ShardedIndex
 

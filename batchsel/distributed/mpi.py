@@ -73,6 +73,26 @@ def init_torch_distributed_from_mpi(
     a process group exists already just returns its rank and size. On several nodes set
     ``GLOO_SOCKET_IFNAME`` if gloo picks the wrong network interface.
 
+    Every rank calls it (under MPI it is collective over ``MPI_COMM_WORLD``).
+
+    Parameters
+    ----------
+    backend : str, default "gloo"
+        The torch.distributed backend (``"gloo"`` for CPUs; ``"nccl"`` for GPUs).
+    timeout : float, default 300.0
+        Seconds, > 0: bounds the rendezvous and every collective of the group.
+    abort_on_exception : bool, default True
+        Under MPI, whether an uncaught exception on any rank aborts the whole job.
+
+    Returns
+    -------
+    tuple of int
+        ``(rank, world_size)`` of this process in the default group.
+
+    See Also
+    --------
+    get_communicator : a communicator for batchsel's collectives.
+
     Examples
     --------
     >>> rank, world = init_torch_distributed_from_mpi()    # doctest: +SKIP
@@ -126,6 +146,29 @@ def greedi(f: Any, k: int, *, comm: Communicator | None = None, **kwargs: Any) -
 
     .. deprecated:: 0.1.0
        Call :func:`batchsel.maximize` with ``optimizer="greedi"``.
+
+    Parameters
+    ----------
+    f : SetFunction
+        The set function, built the same on every rank.
+    k : int or float
+        As for :func:`batchsel.maximize`: the number of picks (``1 <= k <= n``), or the
+        budget with ``costs``.
+    comm : Communicator or None, default None
+        The ranks (collective: every rank calls it); ``None``:
+        :func:`get_communicator`'s.
+    **kwargs : Any
+        Passed on to :func:`batchsel.maximize`.
+
+    Returns
+    -------
+    Any
+        What :func:`batchsel.maximize` returns, the same on every rank.
+
+    Warns
+    -----
+    DeprecationWarning
+        On every call.
     """
     import warnings
 

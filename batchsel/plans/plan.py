@@ -29,20 +29,26 @@ class EpochPlan:
 
     Parameters
     ----------
-    batches:
+    batches : sequence of sequences of array-like
         ``batches[rank]`` is the list of that rank's batches (1-D integer index arrays);
         every rank must have the same number of batches (use :meth:`from_rank_batches`
         to equalize).
-    weights:
+    weights : sequence of sequences of array-like, or None, default None
         ``None`` or per-example weights with the same structure as ``batches``.
-    num_examples:
-        Size of the dataset the indices point into (checked by :meth:`validate`).
-    epoch, seed, method:
+    num_examples : int or None, default None
+        Size of the dataset the indices point into (checked by :meth:`validate`);
+        ``None``: the largest index + 1.
+    epoch, seed, method : int, int, str, default 0, 0, ""
         Provenance, stored in the file header. They are not part of :meth:`fingerprint`,
         which identifies the batches themselves.
 
-    Example
-    -------
+    Raises
+    ------
+    ValueError
+        No rank, unequal batch counts, 2-D batches, weights unlike the batches (``TypeError``: non-integer indices).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> plan = EpochPlan([[np.array([0, 1]), np.array([2])], [np.array([3, 4]), np.array([5])]], num_examples=6)
     >>> plan.world_size, plan.num_batches, plan.batches(1)[0].tolist()
@@ -99,6 +105,20 @@ class EpochPlan:
         the first one on (so padding repeats examples, as DistributedSampler does);
         ``drop_last=True`` drops every rank's trailing batches down to the smallest count.
         A rank with no batches at all cannot be padded: ``ValueError``.
+
+        Parameters
+        ----------
+        batches, weights : sequence of sequences, and the same or None
+            As for :class:`EpochPlan`, but the ranks' numbers of batches may differ.
+        drop_last : bool, default False
+            Drop the trailing batches (True) or pad (False), as above.
+        **kwargs : Any
+            ``num_examples``, ``epoch``, ``seed``, ``method``: as for :class:`EpochPlan`.
+
+        Returns
+        -------
+        EpochPlan
+            The plan, every rank with the same number of batches.
         """
         counts = [len(rank) for rank in batches]
         if not counts:
@@ -118,6 +138,7 @@ class EpochPlan:
     # -- access -----------------------------------------------------------------------
     @property
     def world_size(self) -> int:
+        """The number of ranks the plan is for."""
         return len(self._batches)
 
     @property
@@ -133,16 +154,45 @@ class EpochPlan:
         return int(rank)
 
     def batches(self, rank: int = 0) -> list[np.ndarray]:
-        """This rank's batches: a list of int64 index arrays."""
+        """This rank's batches: a list of int64 index arrays.
+
+        Parameters
+        ----------
+        rank : int, default 0
+            In ``[0, world_size)``, else ``ValueError`` (``TypeError`` for a non-integer).
+
+        Returns
+        -------
+        list of numpy.ndarray
+            A new list holding the plan's own arrays (not copies).
+        """
         return list(self._batches[self._check_rank(rank)])
 
     def weights(self, rank: int = 0) -> list[np.ndarray] | None:
-        """This rank's per-example weights (same shapes as :meth:`batches`), or None."""
+        """This rank's per-example weights (same shapes as :meth:`batches`), or None
+        (``rank`` as for :meth:`batches`).
+
+        Returns
+        -------
+        list of numpy.ndarray or None
+            float32 arrays, one per batch; ``None`` for an unweighted plan.
+        """
         rank = self._check_rank(rank)
         return None if self._weights is None else list(self._weights[rank])
 
     def indices(self, rank: int | None = None) -> np.ndarray:
-        """All indices of one rank (or of all ranks), concatenated in batch order."""
+        """All indices of one rank (or of all ranks), concatenated in batch order.
+
+        Parameters
+        ----------
+        rank : int or None, default None
+            As for :meth:`batches`; ``None``: every rank, rank 0 first.
+
+        Returns
+        -------
+        numpy.ndarray
+            The indices, int64 (a new array).
+        """
         ranks = range(self.world_size) if rank is None else [self._check_rank(rank)]
         parts = [b for r in ranks for b in self._batches[r]]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
@@ -215,6 +265,15 @@ class EpochPlan:
         rank; with ``labels`` the label entropy of every batch, with ``graph`` the share of
         edge weight kept inside batches.
 
+        Parameters
+        ----------
+        labels : array-like or None, default None
+            N class ids, -1 for unlabeled examples.
+        graph : scipy.sparse matrix or None, default None
+            An ``N x N`` similarity graph.
+
+        Examples
+        --------
         >>> plan = EpochPlan([[np.array([0, 1])], [np.array([2, 3])]], num_examples=5)
         >>> rep = plan.report()
         >>> rep["coverage"], [r["batch_size"].get("max") for r in rep["ranks"]]
@@ -224,7 +283,15 @@ class EpochPlan:
 
     # -- files ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
-        """Write the plan to ``path`` (``.npz``) atomically."""
+        """Write the plan to ``path`` (``.npz``) atomically.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file (the name is kept as given), as for :func:`save_plans`.
+        overwrite : bool, default True
+            Whether an existing file may be replaced (else ``FileExistsError``).
+        """
         save_plans(path, [self], overwrite=overwrite)
 
     @classmethod
@@ -232,7 +299,20 @@ class EpochPlan:
         """Read a plan written by :meth:`save` (or one epoch of a multi-epoch file:
         ``epoch`` picks it, by its stored epoch number). A corrupted, truncated or
         foreign file raises ``ValueError``, as does one whose header disagrees with its
-        arrays or lacks a field, or whose plan fails :meth:`validate`."""
+        arrays or lacks a field, or whose plan fails :meth:`validate`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A plan file.
+        epoch : int or None, default None
+            The stored epoch number to read; ``None``: the file must hold one epoch.
+
+        Returns
+        -------
+        EpochPlan
+            The plan, validated.
+        """
         plans = load_plans(path)
         if epoch is None:
             if len(plans) != 1:
@@ -347,6 +427,34 @@ def save_plans(path: str | os.PathLike | IO[bytes], plans: Sequence[EpochPlan], 
     ``path`` may also be a binary file opened for writing (e.g. by
     :func:`batchsel.core.io.atomic_group`, to write a plan together with other files); the
     caller then owns its atomicity and ``overwrite`` does not apply.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or binary file
+        The ``.npz`` file to write (the name is kept as given), or an open binary file.
+    plans : sequence of EpochPlan
+        At least one plan; each is stored under its position, with its own header.
+    overwrite : bool, default True
+        Whether an existing file may be replaced (else ``FileExistsError``).
+
+    Raises
+    ------
+    ValueError
+        No plans, or a ``path`` that cannot be written (a folder, a missing folder).
+
+    See Also
+    --------
+    load_plans : read them back.
+
+    Examples
+    --------
+    >>> import io
+    >>> plan = EpochPlan([[np.array([0, 1])], [np.array([2, 3])]], epoch=3)
+    >>> buffer = io.BytesIO()
+    >>> save_plans(buffer, [plan])
+    >>> _ = buffer.seek(0)
+    >>> sorted(np.load(buffer).files)
+    ['checksum', 'e0_header', 'e0_indices', 'e0_offsets', 'header']
     """
     if not plans:
         raise ValueError("no plans to save")
@@ -364,7 +472,28 @@ def save_plans(path: str | os.PathLike | IO[bytes], plans: Sequence[EpochPlan], 
 
 
 def load_plans(path: str | os.PathLike) -> list[EpochPlan]:
-    """Read every epoch plan stored in ``path``."""
+    """Read every epoch plan stored in ``path``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A plan file written by :func:`save_plans` or :meth:`EpochPlan.save`.
+
+    Returns
+    -------
+    list of EpochPlan
+        The plans in the order they were saved, each validated.
+
+    Raises
+    ------
+    ValueError
+        A missing file or a folder; a file that is corrupted, truncated, fails its
+        checksum, is not a plan or has another format version; a damaged epoch entry.
+
+    See Also
+    --------
+    EpochPlan.load : one epoch of a file.
+    """
     path = os.fspath(path)
     if os.path.isdir(path):
         raise ValueError(f"{path!r} is a directory, not a plan file")
