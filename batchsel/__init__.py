@@ -12,13 +12,13 @@ reducible loss, optionally diverse). Adapters for torch and MPI live in
 
 from batchsel import _compat
 from batchsel.core.version import __version__
-from batchsel.data import Audit, Deduplication, deduplicate
-from batchsel.data.audit import audit
+from batchsel.data.audit import Audit, audit
+from batchsel.data.dedup import Deduplication, deduplicate
 from batchsel.index import EmbeddingIndex, knn_graph
 from batchsel.loop.filters import CandidateFilter
 from batchsel.loop.irreducible import IrreducibleLoss
 from batchsel.loop.warmup import warmup
-from batchsel.plans import EpochPlan, load_plans, save_plans
+from batchsel.plans.plan import EpochPlan, load_plans, save_plans
 from batchsel.selectors import (
     CoresetSelector,
     GraphBlockSelector,

@@ -1,6 +1,3 @@
-"""Epoch plans (every rank's batches of an epoch), their files, reports and plots."""
-
-from batchsel.plans.plan import EpochPlan, load_plans, save_plans
-from batchsel.plans.report import plan_report
-
-__all__ = ["EpochPlan", "load_plans", "save_plans", "plan_report"]
+"""Epoch plans (every rank's batches of an epoch: :mod:`~batchsel.plans.plan`), their files,
+reports (:mod:`~batchsel.plans.report`) and plots (:mod:`~batchsel.plans.plotting`); the
+public names are exported by :mod:`batchsel`."""
