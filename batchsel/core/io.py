@@ -96,12 +96,9 @@ class AtomicGroup:
 
         Parameters
         ----------
-        path : str or os.PathLike
-            The final name, checked as by :func:`atomic_write` (a symlink is written through).
-        mode : str, default "wb"
-            The mode the temporary file is opened in (a writing mode: ``"wb"``, ``"w"``).
-        overwrite : bool, default True
-            Whether an existing file at ``path`` may be replaced.
+        path, mode, overwrite
+            As for :func:`atomic_write`: the final name (a symlink is written through), the
+            temporary file's writing mode, whether an existing file may be replaced.
 
         Yields
         ------
@@ -426,10 +423,8 @@ def array_shape(path: str | os.PathLike, key: str | None = None) -> tuple[int, .
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path, key
         As for :func:`load_array` (``FILE.npz:NAME`` included).
-    key : str or None, default None
-        As for :func:`load_array`.
 
     Returns
     -------
@@ -471,10 +466,8 @@ def array_digest(path: str | os.PathLike, key: str | None = None, chunk_bytes: i
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path, key
         As for :func:`load_array` (``FILE.npz:NAME`` included).
-    key : str or None, default None
-        As for :func:`load_array`.
     chunk_bytes : int, default 1 << 24
         The bytes read (or hashed) at a time, >= 1: bounds the memory used.
 
