@@ -921,30 +921,60 @@ def test_stdout_on_a_terminal_gets_no_colour_reset_at_exit(work):
     assert len(out.splitlines()) == 5 and ESCAPE not in out, repr(out)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["plan", "emb.npy", "--method", "loss", "--batch-size", "8", "--workers", "2", "--out", "plan.npz"],
-        ["plan", "emb.npy", "--method", "submodular", "--batch-size", "32", "--workers", "2", "--out", "plan.npz"],
-        ["select", "emb.npy", "--k", "5", "--neighbors", "5"],  # sharded over the ranks, with progress bars
-    ],
-)
-def test_under_mpiexec_no_escape_codes_or_progress_frames(work, argv):
+UNDER_MPIEXEC = [
+    ["plan", "emb.npy", "--method", "loss", "--batch-size", "8", "--workers", "2", "--out", "plan.npz"],
+    ["plan", "emb.npy", "--method", "submodular", "--batch-size", "32", "--workers", "2", "--out", "plan.npz"],
+    ["select", "emb.npy", "--k", "5", "--neighbors", "5"],  # sharded over the ranks, with progress bars
+]
+
+
+@pytest.fixture(scope="module")
+def under_mpiexec(data, tmp_path_factory) -> dict:
+    """Each of UNDER_MPIEXEC on 2 ranks in a folder of its own, all in one mpiexec launch
+    (tests/mp_scripts/cli_ranks_job.py: stdout and stderr are files, not a terminal, as a
+    launcher's pipes): {argv index: (folder, exit codes, stdout, stderr of both ranks)}."""
+    from common import cli_cases_on_two_ranks
     from test_integrations_mp import MPIEXEC, clean_env
 
     if not MPIEXEC.exists():
         pytest.skip("no mpiexec")
-    cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, "-m", "batchsel"]
-    out = subprocess.run([*cmd, *argv], cwd=work, capture_output=True, timeout=300, env=clean_env())
-    assert out.returncode == 0, out.stderr.decode()
-    assert out.stdout.strip(), out.stderr.decode()
-    for stream in (out.stdout, out.stderr):
-        assert b"\x1b" not in stream and b"\r" not in stream, stream[-500:]
+    cases = []
+    for i, argv in enumerate(UNDER_MPIEXEC):
+        folder = tmp_path_factory.mktemp(f"mpi{i}")
+        for f in data.iterdir():
+            if f.is_file():
+                shutil.copy(f, folder / f.name)
+        cases.append((folder, argv, argv))
+    rc, results = cli_cases_on_two_ranks(cases, MPIEXEC, clean_env(), timeout=300)
+    assert rc == 0
+    return {
+        i: (
+            folder,
+            [results[i, r][0] for r in (0, 1)],
+            "\n".join(results[i, r][1] for r in (0, 1)),
+            "\n".join(results[i, r][2] for r in (0, 1)),
+        )
+        for i, (folder, _, _) in enumerate(cases)
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("i", range(len(UNDER_MPIEXEC)), ids=[" ".join(a[:3]) for a in UNDER_MPIEXEC])
+def test_under_mpiexec_no_escape_codes_or_progress_frames(under_mpiexec, i):
+    from test_integrations_mp import MPIEXEC, clean_env
+
+    folder, codes, out, err = under_mpiexec[i]
+    argv = UNDER_MPIEXEC[i]
+    assert codes == [0, 0], err
+    assert out.strip(), err
+    for stream in (out, err):  # ESC and \r come back written out as text (cli_ranks_job.py)
+        assert "\\x1b" not in stream and "\\r" not in stream, stream[-500:]
     if "--out" in argv:  # work that does not shard runs on rank 0 alone: one report, one writer
-        assert out.stdout.decode().count("epoch 0") <= 1, out.stdout.decode()
+        assert out.count("epoch 0") <= 1, out
         # a second run refuses to replace the plan without --force: no rank raced another for it
-        again = subprocess.run([*cmd, *argv], cwd=work, capture_output=True, timeout=300, env=clean_env())
+        # (its own launch: rank 0 refuses and exits, which ends the job)
+        cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, "-m", "batchsel"]
+        again = subprocess.run([*cmd, *argv], cwd=folder, capture_output=True, timeout=300, env=clean_env())
         assert again.returncode == 2 and b"--force" in again.stderr, again.stderr.decode()
 
 

@@ -39,7 +39,9 @@ def test_api_page_matches_all(site):
     anchors = set(re.findall(r'id="(batchsel\.[A-Za-z_.]+)"', html))
     # the anchor of the section `::: batchsel.integrations` itself is not a name of batchsel
     top = {a.split(".")[-1] for a in anchors if a.count(".") == 1 and a != "batchsel.integrations"}
-    documented = {a.split(".")[-1] for a in anchors if a.count(".") <= 2 or a == "batchsel.loop.losses.GraphRegularizedLoss"}
+    documented = {
+        a.split(".")[-1] for a in anchors if a.count(".") <= 2 or a == "batchsel.loop.losses.GraphRegularizedLoss"
+    }
     public = set(batchsel.__all__) - {"__version__"}
     assert public <= documented, f"in batchsel.__all__ but not in docs/api.md: {sorted(public - documented)}"
     assert top <= public, f"documented as batchsel.X but not exported: {sorted(top - public)}"

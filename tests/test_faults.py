@@ -119,7 +119,16 @@ def mpi_case(case: str, ranks: int = 2, timeout: float = 120) -> tuple[int, str,
     import signal
     import time
 
-    cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), sys.executable, str(JOB), case]
+    cmd = [
+        str(MPIEXEC),
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        str(ranks),
+        sys.executable,
+        str(JOB),
+        *case.split(),
+    ]
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -132,14 +141,42 @@ def mpi_case(case: str, ranks: int = 2, timeout: float = 120) -> tuple[int, str,
     return proc.returncode, output, time.monotonic() - start
 
 
-def raised_on_every_rank(case: str, ranks: int = 2) -> str:
-    """The job ends normally, every rank having raised the same error; returns it."""
-    rc, output, _ = mpi_case(case, ranks)
-    lines = sorted(line for line in output.splitlines() if line.startswith("rank ") and " raised " in line)
-    assert rc == 0 and len(lines) == ranks, output[-3000:]
-    messages = {line.split(" raised ", 1)[1] for line in lines}
-    assert len(messages) == 1, lines  # the same error everywhere: no rank goes on alone
-    return messages.pop()
+# the cases where every rank raises and the job ends normally: one launch runs them all,
+# each case on a communicator of its own (fault_job.py), in this order
+RAISING = [
+    "sharded-rows",
+    "sharded-dim",
+    "greedi-rows",
+    "greedi-embeddings-dim",
+    "sharded-rows-tiling",
+    "greedi-dim",
+    "sharded-nan",
+    "sharded-nan-leader",
+    "observe-skip",
+]
+
+
+@pytest.fixture(scope="module")
+def raising_job() -> tuple[int, str]:
+    if not MPIEXEC.exists():
+        pytest.skip("no mpiexec")
+    rc, output, _ = mpi_case(" ".join(RAISING), timeout=180)
+    return rc, output
+
+
+@pytest.fixture
+def raised_on_every_rank(raising_job):
+    def raised(case: str, ranks: int = 2) -> str:
+        """The job ended normally, every rank having raised the same error in ``case``; returns it."""
+        rc, output = raising_job
+        mine = [line.split(": ", 1)[1] for line in output.splitlines() if line.startswith(f"{case}: ")]
+        lines = sorted(line for line in mine if line.startswith("rank ") and " raised " in line)
+        assert rc == 0 and len(lines) == ranks, output[-3000:]
+        messages = {line.split(" raised ", 1)[1] for line in lines}
+        assert len(messages) == 1, lines  # the same error everywhere: no rank goes on alone
+        return messages.pop()
+
+    return raised
 
 
 @needs_mpi
@@ -153,20 +190,20 @@ def raised_on_every_rank(case: str, ranks: int = 2) -> str:
         ("sharded-rows-tiling", ["rank 0: rows 0..4 of 10 columns", "rank 1: rows 3..9 of 10 columns"]),
     ],
 )
-def test_ranks_with_data_of_other_shapes_fail_alike_before_any_work(case, held):
+def test_ranks_with_data_of_other_shapes_fail_alike_before_any_work(case, held, raised_on_every_rank):
     message = raised_on_every_rank(case)
     assert message.startswith("RuntimeError: the ranks") and all(h in message for h in held), message
 
 
 @needs_mpi
-def test_ranks_whose_functions_differ_never_return_different_selections():
+def test_ranks_whose_functions_differ_never_return_different_selections(raised_on_every_rank):
     # same n on every rank, other data: only the results can tell (before: two selections)
     message = raised_on_every_rank("greedi-dim")
     assert "RuntimeError: the ranks disagree on the GreeDi result" in message, message
 
 
 @needs_mpi
-def test_a_nan_in_a_shard_is_reported_by_its_global_row():
+def test_a_nan_in_a_shard_is_reported_by_its_global_row(raised_on_every_rank):
     message = raised_on_every_rank("sharded-nan")
     assert "row 900" in message and "rank 1" in message, message
     # one machine (the default there): rank 0 reads and checks every row, every rank raises
@@ -175,7 +212,7 @@ def test_a_nan_in_a_shard_is_reported_by_its_global_row():
 
 
 @needs_mpi
-def test_a_rank_that_skips_an_observe_call_fails_naming_the_calls():
+def test_a_rank_that_skips_an_observe_call_fails_naming_the_calls(raised_on_every_rank):
     message = raised_on_every_rank("observe-skip")
     assert "rank 0: epoch 0 call 8" in message and "rank 1: epoch 1 call 1" in message, message
 
@@ -537,18 +574,6 @@ def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
 # -- under mpiexec, ranks given other files or options: exit 2 on every rank (issue 46) ----
 
 
-def cli_on_two_ranks(folder: Path, argv0: list[str], argv1: list[str], timeout: float = 120) -> tuple[int, str]:
-    """``batchsel`` under mpiexec, rank 0 with ``argv0`` and rank 1 with ``argv1`` (an MPMD
-    launch: each rank its own command line, as each of several machines its own files)."""
-    from common import run_session
-
-    def app(argv: list[str]) -> list[str]:
-        return ["-n", "1", sys.executable, "-m", "batchsel", *argv, "--quiet"]
-
-    cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", *app(argv0), ":", *app(argv1)]
-    return run_session(cmd, clean_env(), timeout, cwd=folder)
-
-
 def _rank_inputs(folder: Path) -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((60, 4)).astype(np.float32)
@@ -567,33 +592,57 @@ AUDIT = ["audit", "emb.npy", "--labels", "{labels}", "--issues", "issues.npy"]
 SELECT = ["select", "{emb}", "--k", "5", "--neighbors", "5", "--out", "picked.npy"]
 PLAN = ["plan", "{emb}", "--method", "graph", "--batch-size", "10", "--workers", "2", "--out", "plan.npz"]
 
+RANK_CASES = [
+    # was: "internal error: RuntimeError: the ranks disagree ...", exit 1
+    (DEDUP, {"emb": "emb_short.npy"}, "EMB files of different shapes (rank 0: 'emb.npy' of shape (60, 4); rank 1"),
+    (SELECT, {"emb": "emb_short.npy"}, "EMB files of different shapes"),
+    # was: exit 0, rank 1's file never read (rank 0 alone reads the rows on one machine)
+    (DEDUP, {"emb": "emb_other.npy"}, "different EMB data of the same shape (60, 4) (rank 0: 'emb.npy'; rank 1"),
+    (PLAN, {"emb": "emb_other.npy"}, "different EMB data of the same shape"),
+    # was: exit 0, each rank with its own labels
+    (AUDIT, {"labels": "labels_other.npy"}, "different --labels data of the same shape (60,)"),
+    # was: exit 2 on rank 1 only (rank 0 killed without a word)
+    (DEDUP, {"emb": "nowhere.npy"}, "no such file 'nowhere.npy' (on rank 1)"),
+    (DEDUP, {"extra": ["--k", "5"]}, "different options (--k 8 on rank 0, 5 on rank 1)"),
+]
+
+
+@pytest.fixture(scope="module")
+def cli_cases(tmp_path_factory) -> tuple[list[tuple[Path, list[str]]], int, dict]:
+    """Every case's ``batchsel`` command lines under one mpiexec launch (an MPMD launch: each
+    rank its own command line, as each of several machines its own files), each case in a
+    folder of its own; the folders with their files before the run, the launcher's exit
+    code and each (case, rank)'s exit code, stdout and stderr."""
+    if not MPIEXEC.exists():
+        pytest.skip("no mpiexec")
+    from common import cli_cases_on_two_ranks
+
+    root = tmp_path_factory.mktemp("ranks")
+    cases, before = [], []
+    fill = {"emb": "emb.npy", "labels": "labels.npy"}
+    for i, (argv, rank1, _) in enumerate(RANK_CASES):
+        folder = root / str(i)
+        folder.mkdir()
+        _rank_inputs(folder)
+        argv0 = [a.format(**fill) for a in argv] + ["--quiet"]
+        argv1 = [a.format(**{**fill, **rank1}) for a in argv] + rank1.get("extra", []) + ["--quiet"]
+        cases.append((folder, argv0, argv1))
+        before.append((folder, sorted(p.name for p in folder.iterdir())))
+    rc, results = cli_cases_on_two_ranks(cases, MPIEXEC, clean_env(), timeout=180)
+    return before, rc, results
+
 
 @needs_mpi
-@pytest.mark.parametrize(
-    "argv, rank1, match",
-    [
-        # was: "internal error: RuntimeError: the ranks disagree ...", exit 1
-        (DEDUP, {"emb": "emb_short.npy"}, "EMB files of different shapes (rank 0: 'emb.npy' of shape (60, 4); rank 1"),
-        (SELECT, {"emb": "emb_short.npy"}, "EMB files of different shapes"),
-        # was: exit 0, rank 1's file never read (rank 0 alone reads the rows on one machine)
-        (DEDUP, {"emb": "emb_other.npy"}, "different EMB data of the same shape (60, 4) (rank 0: 'emb.npy'; rank 1"),
-        (PLAN, {"emb": "emb_other.npy"}, "different EMB data of the same shape"),
-        # was: exit 0, each rank with its own labels
-        (AUDIT, {"labels": "labels_other.npy"}, "different --labels data of the same shape (60,)"),
-        # was: exit 2 on rank 1 only (rank 0 killed without a word)
-        (DEDUP, {"emb": "nowhere.npy"}, "no such file 'nowhere.npy' (on rank 1)"),
-        (DEDUP, {"extra": ["--k", "5"]}, "different options (--k 8 on rank 0, 5 on rank 1)"),
-    ],
-)
-def test_ranks_given_other_files_or_options_exit_2_on_every_rank(tmp_path, argv, rank1, match):
-    _rank_inputs(tmp_path)
-    fill = {"emb": "emb.npy", "labels": "labels.npy"}
-    argv0 = [a.format(**fill) for a in argv]
-    argv1 = [a.format(**{**fill, **rank1}) for a in argv] + rank1.get("extra", [])
-    before = sorted(p.name for p in tmp_path.iterdir())
-    rc, output = cli_on_two_ranks(tmp_path, argv0, argv1)
-    said = [line for line in output.splitlines() if line.startswith("batchsel")]
-    assert rc == 2 and len(said) == 2 and said[0] == said[1], output[-3000:]  # the same line on each rank
+@pytest.mark.parametrize("case", range(len(RANK_CASES)), ids=[m for _, _, m in RANK_CASES])
+def test_ranks_given_other_files_or_options_exit_2_on_every_rank(cli_cases, case):
+    before, rc, results = cli_cases
+    match = RANK_CASES[case][2]
+    assert rc == 0  # the launch: every case ran to its end on every rank
+    (code0, out0, err0), (code1, out1, err1) = results[case, 0], results[case, 1]
+    assert code0 == code1 == 2, results[case, 0] + results[case, 1]  # exit 2 on each rank
+    said = [line for text in (out0, err0, out1, err1) for line in text.splitlines() if line.startswith("batchsel")]
+    assert len(said) == 2 and said[0] == said[1], said  # the same line on each rank
     assert said[0].startswith("batchsel: error: ") and match in said[0], said
-    assert "Traceback" not in output
-    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output
+    assert "Traceback" not in out0 + err0 + out1 + err1
+    folder, files = before[case]
+    assert sorted(p.name for p in folder.iterdir()) == files  # no output

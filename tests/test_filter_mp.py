@@ -88,18 +88,44 @@ def run_example(launcher: str, opts: list, tmp_path) -> dict:
     return json.loads(metrics.read_text())
 
 
-@pytest.mark.parametrize(
-    "launcher, world, opts",
-    [
-        ("one", 1, ["--score", "rho", "--label-noise", "0.25"]),
-        ("one", 1, ["--score", "none"]),
-        ("torchrun", 2, ["--score", "gradnorm", "--uniform-fraction", "0.2", "--warmup-steps", "20"]),
-        ("mpi", 2, ["--score", "rho", "--diversity", "1"]),
-    ],
-)
-def test_example_runs(launcher, world, opts, tmp_path):
-    r = run_example(launcher, opts, tmp_path)
+EXAMPLE_RUNS = [
+    ("one", 1, ["--score", "rho", "--label-noise", "0.25"]),
+    ("one", 1, ["--score", "none"]),
+    ("torchrun", 2, ["--score", "gradnorm", "--uniform-fraction", "0.2", "--warmup-steps", "20"]),
+    ("mpi", 2, ["--score", "rho", "--diversity", "1"]),
+]
+
+
+@pytest.fixture(scope="module")
+def one_process_examples(tmp_path_factory) -> list[dict]:
+    """The one-process runs of EXAMPLE_RUNS in one process (the script's ``main`` called
+    once per run, as its command line would: each run sets up and tears down its own
+    process group), in their order."""
+    folder = tmp_path_factory.mktemp("filter_example")
+    runs = [opts for launcher, _, opts in EXAMPLE_RUNS if launcher == "one"]
+    code = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
+        "import train_filter\n"
+        "for i, opts in enumerate(json.loads(sys.argv[1])):\n"
+        "    train_filter.main(['--quick', '--metrics-json', f'{i}.json', *opts])\n"
+    )
+    cmd = [sys.executable, "-c", code, json.dumps(runs)]
+    proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT, cwd=folder)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads((folder / f"{i}.json").read_text()) for i in range(len(runs))]
+
+
+@pytest.mark.parametrize("run", range(len(EXAMPLE_RUNS)), ids=[f"{la}-{w}-{' '.join(o)}" for la, w, o in EXAMPLE_RUNS])
+def test_example_runs(run, request, tmp_path):
+    launcher, world, opts = EXAMPLE_RUNS[run]
+    if launcher == "one":
+        ones = [i for i, (la, _, _) in enumerate(EXAMPLE_RUNS) if la == "one"]
+        r = request.getfixturevalue("one_process_examples")[ones.index(run)]
+    else:
+        r = run_example(launcher, opts, tmp_path)
     assert r["world_size"] == world and r["steps"] == 200
+    assert r["score"] == opts[opts.index("--score") + 1]
     # 200 Adam steps of 32 on digits: far above chance (0.1) whatever the filter
     assert r["test_accuracy"] > 0.8, r
     if r["score"] != "none":

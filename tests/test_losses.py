@@ -5,8 +5,6 @@ semi-supervised example script on a reduced size."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -212,7 +210,7 @@ def test_graph_term_pulls_neighbours_together():
     assert x.argmax(1).tolist() == [2, 2]
 
 
-def _example(*args: str, mpi: int = 0) -> dict:
+def _example(*args: str) -> dict:
     cmd = [
         sys.executable,
         str(ROOT / "examples" / "semi_supervised.py"),
@@ -225,12 +223,6 @@ def _example(*args: str, mpi: int = 0) -> dict:
         "--json",
         *args,
     ]
-    if mpi:
-        mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-        if mpiexec is None:
-            pytest.skip("mpiexec not found")
-        extra = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else ["--oversubscribe"]
-        cmd = [mpiexec, "-n", str(mpi), *extra, *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -243,8 +235,5 @@ def test_example_script_runs_and_learns():
     assert result["edges_per_example"] > 0.3 * result["graph_degree"]  # block batches keep most edges
 
 
-@pytest.mark.slow
-def test_example_script_under_mpiexec():
-    result = _example("--method", "blocks", mpi=2)
-    assert result["world_size"] == 2
-    assert result["test_acc"] > 0.5
+# under mpiexec -n 2 the script runs (and learns: test accuracy > 0.5) in
+# tests/test_examples.py::test_demo_filter_and_ssl_runs_on_two_ranks, the demo's graph-reg. SSL run

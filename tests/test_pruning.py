@@ -229,31 +229,41 @@ def test_held_back_feedback_reaches_the_selector_when_the_epoch_runs_out():
     assert np.array_equal(sampler.selector.losses_, np.arange(n) / 10.0)
 
 
+PRUNING_METHODS = ["infobatch", "score"]
+
+
+@pytest.fixture(scope="module")
+def ddp_loop_results(tmp_path_factory):
+    """{ranks: launch} for 1 and 2 ranks; each launch of pruning_job.py runs every method of
+    PRUNING_METHODS in turn, so the ranks pay the start-up once (it asserts on every rank)."""
+
+    def launch(ranks: int) -> dict:
+        out = tmp_path_factory.mktemp(f"pruning{ranks}") / "result"
+        cmd = [sys.executable, str(JOB), str(out), *PRUNING_METHODS]
+        if ranks > 1:
+            if not MPIEXEC.exists():
+                pytest.skip("no mpiexec")
+            cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), *cmd]
+        run_command(cmd, clean_env(), TIMEOUT)
+        return {m: json.loads(Path(f"{out}_{m}.json").read_text()) for m in PRUNING_METHODS}
+
+    launched: dict = {}
+
+    def results(ranks: int) -> dict:
+        if ranks not in launched:
+            launched[ranks] = launch(ranks)
+        return launched[ranks]
+
+    return results
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["infobatch", "score"])
+@pytest.mark.parametrize("method", PRUNING_METHODS)
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_ddp_loop_with_one_cycle_schedule(ranks, method, tmp_path):
+def test_ddp_loop_with_one_cycle_schedule(ranks, method, ddp_loop_results):
     """The job asserts on every rank: equal batch counts, disjoint ranks covering each
     epoch's kept examples, OneCycleLR stepped exactly to its end, same model, exact resume."""
-    out = tmp_path / "result"
-    if ranks == 1:
-        cmd = [sys.executable, str(JOB), str(out), method]
-    else:
-        if not MPIEXEC.exists():
-            pytest.skip("no mpiexec")
-        cmd = [
-            str(MPIEXEC),
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-n",
-            str(ranks),
-            sys.executable,
-            str(JOB),
-            str(out),
-            method,
-        ]
-    run_command(cmd, clean_env(), TIMEOUT)
-    result = json.loads(Path(f"{out}.json").read_text())
+    result = ddp_loop_results(ranks)[method]
     assert result["world_size"] == ranks
     assert result["steps"] == sum(result["lengths"]) and result["lengths"][1] < result["lengths"][0]
     share = round(0.5 * (1797 // 2)) / 1797 if method == "infobatch" else 1 - round(0.6 * 1797) / 1797

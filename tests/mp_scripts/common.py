@@ -4,6 +4,7 @@ online selector and a launcher for torch.multiprocessing + gloo."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 
 import numpy as np
@@ -122,3 +123,49 @@ def run_command(cmd: list, env: dict, timeout: float, succeed: bool = True) -> s
     returncode, output = run_session(cmd, env, timeout)
     assert (returncode == 0) == succeed, (returncode, output[-5000:])
     return output
+
+
+def cli_cases_on_two_ranks(
+    cases: list[tuple["os.PathLike | str", list[str], list[str]]],
+    mpiexec: "os.PathLike | str",
+    env: dict,
+    timeout: float,
+) -> tuple[int, dict[tuple[int, int], tuple[int, str, str]]]:
+    """Several ``batchsel`` command lines under one mpiexec launch of two ranks
+    (tests/mp_scripts/cli_ranks_job.py): ``cases`` lists (folder, argv of rank 0, argv of
+    rank 1), run one after the other. Returns the launcher's exit code and, per (case,
+    rank), the command's exit code, stdout and stderr (``\\r`` and ESC written as the
+    two-character ``\\r`` and four-character ``\\x1b``). A case missing from the output (a
+    rank that crashed or hung) fails the test with the output's tail."""
+    import json
+    import sys
+    import tempfile
+
+    job = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_ranks_job.py")]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([[str(folder), list(a0), list(a1)] for folder, a0, a1 in cases], f)
+    try:
+        argv = [*job, f.name]
+        cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-n", "1", *argv, "0", ":", "-n", "1", *argv, "1"]
+        rc, output = run_session(cmd, env, timeout)
+    finally:
+        os.unlink(f.name)
+    results: dict = {}
+    lines: dict = {}
+    for line in output.splitlines():
+        m = re.match(r"case (\d+) rank (\d+) (exit (-?\d+)|(out|err)\| (.*))$", line)
+        if not m:
+            continue
+        key = (int(m.group(1)), int(m.group(2)))
+        if m.group(4) is not None:
+            results[key] = int(m.group(4))
+        else:
+            lines.setdefault((key, m.group(5)), []).append(m.group(6))
+    parsed = {
+        key: (code, "\n".join(lines.get((key, "out"), [])), "\n".join(lines.get((key, "err"), [])))
+        for key, code in results.items()
+    }
+    for i in range(len(cases)):
+        for rank in (0, 1):
+            assert (i, rank) in parsed, (rc, output[-3000:])  # every case ran to its end on each rank
+    return rc, parsed

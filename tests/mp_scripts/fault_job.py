@@ -1,11 +1,14 @@
 """Multi-rank faults that tests/test_faults.py launches, one per run:
 
-    mpiexec -n 2 python fault_job.py CASE
+    mpiexec -n 2 python fault_job.py CASE [CASE ...]
 
 Each case gives the ranks data or calls that disagree. A rank prints
 ``rank R raised: <message>`` when the library raises and exits 0, so the test can check
 that every rank got the same error; a case that must end the job through the abort hook
-(a timeout, a rank that exited) lets the exception go.
+(a timeout, a rank that exited) lets the exception go. Several cases run one after the
+other in one job (one launch for the tests), each on a communicator of its own (a
+duplicate of the world's: nothing a failed case left unreceived reaches the next), each
+line then prefixed with ``CASE: ``.
 """
 
 import sys
@@ -25,8 +28,20 @@ def data(rows: int, dim: int, seed: int = 0) -> np.ndarray:
 
 
 def main() -> None:
-    case = sys.argv[1]
-    comm = MPIComm()
+    cases = sys.argv[1:]
+    if len(cases) == 1:
+        run(cases[0], MPIComm(), "")
+        return
+    from mpi4py import MPI
+
+    for case in cases:
+        if case in ("observe-stop", "exit-0", "exit-3"):
+            raise SystemExit(f"{case} ends the job: run it alone")
+        run(case, MPIComm(MPI.COMM_WORLD.Dup()), f"{case}: ")
+        MPI.COMM_WORLD.Barrier()
+
+
+def run(case: str, comm: MPIComm, prefix: str) -> None:
     r = comm.rank
     try:
         if case == "sharded-rows":  # ranks read datasets of different N
@@ -53,7 +68,7 @@ def main() -> None:
             greedi_facility_location(data(300, 4 + r, seed=r), 10, comm=comm)
         elif case in ("observe-skip", "observe-stop"):
             sampler = SelectionBatchSampler(
-                LossRankSelector(64, 4), comm=MPIComm(), rank=r, world_size=2, sync_every=1, timeout=3.0
+                LossRankSelector(64, 4), comm=comm, rank=r, world_size=2, sync_every=1, timeout=3.0
             )
             for epoch in range(2):
                 sampler.set_epoch(epoch)
@@ -64,9 +79,7 @@ def main() -> None:
                         time.sleep(60)  # rank 1 stops early, alive: rank 0 would wait forever
                     sampler.observe(batch, losses=np.ones(len(batch)))
         elif case in ("exit-0", "exit-3"):  # rank 1 calls sys.exit mid-epoch; the timeout stays at 1800 s
-            sampler = SelectionBatchSampler(
-                InfoBatchSelector(64, 4, epochs=2), comm=MPIComm(), sync_every=1, weighted=False
-            )
+            sampler = SelectionBatchSampler(InfoBatchSelector(64, 4, epochs=2), comm=comm, sync_every=1, weighted=False)
             for epoch in range(2):
                 sampler.set_epoch(epoch)
                 for step, batch in enumerate(sampler):
@@ -78,9 +91,9 @@ def main() -> None:
     except (RuntimeError, ValueError) as exc:
         if case in ("observe-stop", "exit-0", "exit-3"):
             raise  # the job must end through the abort hook
-        print(f"rank {r} raised {type(exc).__name__}: {exc}", flush=True)
+        print(f"{prefix}rank {r} raised {type(exc).__name__}: {exc}", flush=True)
         return
-    print(f"rank {r} finished", flush=True)
+    print(f"{prefix}rank {r} finished", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """InfoBatch pruning in a DDP loop with a OneCycleLR schedule, as tests/test_pruning.py launches it:
 
-    python pruning_job.py OUT [METHOD]                (one process)
-    mpiexec -n N python pruning_job.py OUT [METHOD]   (MPI, torch.distributed set up from MPI)
+    python pruning_job.py OUT [METHOD ...]                (one process)
+    mpiexec -n N python pruning_job.py OUT [METHOD ...]   (MPI, torch.distributed set up from MPI)
 
 METHOD: ``infobatch`` (the default) or ``score`` (ScorePruningSelector: EL2N from the
-training logits of the first epoch, then the kept 60 %, weights all 1).
+training logits of the first epoch, then the kept 60 %, weights all 1). Several methods
+run one after the other in the same job (one launch), each writing OUT_METHOD.json.
 
 On sklearn's digits every rank draws weighted batches from
 ``SelectionBatchSampler(InfoBatchSelector(...), weighted=True)``, trains a DDP model with
@@ -15,7 +16,7 @@ share is the one asked for, every batch's losses reached the selector (InfoBatch
 epoch's last batches too), the schedule is stepped exactly to its end (no scheduler error),
 the ranks end with the same model, and a run stopped mid-epoch and resumed from rank 0's
 checkpoint trains on exactly the batches and weights of the uninterrupted run. Rank 0 writes
-OUT.json.
+OUT.json (one METHOD).
 """
 
 import io
@@ -34,7 +35,7 @@ from batchsel import InfoBatchSelector, ScorePruningSelector  # noqa: E402
 from batchsel.integrations import SelectionBatchSampler, get_communicator, init_torch_distributed_from_mpi  # noqa: E402
 
 EPOCHS, BATCH, SEED, MAX_LR = 5, 32, 0, 0.2
-METHOD = sys.argv[2] if len(sys.argv) > 2 else "infobatch"
+METHOD = "infobatch"  # the job's method (set by __main__)
 
 
 def make_selector(y):
@@ -100,8 +101,6 @@ def train(x, y, distributed, start=None, stop=None):
 
 
 def job(out, distributed):
-    if distributed:
-        init_torch_distributed_from_mpi(timeout=60)
     comm = get_communicator()
     torch.set_num_threads(1)
     x, y = digits()
@@ -168,9 +167,14 @@ def job(out, distributed):
     if comm.rank == 0:
         with open(out + ".json", "w") as f:
             json.dump(result, f)
-    if distributed:
-        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
-    job(sys.argv[1], distributed="OMPI_COMM_WORLD_SIZE" in os.environ)
+    distributed = "OMPI_COMM_WORLD_SIZE" in os.environ
+    if distributed:
+        init_torch_distributed_from_mpi(timeout=60)
+    methods = sys.argv[2:] or ["infobatch"]
+    for METHOD in methods:
+        job(sys.argv[1] if len(methods) == 1 else f"{sys.argv[1]}_{METHOD}", distributed)
+    if distributed:
+        torch.distributed.destroy_process_group()
