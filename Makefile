@@ -25,8 +25,9 @@ demo-quick: $(STAMP)
 # CI (.ci/run) runs exactly this: lint, the strict docs build, then the tests
 test: lint docs pytest
 
+# two workers, a test file each at a time (module fixtures run once); `pytest tests` alone runs serially
 pytest: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n 2 --dist loadfile tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
