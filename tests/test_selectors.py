@@ -1,6 +1,7 @@
 """Selectors: SMDL, loss rank, graph blocks, CRAIG coresets, GreedMax partitions."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -919,3 +920,23 @@ def test_selector_fingerprint_covers_settings_and_data(small):
         CoresetSelector(x, y, 5, fraction=0.5).fingerprint()
         != CoresetSelector(x, (y + 1) % 3, 5, fraction=0.5).fingerprint()
     )
+
+
+def test_a_subclass_overriding_check_world_is_told_to_use_world_error():
+    # plan() and iter_batches() check the world through world(), not check_world: an override
+    # that used to add a limit would be skipped without a word
+    with pytest.warns(UserWarning, match=r"Capped overrides check_world.*world_error\(world_size\)"):
+
+        class Capped(RandomSelector):
+            def check_world(self, world_size, rank=None):
+                super().check_world(world_size, rank)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        class Limited(RandomSelector):
+            def world_error(self, world_size):
+                return "at most 2 ranks" if world_size > 2 else super().world_error(world_size)
+
+    with pytest.raises(ValueError, match="at most 2 ranks"):
+        Limited(10, 2).plan(0, world_size=3)

@@ -240,7 +240,7 @@ def _sharded_greedmax(args: argparse.Namespace, n: int) -> np.ndarray | None:
     selector would build itself (euclidean, GreedMax's default k) built over the ranks.
     GreedMax runs on rank 0 on the gathered graph (batchsel.distributed.sharded.submodular_partition)."""
     from batchsel.distributed.sharded import ShardedIndex, submodular_partition
-    from batchsel.selectors.base import Selector
+    from batchsel.selectors.selector import Selector
     from batchsel.submodular.partition import DEFAULT_NEIGHBORS, shard_of_each
 
     # the one-process run's error for too many workers, before the graph is built

@@ -39,7 +39,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from batchsel.loop.sampler import SelectionBatchSampler
 from batchsel.loop.sampler.profile import SelectorProfile
-from batchsel.selectors.base import Selector
+from batchsel.selectors.selector import Selector
 
 logger = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import warnings
 from typing import Any, Iterator
 
 import numpy as np
@@ -111,6 +112,16 @@ class Selector(Capabilities):
         self._shard_of: dict[int, np.ndarray] = {}
 
     # -- the world: checked here, once per entry point --------------------------------
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "check_world" in cls.__dict__:  # the extension point before 0.2: now a silent no-op
+            warnings.warn(
+                f"{cls.__name__} overrides check_world, which plan() and iter_batches() no longer "
+                "call: return the reason a world size does not fit from world_error(world_size) instead",
+                UserWarning,
+                stacklevel=2,
+            )
+
     def world(self, world_size: int = 1, rank: int | None = None) -> World:
         """The checked :class:`~batchsel.core.world.World` of ``rank`` (0 when None) of
         ``world_size`` ranks: a valid range, and this selector's own limits

@@ -15,7 +15,8 @@ from batchsel.core.checks import check_int
 from batchsel.distributed.comm import Communicator
 from batchsel.loop.sampler.exchange import FeedbackExchange
 from batchsel.loop.sampler.profile import SelectorProfile
-from batchsel.selectors.base import Selector, digest
+from batchsel.selectors.hashing import digest
+from batchsel.selectors.selector import Selector
 
 
 class PlanAgreement:

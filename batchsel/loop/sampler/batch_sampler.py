@@ -32,7 +32,7 @@ from batchsel.loop.sampler.profile import SelectorProfile
 from batchsel.loop.sampler.resume import IterationRecord, check_same_run, every_rank, own_state, run_keys, stamp
 from batchsel.loop.sampler.weighted import WeightedBatch
 from batchsel.loop.sampler.world import RankWorld
-from batchsel.selectors.base import Selector
+from batchsel.selectors.selector import Selector
 
 
 class SelectionBatchSampler(FeedbackMethods, PlanAgreement):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from batchsel.core.checks import check_int
 from batchsel.loop.sampler.profile import SelectorProfile
-from batchsel.selectors.base import shard_length
+from batchsel.selectors.sharding import shard_length
 
 
 class EpochLengths:

@@ -17,7 +17,7 @@ import numpy as np
 
 from batchsel.core.checks import check_seed
 from batchsel.loop.feedback import FEEDBACK
-from batchsel.selectors.base import Selector
+from batchsel.selectors.selector import Selector
 
 
 class SelectorProfile:
