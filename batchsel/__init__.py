@@ -30,6 +30,9 @@ from batchsel.selectors import (
     SubmodularSelector,
     coverage_centric_selection,
 )
+from batchsel.selectors.buckets.bucket import BucketSelector
+from batchsel.selectors.buckets.costs import example_costs
+from batchsel.selectors.buckets.grouped import CostGroupedSelector
 from batchsel.selectors.scores import gradnorm_scores, loss_scores
 from batchsel.submodular.functions import (
     Custom,
@@ -104,6 +107,9 @@ __all__ = [
     "InfoBatchSelector",
     "ScorePruningSelector",
     "coverage_centric_selection",
+    "BucketSelector",
+    "CostGroupedSelector",
+    "example_costs",
     "submodular_partition",
     "CandidateFilter",
     "IrreducibleLoss",

@@ -1,0 +1,250 @@
+"""Token-budget batches of examples of similar cost, balanced across ranks:
+:class:`BucketSelector`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from batchsel.core.checks import check_int, check_number
+from batchsel.core.world import World
+from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.buckets.costs import check_costs
+from batchsel.selectors.buckets.kernels import (
+    NUM_OFFSETS,
+    batch_costs,
+    bucket_counts,
+    deal_steps,
+    fill_bucket,
+    segment_bounds,
+    split_largest,
+)
+from batchsel.selectors.offline import OfflineSelector
+from batchsel.selectors.sharding import epoch_rng
+
+logger = logging.getLogger(__name__)
+
+#: :class:`BucketSelector`'s ``bucket_width`` when none is given
+DEFAULT_WIDTH = 1.5
+
+
+class BucketSelector(OfflineSelector):
+    """Batches of examples of similar cost (length, duration, size) under a cost budget,
+    with the batches of every step nearly equal in cost across ranks.
+
+    Every epoch, from a generator seeded by (seed, epoch):
+
+    1. the examples, sorted by cost (ties in a random order), are cut into ``num_buckets``
+       buckets of equal count whose boundaries shift by an offset drawn from 16 (so an
+       example near a boundary meets different neighbours from epoch to epoch); examples
+       over ``max_cost`` form a bucket of their own and train alone, one per batch;
+    2. each bucket is shuffled and cut into as few batches as its costs allow: a batch's
+       padded cost ``len(batch) * max(costs[batch])`` (``packed=True``:
+       ``sum(costs[batch])``) stays within ``max_cost``;
+    3. the largest batches are split until the epoch has its fixed number of batches
+       (the largest count any offset needs, rounded up to a multiple of the world size):
+       every epoch as long as the first, so ``total_batches`` and a learning-rate
+       schedule are exact;
+    4. the batches, sorted by cost, are dealt in runs of ``world_size`` to the steps (the
+       batches of one step cost nearly the same, so no rank waits for another), and the
+       steps are shuffled (no trend of batch length over the epoch).
+
+    Every example is in exactly one batch per epoch (no padding by repetition, nothing
+    dropped). ``num_buckets`` trades padding for mixing: 1 is random batches under a
+    budget (padding as random's), more buckets group more tightly (less padding, batches
+    less random). Batches differ in the number of examples they hold (many short ones,
+    few long ones); their loss is the usual mean over the batch's examples.
+
+    Parameters
+    ----------
+    costs : array-like
+        One number ``>= 0`` per example: its length in tokens, its duration, its node and
+        edge count (:func:`~batchsel.selectors.buckets.costs.example_costs` reads them
+        from a column or a callable).
+    max_cost : float or None, default None
+        The budget of one batch's cost. Give it or ``batch_size``.
+    batch_size : int or None, default None
+        Sets ``max_cost = batch_size * mean(costs)``: the real tokens of a random batch of
+        ``batch_size``, so an epoch has about as many steps as random batches of that size.
+    num_buckets : int, default 8
+        Buckets of equal count the sorted examples are cut into.
+    max_examples : int or None, default None
+        The most examples one batch holds (None: as many as the budget allows).
+    packed : bool, default False
+        Budget the packed cost ``sum(costs[batch])`` (for models that take packed input)
+        instead of the padded cost.
+    seed : int, default 0
+        Seeds every epoch's buckets, shuffles and order.
+
+    Keyword groups:
+        the budget: ``max_cost``, ``batch_size``, ``max_examples``, ``packed``; the
+        grouping: ``num_buckets``, ``seed``.
+
+    Attributes
+    ----------
+    costs : numpy.ndarray
+        The checked costs (float64).
+    max_cost_ : float
+        The budget in use (``max_cost``, or the one ``batch_size`` sets).
+
+    See Also
+    --------
+    batchsel.CostGroupedSelector : another selector's batches (loss-rank, InfoBatch),
+        regrouped by cost.
+    batchsel.pad_collate : pads a batch to its longest member and returns the mask.
+
+    Example
+    -------
+    >>> costs = np.array([5, 50, 6, 48, 7, 52, 5, 49])
+    >>> sel = BucketSelector(costs, max_cost=110, seed=0)
+    >>> plan = sel.plan(epoch=0, world_size=2)
+    >>> sorted(plan.indices().tolist()) == list(range(8))
+    True
+    >>> all(len(b) * costs[b].max() <= 110 for r in range(2) for b in plan.batches(r))
+    True
+    """
+
+    def __init__(
+        self,
+        costs: Any,
+        *,
+        max_cost: float | None = None,
+        batch_size: int | None = None,
+        bucket_width: float = DEFAULT_WIDTH,
+        max_examples: int | None = None,
+        packed: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.costs = check_costs(costs)
+        n = len(self.costs)
+        if (max_cost is None) == (batch_size is None):
+            raise ValueError(
+                f"give max_cost (the budget of a batch's cost) or batch_size (a budget of that many "
+                f"examples of mean cost), not {'both' if max_cost is not None else 'neither'}"
+            )
+        if max_cost is not None:
+            self.max_cost_ = check_number(max_cost, "max_cost", 0.0)
+            if self.max_cost_ <= 0:
+                raise ValueError(f"max_cost must be > 0, got {max_cost!r}")
+        else:
+            budget = check_int(batch_size, "batch_size", minimum=1) * float(self.costs.mean())
+            self.max_cost_ = budget if budget > 0 else float(check_int(batch_size, "batch_size", minimum=1))
+        self.bucket_width = check_number(bucket_width, "bucket_width", 1.0)
+        if self.bucket_width <= 1:
+            raise ValueError(
+                f"bucket_width must be > 1 (a bucket's largest cost over its smallest), got {bucket_width!r}"
+            )
+        self.max_examples = None if max_examples is None else check_int(max_examples, "max_examples", minimum=1)
+        self.packed = bool(packed)
+        positive = self.costs[self.costs > 0]
+        widest = n if positive.size == 0 else int(min(n, max(1.0, self.max_cost_ // positive.min())))
+        super().__init__(n, min(widest, self.max_examples or n), seed=seed)
+        self.max_cost = max_cost
+        self.budget_batch_size = batch_size
+        self._sorted_costs = np.sort(self.costs)
+        over = int(np.count_nonzero(self.costs > self.max_cost_))
+        if over:
+            logger.warning(
+                "%d of %d examples cost more than max_cost=%g: each trains alone in its batch",
+                over,
+                n,
+                self.max_cost_,
+            )
+        # every offset's batch count: an epoch has the largest, so all epochs are as long
+        self._offset_counts = [int(self._bucket_counts(j).sum()) for j in range(NUM_OFFSETS)]
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "costs": self.costs,
+            "max_cost": self.max_cost,
+            "batch_size": self.budget_batch_size,
+            "bucket_width": self.bucket_width,
+            "max_examples": self.max_examples,
+            "packed": self.packed,
+            "seed": self.seed,
+        }
+
+    def _bucket_counts(self, offset: int) -> np.ndarray:
+        bounds = segment_bounds(self._sorted_costs, self.bucket_width, offset / NUM_OFFSETS, self.max_cost_)
+        cap = self.max_examples or self.num_examples
+        return bucket_counts(self._sorted_costs, bounds, self.max_cost_, cap, self.packed)
+
+    def _batches_per_rank(self, world_size: int) -> int:
+        return -(-max(self._offset_counts) // world_size)
+
+    def world_error(self, world_size: int) -> str | None:
+        """As many batches on every rank, each with at least one example."""
+        needed = self._batches_per_rank(world_size) * world_size
+        if needed > self.num_examples:
+            return (
+                f"{self.num_examples} examples cannot fill {world_size} ranks with "
+                f"{self._batches_per_rank(world_size)} batches each: use fewer ranks or a larger max_cost"
+            )
+        return None
+
+    def _num_batches(self, world: World) -> int:
+        return self._batches_per_rank(world.size)
+
+    def _plan(self, epoch: int, world: World) -> EpochPlan:
+        rng = epoch_rng(self.seed, epoch)
+        order = np.lexsort((rng.random(self.num_examples), self.costs))
+        offset = int(rng.integers(NUM_OFFSETS))
+        bounds = segment_bounds(self._sorted_costs, self.bucket_width, offset / NUM_OFFSETS, self.max_cost_)
+        counts = self._bucket_counts(offset)
+        batches: list[np.ndarray] = []
+        for begin, end, count in zip(bounds[:-1], bounds[1:], counts):
+            members = rng.permutation(order[begin:end])
+            batches += fill_bucket(members, self.costs, int(count), self.max_cost_, self.packed)
+        batches = split_largest(batches, self._batches_per_rank(world.size) * world.size)
+        steps = deal_steps(batch_costs(batches, self.costs, self.packed), world.size, rng)
+        per_rank = [[batches[i] for i in steps[:, r]] for r in range(world.size)]
+        return EpochPlan(per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="buckets")
+
+    def step_costs(self, epoch: int = 0, world_size: int = 1) -> np.ndarray:
+        """Every step's batch costs (padded, or packed with ``packed=True``).
+
+        Parameters
+        ----------
+        epoch : int, default 0
+            The epoch.
+        world_size : int, default 1
+            The ranks.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(steps, world_size)`` float64: the cost of each rank's batch at each step.
+
+        Example
+        -------
+        >>> sel = BucketSelector(np.arange(1, 41), batch_size=4)
+        >>> costs = sel.step_costs(0, world_size=2)
+        >>> bool((costs.max(axis=1) <= sel.max_cost_).all())
+        True
+        """
+        plan = self.plan(epoch, world_size)
+        return np.stack([batch_costs(plan.batches(r), self.costs, self.packed) for r in range(world_size)], axis=1)
+
+    def padding_share(self, epoch: int = 0, world_size: int = 1) -> float:
+        """The share of padded cost that is padding in ``epoch``:
+        ``1 - sum(costs) / sum(len(b) * max(costs[b]))`` over every rank's batches.
+
+        Example
+        -------
+        >>> BucketSelector(np.full(10, 3.0), batch_size=2).padding_share()
+        0.0
+        """
+        plan = self.plan(epoch, world_size)
+        padded = sum(batch_costs(plan.batches(r), self.costs, False).sum() for r in range(world_size))
+        return float(1.0 - self.costs.sum() / padded) if padded > 0 else 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"BucketSelector(num_examples={self.num_examples}, max_cost={self.max_cost_:g}, "
+            f"bucket_width={self.bucket_width:g}, seed={self.seed})"
+        )
+
+
+__all__ = ["BucketSelector", "DEFAULT_WIDTH"]

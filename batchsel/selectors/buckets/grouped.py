@@ -1,0 +1,197 @@
+"""Another selector's batches regrouped by cost: :class:`CostGroupedSelector` (the selector
+decides which examples, and their weights, an epoch trains on; the grouping decides which
+of them share a batch)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterator
+
+import numpy as np
+
+from batchsel.core.checks import check_int
+from batchsel.core.world import World
+from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.buckets.costs import check_costs
+from batchsel.selectors.buckets.kernels import regroup
+from batchsel.selectors.hashing import digest
+from batchsel.selectors.selector import Selector
+from batchsel.selectors.sharding import epoch_rng
+
+#: the generator stream of the regrouping, apart from the selector's own draws
+GROUP_STREAM = 0x6B75
+
+
+class CostGroupedSelector(Selector):
+    """The batches of ``selector``, regrouped by cost within windows of ``window`` steps:
+    less padding, the same examples, weights, batch sizes and number of batches.
+
+    Within each window the examples of its batches are sorted by cost (ties in a random
+    order) and cut into batches of the original sizes; the batches of one step cost
+    nearly the same across ranks and the steps of a window come in a random order. An
+    offline selector's windows pool every rank's batches of those steps (its plan is known
+    on every rank); an online selector's (loss-rank) pool one rank's ``window`` batches,
+    drawn together when the window starts, so the feedback lag grows by up to ``window -
+    1`` batches. Feedback (``observe``), the state dict, the weights
+    (``weighted_loss``) and the epoch lengths are the selector's.
+
+    ``window=1`` on one rank leaves the batches as they are; a larger window groups more
+    (less padding) and mixes less (the shorter and the longer halves of two random
+    batches, at ``window=2``).
+
+    Parameters
+    ----------
+    selector : Selector
+        The selector whose batches are regrouped (``RandomSelector``,
+        ``InfoBatchSelector``, ``LossRankSelector``, ...).
+    costs : array-like
+        One cost ``>= 0`` per example (its length).
+    window : int, default 2
+        Steps per window.
+    packed : bool, default False
+        Balance the ranks' packed costs ``sum(costs[batch])`` instead of the padded ones.
+
+    See Also
+    --------
+    batchsel.BucketSelector : token-budget batches of similar cost over every example.
+
+    Example
+    -------
+    >>> from batchsel import RandomSelector
+    >>> costs = np.array([3, 90, 4, 80, 5, 70, 6, 60])
+    >>> sel = CostGroupedSelector(RandomSelector(8, 2, seed=0), costs, window=4)
+    >>> sorted(int(costs[b].max()) for b in sel.plan(0).batches(0))
+    [4, 6, 70, 90]
+    """
+
+    def __init__(self, selector: Selector, costs: Any, *, window: int = 2, packed: bool = False) -> None:
+        if not isinstance(selector, Selector):
+            raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
+        if isinstance(selector, CostGroupedSelector):
+            raise ValueError("selector is already a CostGroupedSelector: regroup its selector with one window")
+        self.selector = selector
+        self.costs = check_costs(costs, selector.num_examples)
+        self.window = check_int(window, "window", minimum=1)
+        self.packed = bool(packed)
+        super().__init__(
+            selector.num_examples,
+            min(selector.batch_size, selector.num_examples),
+            seed=selector.seed,
+            drop_last=selector.drop_last,
+        )
+        self.batch_size = selector.batch_size
+        # what the loop reads is the selector's (instance attributes over the class's)
+        for flag in (
+            "online",
+            "uses_feedback",
+            "feedback_fields",
+            "epoch_lengths_vary",
+            "weighted_plans",
+            "default_prefetch",
+            "feedback_per_epoch",
+            "unplanned_params",
+        ):
+            setattr(self, flag, getattr(selector, flag))
+        if hasattr(selector, "epochs"):
+            self.epochs = selector.epochs
+
+    def get_params(self) -> dict[str, Any]:
+        return {"selector": self.selector, "costs": self.costs, "window": self.window, "packed": self.packed}
+
+    def fingerprint(self, world_size: int = 1) -> str:
+        """The selector's fingerprint with the grouping's settings and costs."""
+        h = hashlib.sha256()
+        digest([type(self).__name__, self.selector.fingerprint(world_size), self.costs, self.window, self.packed], h)
+        return h.hexdigest()[:16]
+
+    def world_error(self, world_size: int) -> str | None:
+        return self.selector.world_error(world_size)
+
+    def num_batches(self, world_size: int = 1, epoch: int = 0) -> int:
+        """Batches per rank in ``epoch``: the selector's."""
+        if self.epoch_lengths_vary:
+            return self.selector.num_batches(world_size, epoch=epoch)  # type: ignore[call-arg]
+        return self.selector.num_batches(world_size)
+
+    def _num_batches(self, world: World) -> int:
+        return self.selector.num_batches(world.size)
+
+    def _check_start(self, start: int, world: World) -> int:
+        return check_int(start, "start", minimum=0)  # the selector checks it against its epoch
+
+    # -- regrouping -------------------------------------------------------------------
+    def _window_rng(self, epoch: int, rank: int | None, first_step: int) -> np.random.Generator:
+        # rank None: a window pooled over every rank
+        keys = (0, first_step) if rank is None else (1, rank, first_step)
+        return epoch_rng(self.seed, epoch, GROUP_STREAM, *keys)
+
+    def _plan(self, epoch: int, world: World) -> EpochPlan:
+        plan = self.selector.plan(epoch, world.size)
+        pooled = not self.online  # an offline plan is known on every rank: pool the ranks
+        ranks = range(world.size)
+        batches = [plan.batches(r) for r in ranks]
+        weights = plan.weights(0) is not None and [plan.weights(r) for r in ranks]
+        out_b: list[list[np.ndarray]] = [[] for _ in ranks]
+        out_w: list[list[np.ndarray]] = [[] for _ in ranks]
+        for first in range(0, plan.num_batches, self.window):
+            steps = range(first, min(first + self.window, plan.num_batches))
+            groups = [list(ranks)] if pooled else [[r] for r in ranks]
+            for group in groups:
+                window = [batches[r][t] for t in steps for r in group]
+                rng = self._window_rng(epoch, None if pooled else group[0], first)
+                order, parts = regroup(window, self.costs, len(group), rng, self.packed)
+                flat = np.concatenate(window)
+                flat_w = np.concatenate([weights[r][t] for t in steps for r in group]) if weights else None
+                for row in order:
+                    for r, i in zip(group, row):
+                        out_b[r].append(flat[parts[i]])
+                        if flat_w is not None:
+                            out_w[r].append(flat_w[parts[i]])
+        return EpochPlan(
+            out_b,
+            out_w if weights else None,
+            num_examples=self.num_examples,
+            epoch=epoch,
+            seed=self.seed,
+            method=f"grouped {plan.method}",
+        )
+
+    def _iter_batches(self, epoch: int, world: World, start: int) -> Iterator[np.ndarray]:
+        if not self.online:
+            yield from self._plan(epoch, world).batches(world.rank)[start:]
+            return
+        first = start - start % self.window
+        inner = self.selector.iter_batches(epoch, world.rank, world.size, start=first)
+        while True:
+            window = [b for _, b in zip(range(self.window), inner)]
+            if not window:
+                return
+            order, parts = regroup(window, self.costs, 1, self._window_rng(epoch, world.rank, first), self.packed)
+            flat = np.concatenate(window)
+            for k, row in enumerate(order):
+                if first + k >= start:
+                    yield flat[parts[row[0]]]
+            first += len(window)
+
+    # -- the selector's own -------------------------------------------------------------
+    def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
+        """The selector's ``observe``."""
+        self.selector.observe(indices, losses=losses, logits=logits, embeddings=embeddings)
+
+    def weighted_loss(self, losses: Any, weights: Any) -> Any:
+        """The selector's ``weighted_loss``."""
+        return self.selector.weighted_loss(losses, weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The selector's state (the regrouping keeps none)."""
+        return self.selector.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the selector's state."""
+        self.selector.load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return f"CostGroupedSelector({self.selector!r}, window={self.window})"
+
+
+__all__ = ["CostGroupedSelector", "GROUP_STREAM"]

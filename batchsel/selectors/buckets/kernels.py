@@ -1,0 +1,299 @@
+"""The bucketing kernels: cut examples sorted by cost into buckets, each bucket into
+batches under a cost budget, top an epoch up to a fixed number of batches, and deal the
+batches to the ranks step by step so that the batches of one step cost nearly the same.
+
+Numpy in, numpy out; no selector state. ``costs`` are float64, ``>= 0``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: how many bucket offsets an epoch draws from: the number of batches per epoch is the
+#: largest over them, so that every epoch has the same length (an LR schedule's)
+NUM_OFFSETS = 16
+
+
+def segment_bounds(sorted_costs: np.ndarray, width: float, offset: float, max_cost: float) -> np.ndarray:
+    """Where the buckets of examples sorted by cost begin and end: cost ranges of ratio
+    ``width`` (largest to smallest), ``[c0 * width**(j - 1 + offset), c0 * width**(j +
+    offset))`` from ``c0`` the smallest positive cost (zero costs join the first), and one
+    more boundary where costs pass ``max_cost`` (an example over the budget is a batch of
+    its own, apart from the rest). A bucket's padding is under ``1 - 1 / width``.
+
+    Parameters
+    ----------
+    sorted_costs : numpy.ndarray
+        The costs in ascending order.
+    width : float
+        The ratio of a bucket's largest to its smallest cost (> 1).
+    offset : float
+        The shift of the boundaries, in ``[0, 1)`` of a bucket (in log scale).
+    max_cost : float
+        The budget.
+
+    Returns
+    -------
+    numpy.ndarray
+        Ascending int64 positions, from 0 to N, without repeats (empty buckets dropped).
+
+    Example
+    -------
+    >>> segment_bounds(np.array([1.0, 1.5, 2, 3, 4, 7, 9]), 2.0, 0.0, 8.0).tolist()
+    [0, 2, 4, 6, 7]
+    """
+    n = len(sorted_costs)
+    positive = sorted_costs[sorted_costs > 0]
+    if positive.size == 0:
+        return np.array([0, n], dtype=np.int64)
+    low, high = np.log(positive[0]), np.log(positive[-1])
+    count = int(np.floor((high - low) / np.log(width) + offset)) + 1
+    edges = np.exp(low + (np.arange(1, count + 1) - offset) * np.log(width))
+    bounds = np.searchsorted(sorted_costs, edges, side="left")
+    over = np.searchsorted(sorted_costs, max_cost, side="right")
+    return np.unique(np.concatenate([[0, n, over], np.clip(bounds, 0, n)])).astype(np.int64)
+
+
+def bucket_counts(
+    sorted_costs: np.ndarray, bounds: np.ndarray, max_cost: float, max_examples: int, packed: bool
+) -> np.ndarray:
+    """How many batches each bucket is cut into: independent of the order within the
+    bucket, so that an epoch's count is known before it is drawn.
+
+    Padded cost: a batch of the bucket holds at most ``floor(max_cost / c)`` examples,
+    ``c`` its largest cost. Packed cost: the batches that filling in any order, closing a
+    batch when the next example would pass the budget, can need: each closed batch holds
+    more than ``max_cost - c`` (or ``max_examples`` examples).
+
+    Parameters
+    ----------
+    sorted_costs : numpy.ndarray
+        The costs in ascending order.
+    bounds : numpy.ndarray
+        :func:`segment_bounds`.
+    max_cost : float
+        The budget.
+    max_examples : int
+        The most examples a batch holds.
+    packed : bool
+        Packed cost (``sum``) instead of padded cost (``len * max``).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, one count per bucket.
+
+    Example
+    -------
+    >>> costs = np.array([1.0, 1, 2, 2, 4, 4])
+    >>> bucket_counts(costs, np.array([0, 2, 4, 6]), 4.0, 10, packed=False).tolist()
+    [1, 1, 2]
+    """
+    sizes = np.diff(bounds)
+    top = sorted_costs[bounds[1:] - 1]
+    if not packed:
+        per_batch = np.clip(np.floor(max_cost / np.maximum(top, 1e-300)), 1, max_examples)
+        return -(-sizes // per_batch.astype(np.int64))
+    sums = np.add.reduceat(sorted_costs, bounds[:-1])
+    slack = max_cost - top
+    by_cost = np.where(slack > 0, np.floor(sums / np.where(slack > 0, slack, 1.0)) + 1, sizes)
+    counts = np.minimum(sizes, sizes // max_examples + by_cost.astype(np.int64))
+    return np.maximum(counts, -(-sizes // max_examples))
+
+
+def fill_bucket(members: np.ndarray, costs: np.ndarray, count: int, max_cost: float, packed: bool) -> list[np.ndarray]:
+    """Cut one bucket's examples, in their (shuffled) order, into ``count`` batches.
+
+    Padded cost: ``count`` consecutive runs whose sizes differ by at most one (each within
+    the budget, by :func:`bucket_counts`). Packed cost: runs closed when the next example
+    would pass ``max_cost`` or a run reaches ``ceil(len / count)`` examples, then the
+    largest split in halves until there are ``count``.
+
+    Parameters
+    ----------
+    members : numpy.ndarray
+        The bucket's example ids, in order.
+    costs : numpy.ndarray
+        Every example's cost.
+    count : int
+        :func:`bucket_counts`' number for the bucket.
+    max_cost : float
+        The budget.
+    packed : bool
+        Packed cost instead of padded cost.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        ``count`` batches (views of ``members``).
+
+    Example
+    -------
+    >>> [b.tolist() for b in fill_bucket(np.arange(5), np.ones(5), 2, 3.0, packed=False)]
+    [[0, 1, 2], [3, 4]]
+    """
+    if not packed:
+        return np.array_split(members, count)
+    cap = -(-len(members) // count)
+    c = costs[members]
+    starts = [0]
+    total = 0.0
+    for i, cost in enumerate(c.tolist()):
+        if i > starts[-1] and (total + cost > max_cost or i - starts[-1] >= cap):
+            starts.append(i)
+            total = 0.0
+        total += cost
+    batches = np.split(members, starts[1:])
+    return split_largest(batches, count)
+
+
+def split_largest(batches: list[np.ndarray], count: int) -> list[np.ndarray]:
+    """Split the batches with the most examples in halves until there are ``count``
+    (splitting keeps every batch within its budget). Which batches split depends only on
+    their sizes and positions.
+
+    Parameters
+    ----------
+    batches : list of numpy.ndarray
+        The batches.
+    count : int
+        How many there should be; at most the number of examples.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        ``count`` batches; a split batch's halves take its place.
+
+    Example
+    -------
+    >>> [b.tolist() for b in split_largest([np.arange(4), np.arange(4, 6)], 3)]
+    [[0, 1], [2, 3], [4, 5]]
+    """
+    batches = list(batches)
+    sizes = [len(b) for b in batches]
+    while len(batches) < count:
+        i = int(np.argmax(sizes))  # the first of the largest
+        if sizes[i] < 2:
+            raise ValueError(f"cannot cut {sum(sizes)} examples into {count} batches")
+        whole, half = batches[i], (sizes[i] + 1) // 2
+        batches[i : i + 1] = [whole[:half], whole[half:]]
+        sizes[i : i + 1] = [half, sizes[i] - half]
+    return batches
+
+
+def batch_costs(batches: list[np.ndarray], costs: np.ndarray, packed: bool) -> np.ndarray:
+    """Each batch's cost: ``len(b) * max(costs[b])`` padded, ``sum(costs[b])`` packed.
+
+    Parameters
+    ----------
+    batches : list of numpy.ndarray
+        The batches.
+    costs : numpy.ndarray
+        Every example's cost.
+    packed : bool
+        Packed cost instead of padded cost.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, one per batch.
+
+    Example
+    -------
+    >>> batch_costs([np.array([0, 1]), np.array([2])], np.array([1.0, 3, 2]), packed=False).tolist()
+    [6.0, 2.0]
+    """
+    if not batches:
+        return np.zeros(0)
+    sizes = np.array([len(b) for b in batches])
+    flat = costs[np.concatenate(batches)]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    if packed:
+        return np.add.reduceat(flat, starts)
+    return sizes * np.maximum.reduceat(flat, starts)
+
+
+def deal_steps(costs: np.ndarray, world_size: int, rng: np.random.Generator) -> np.ndarray:
+    """Deal batches to ranks so that each step's batches cost nearly the same, with no
+    trend of cost over the epoch: sort the batches by cost (ties in a random order), give
+    each run of ``world_size`` consecutive ones to one step, shuffle the steps, and the
+    ranks within a step.
+
+    Parameters
+    ----------
+    costs : numpy.ndarray
+        Each batch's cost; their number a multiple of ``world_size``.
+    world_size : int
+        The ranks.
+    rng : numpy.random.Generator
+        The epoch's generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(steps, world_size)`` int64: the batch each rank trains on at each step.
+
+    Example
+    -------
+    >>> order = deal_steps(np.array([1.0, 9, 2, 8]), 2, np.random.default_rng(0))
+    >>> sorted(sorted(row) for row in order.tolist())
+    [[0, 2], [1, 3]]
+    """
+    ranked = np.lexsort((rng.random(len(costs)), costs)).reshape(-1, world_size)
+    ranked = ranked[rng.permutation(len(ranked))]
+    return np.take_along_axis(ranked, rng.permuted(np.tile(np.arange(world_size), (len(ranked), 1)), axis=1), axis=1)
+
+
+def regroup(
+    batches: list[np.ndarray], costs: np.ndarray, world_size: int, rng: np.random.Generator, packed: bool = False
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Regroup a window of batches by cost, keeping their sizes: the window's examples,
+    sorted by cost (ties in a random order), are cut into runs of the batches' sizes
+    (largest first) and the runs dealt to ``len(batches) / world_size`` steps of
+    ``world_size`` ranks as :func:`deal_steps` does.
+
+    Parameters
+    ----------
+    batches : list of numpy.ndarray
+        The window's batches (of every rank at those steps); their number a multiple of
+        ``world_size``.
+    costs : numpy.ndarray
+        Every example's cost.
+    world_size : int
+        The ranks the window's steps are dealt to (1: one rank's window).
+    rng : numpy.random.Generator
+        The window's generator.
+    packed : bool, default False
+        Balance packed costs instead of padded ones.
+
+    Returns
+    -------
+    (numpy.ndarray, list of numpy.ndarray)
+        ``(steps, world_size)`` positions into the second item, and the positions of the
+        regrouped batches' examples in ``np.concatenate(batches)`` (to carry weights along).
+
+    Example
+    -------
+    >>> costs = np.array([1.0, 9, 2, 8])
+    >>> order, parts = regroup([np.array([0, 1]), np.array([2, 3])], costs, 1, np.random.default_rng(0))
+    >>> sorted(sorted(costs[np.concatenate([[0, 1], [2, 3]])[p]].tolist()) for p in parts)
+    [[1.0, 2.0], [8.0, 9.0]]
+    """
+    flat = np.concatenate(batches) if batches else np.zeros(0, np.int64)
+    ranked = np.lexsort((rng.random(len(flat)), costs[flat]))
+    sizes = np.sort([len(b) for b in batches])[::-1]
+    parts = np.split(ranked, np.cumsum(sizes)[:-1])
+    steps = deal_steps(batch_costs([flat[p] for p in parts], costs, packed), world_size, rng)
+    return steps, parts
+
+
+__all__ = [
+    "NUM_OFFSETS",
+    "segment_bounds",
+    "bucket_counts",
+    "fill_bucket",
+    "split_largest",
+    "batch_costs",
+    "deal_steps",
+    "regroup",
+]
