@@ -148,9 +148,9 @@ def fill_bucket(members: np.ndarray, costs: np.ndarray, count: int, max_cost: fl
 
 
 def split_largest(batches: list[np.ndarray], count: int) -> list[np.ndarray]:
-    """Split the batches with the most examples in halves until there are ``count``
-    (splitting keeps every batch within its budget). Which batches split depends only on
-    their sizes and positions.
+    """Split the batches with the most examples in halves (the first of equal ones first,
+    each at most once per round) until there are ``count``; splitting keeps every batch
+    within its budget. Which batches split depends only on their sizes and positions.
 
     Parameters
     ----------
@@ -170,14 +170,21 @@ def split_largest(batches: list[np.ndarray], count: int) -> list[np.ndarray]:
     [[0, 1], [2, 3], [4, 5]]
     """
     batches = list(batches)
-    sizes = [len(b) for b in batches]
     while len(batches) < count:
-        i = int(np.argmax(sizes))  # the first of the largest
-        if sizes[i] < 2:
-            raise ValueError(f"cannot cut {sum(sizes)} examples into {count} batches")
-        whole, half = batches[i], (sizes[i] + 1) // 2
-        batches[i : i + 1] = [whole[:half], whole[half:]]
-        sizes[i : i + 1] = [half, sizes[i] - half]
+        sizes = np.array([len(b) for b in batches])
+        largest = np.argsort(-sizes, kind="stable")[: count - len(batches)]
+        largest = np.sort(largest[sizes[largest] >= 2])
+        if largest.size == 0:
+            raise ValueError(f"cannot cut {int(sizes.sum())} examples into {count} batches")
+        split = set(largest.tolist())
+        out: list[np.ndarray] = []
+        for i, b in enumerate(batches):
+            if i in split:
+                half = (len(b) + 1) // 2
+                out += [b[:half], b[half:]]
+            else:
+                out.append(b)
+        batches = out
     return batches
 
 
