@@ -1,6 +1,8 @@
 """Cluster-GCN for PyG, pip-only and data-parallel: :class:`ClusterData` cuts the graph by
 METIS (pymetis), :class:`ClusterLoader` yields the subgraphs of random clusters, each rank
-its own through :class:`ClusterBatchSelector` and the distributed sampler."""
+its own through :class:`ClusterBatchSelector` and the distributed sampler, or clusters packed
+under a cost budget (``max_cost``: nodes plus edges, :meth:`ClusterData.costs`) with the
+ranks' batches of one step of near-equal cost, through :class:`~batchsel.BucketSelector`."""
 
 from __future__ import annotations
 
@@ -12,17 +14,22 @@ import scipy.sparse as sp
 import torch
 from torch.utils.data import DataLoader
 
-from batchsel.core.checks import check_int, check_seed
+from batchsel.core.checks import check_int, check_number, check_seed
 from batchsel.core.graph import metis_blocks
 from batchsel.core.world import World
 from batchsel.distributed.comm import Communicator
 from batchsel.integrations.pyg.subgraphs import Subgraphs, require_pyg
 from batchsel.loop.sampler import SelectionBatchSampler
 from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.buckets.bucket import BucketSelector
+from batchsel.selectors.buckets.costs import check_costs
 from batchsel.selectors.offline import OfflineSelector
 from batchsel.selectors.sharding import epoch_rng, split_batches
 
 logger = logging.getLogger(__name__)
+
+#: what :meth:`ClusterData.costs` counts per cluster
+COST_KINDS = ("nodes+edges", "nodes", "edges")
 
 
 class ClusterData(torch.utils.data.Dataset):
@@ -151,6 +158,52 @@ class ClusterData(torch.utils.data.Dataset):
         out.edge_outside = torch.from_numpy(edge_index[0 if sub.csc else 1] >= len(nodes))
         return out
 
+    def costs(self, kind: str = "nodes+edges") -> np.ndarray:
+        """Every cluster's cost: the size of the subgraph its nodes induce, the batch that
+        :class:`ClusterLoader` makes of it alone.
+
+        The edges are counted as ``edge_index`` holds them (an undirected edge stored in
+        both directions counts twice, self loops and repeated edges count), so a cluster's
+        edge count is the ``edge_index.size(1)`` of :class:`ClusterLoader`'s batch of it alone
+        (without the outside edges ``keep_inter_cluster_edges`` adds to ``self[i]``). A batch of several clusters also holds the edges between them, which the sum
+        of their costs leaves out (METIS cuts few). One pass over the nodes and edges, no
+        subgraph built: time and memory grow as O(N + E).
+
+        Parameters
+        ----------
+        kind : {"nodes+edges", "nodes", "edges"}, default "nodes+edges"
+            The number of nodes plus the number of edges, or either alone.
+
+        Returns
+        -------
+        numpy.ndarray
+            float64, one cost per cluster (length ``num_parts``).
+
+        Raises
+        ------
+        ValueError
+            ``kind`` is none of those.
+
+        Example
+        -------
+        >>> import torch
+        >>> from torch_geometric.data import Data
+        >>> ring = torch.arange(12)
+        >>> parts = ClusterData(Data(edge_index=torch.stack([ring, (ring + 1) % 12]), num_nodes=12), 3, log=False)
+        >>> parts.costs().tolist(), parts.costs("edges").tolist()
+        ([7.0, 7.0, 7.0], [3.0, 3.0, 3.0])
+        """
+        if kind not in COST_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(map(repr, COST_KINDS))}, got {kind!r}")
+        out = np.zeros(self.num_parts, dtype=np.float64)
+        if kind != "edges":
+            out += np.diff(self.partptr.numpy())
+        if kind != "nodes":
+            blocks = self.cluster.numpy()
+            source, target = blocks[self._subgraphs.sources], blocks[self._subgraphs.targets]
+            out += np.bincount(source[source == target], minlength=self.num_parts)
+        return out
+
     def collate(self, clusters: list[int]) -> Any:
         """The batch of ``clusters``: the subgraph their nodes induce."""
         return self._subgraphs.batch(self.nodes_of(clusters))
@@ -229,10 +282,79 @@ class ClusterBatchSelector(OfflineSelector):
         return EpochPlan(per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="clusters")
 
 
+def cluster_selector(
+    cluster_data: ClusterData,
+    batch_size: int | None = None,
+    shuffle: bool | None = None,
+    *,
+    max_cost: float | None = None,
+    cost: Any = None,
+    seed: int = 0,
+) -> OfflineSelector:
+    """The selector of :class:`ClusterLoader`'s batches of cluster ids: ``batch_size``
+    clusters (:class:`ClusterBatchSelector`), or clusters packed under ``max_cost``
+    (:class:`~batchsel.BucketSelector`, ``packed=True``), with its checks.
+
+    Parameters
+    ----------
+    cluster_data : ClusterData
+        The clusters.
+    batch_size, shuffle, max_cost, cost, seed :
+        As :class:`ClusterLoader`'s.
+
+    Returns
+    -------
+    OfflineSelector
+        A :class:`ClusterBatchSelector` or a :class:`~batchsel.BucketSelector`.
+
+    Raises
+    ------
+    ValueError
+        ``batch_size`` and ``max_cost`` both given, ``max_cost`` not a finite number > 0,
+        ``shuffle=False`` with ``max_cost`` or ``cost`` without it, a ``cost`` kind unknown or
+        a cost array of the wrong length.
+
+    Example
+    -------
+    >>> import torch
+    >>> from torch_geometric.data import Data
+    >>> ring = torch.arange(12)
+    >>> parts = ClusterData(Data(edge_index=torch.stack([ring, (ring + 1) % 12]), num_nodes=12), 4, log=False)
+    >>> type(cluster_selector(parts, max_cost=12)).__name__, type(cluster_selector(parts, 2)).__name__
+    ('BucketSelector', 'ClusterBatchSelector')
+    """
+    if max_cost is None:
+        if cost is not None:
+            given = repr(cost) if isinstance(cost, str) else f"<{type(cost).__name__}>"
+            raise ValueError(f"cost={given} weighs the clusters for max_cost: give max_cost too")
+        return ClusterBatchSelector(
+            len(cluster_data), 1 if batch_size is None else batch_size, seed=seed, shuffle=bool(shuffle)
+        )
+    if batch_size is not None:
+        raise ValueError(
+            f"give batch_size (clusters per batch) or max_cost (a budget of a batch's summed cluster "
+            f"cost), not both: got batch_size={batch_size!r}, max_cost={max_cost!r}"
+        )
+    if check_number(max_cost, "max_cost", 0.0) <= 0:
+        raise ValueError(f"max_cost must be > 0 (a budget of a batch's summed cluster cost), got {max_cost!r}")
+    if shuffle is not None and not shuffle:
+        raise ValueError(
+            "shuffle=False cannot go with max_cost: the batches under max_cost are drawn anew from "
+            "(seed, epoch), so fix seed instead (or pass batch_size for batches in cluster order)"
+        )
+    if isinstance(cost, str) and cost not in COST_KINDS:
+        raise ValueError(f"cost must be one of {', '.join(map(repr, COST_KINDS))} or an array, got {cost!r}")
+    if cost is None or isinstance(cost, str):
+        costs = cluster_data.costs("nodes+edges" if cost is None else cost)
+    else:
+        costs = check_costs(cost, len(cluster_data), name="cost")
+    return BucketSelector(costs, max_cost=max_cost, packed=True, seed=seed)
+
+
 class ClusterLoader(DataLoader):
     """PyG's ``ClusterLoader``, pip-only and data-parallel: batches of ``batch_size``
-    clusters of a :class:`ClusterData`, each the subgraph their nodes induce (``n_id``:
-    the nodes' ids in the full graph).
+    clusters of a :class:`ClusterData` (or of clusters packed under ``max_cost``), each
+    the subgraph their nodes induce (``n_id``: the nodes' ids in the full graph).
 
     ``shuffle`` draws the clusters' order anew every epoch from (``seed``, epoch): call
     :meth:`set_epoch` before each epoch, as with ``DistributedSampler``. ``rank`` /
@@ -241,6 +363,38 @@ class ClusterLoader(DataLoader):
     disjoint clusters that together cover the graph, in equally many batches.
     :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch exactly. Other keyword
     arguments go to ``DataLoader`` (``num_workers``, ``pin_memory``, ...).
+
+    With ``max_cost`` the batches balance by cost instead of by count: clusters of
+    similar cost are packed into batches whose summed cost (:meth:`ClusterData.costs`,
+    nodes plus edges by default) stays within ``max_cost`` (a cluster over it is a batch
+    alone), by :class:`~batchsel.BucketSelector` (``packed=True``). Every rank has as many
+    batches, every cluster is in one batch per epoch, and the ranks' batches of one step
+    cost nearly the same, so that no rank waits for another at the gradient all-reduce.
+    Batches then hold different numbers of clusters (many small, few large).
+
+    Parameters
+    ----------
+    cluster_data : ClusterData
+        The clusters.
+    batch_size : int or None, default None
+        Clusters per batch (None: 1, PyG's default, unless ``max_cost`` is given).
+    shuffle : bool or None, default None
+        With ``batch_size``: a new random order every epoch (None: False, PyG's default).
+        With ``max_cost`` the batches are always drawn anew from (``seed``, epoch):
+        ``shuffle=False`` is a ValueError (fix ``seed`` for the same batches every run).
+    max_cost : float or None, default None
+        A budget of one batch's summed cluster cost, instead of ``batch_size`` (both
+        given: ValueError). Must be a finite number > 0. The batch's own subgraph also
+        holds the edges between its clusters, which the budget does not count.
+    cost : str or array-like or None, default None
+        With ``max_cost``: what a cluster costs, a kind of :meth:`ClusterData.costs`
+        (None: ``"nodes+edges"``) or one number ``>= 0`` per cluster.
+    rank, world_size : int or None, default None
+        This process's rank and the number of ranks (None: found as above).
+    seed : int, default 0
+        Seeds the orders and the cost batches.
+    comm : Communicator or None, default None
+        The ranks' communicator (None: found as above).
 
     Example
     -------
@@ -251,14 +405,20 @@ class ClusterLoader(DataLoader):
     >>> loader = ClusterLoader(ClusterData(data, 3, log=False), batch_size=2, shuffle=True, rank=0, world_size=1)
     >>> [batch.num_nodes for batch in loader]
     [8, 4]
+    >>> parts = ClusterData(data, 6, log=False)  # 6 clusters of 2 nodes and 1 edge: cost 3
+    >>> ranks = [ClusterLoader(parts, max_cost=12, rank=r, world_size=2) for r in (0, 1)]
+    >>> [[batch.num_nodes + batch.edge_index.size(1) for batch in loader] for loader in ranks]
+    [[6, 3], [6, 3]]
     """
 
     def __init__(
         self,
         cluster_data: ClusterData,
-        batch_size: int = 1,
-        shuffle: bool = False,
+        batch_size: int | None = None,
+        shuffle: bool | None = None,
         *,
+        max_cost: float | None = None,
+        cost: Any = None,
         rank: int | None = None,
         world_size: int | None = None,
         seed: int = 0,
@@ -273,7 +433,7 @@ class ClusterLoader(DataLoader):
         if kwargs.pop("drop_last", False):
             raise ValueError("drop_last=True is not supported: every cluster is in exactly one batch per epoch")
         self.cluster_data = cluster_data
-        selector = ClusterBatchSelector(len(cluster_data), batch_size, seed=seed, shuffle=shuffle)
+        selector = cluster_selector(cluster_data, batch_size, shuffle, max_cost=max_cost, cost=cost, seed=seed)
         self.batch_sampler_ = SelectionBatchSampler(selector, rank=rank, world_size=world_size, comm=comm)
         super().__init__(
             range(len(cluster_data)),  # type: ignore[arg-type]
@@ -294,4 +454,4 @@ class ClusterLoader(DataLoader):
         self.batch_sampler_.load_state_dict(state)
 
 
-__all__ = ["ClusterData", "ClusterBatchSelector", "ClusterLoader"]
+__all__ = ["COST_KINDS", "ClusterData", "ClusterBatchSelector", "ClusterLoader", "cluster_selector"]

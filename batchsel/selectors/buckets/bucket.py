@@ -193,10 +193,11 @@ class BucketSelector(OfflineSelector):
         offset = int(rng.integers(NUM_OFFSETS))
         bounds = segment_bounds(self._sorted_costs, self.bucket_width, offset / NUM_OFFSETS, self.max_cost_)
         counts = self._bucket_counts(offset)
+        cap = self.max_examples or self.num_examples
         batches: list[np.ndarray] = []
         for begin, end, count in zip(bounds[:-1], bounds[1:], counts):
             members = rng.permutation(order[begin:end])
-            batches += fill_bucket(members, self.costs, int(count), self.max_cost_, self.packed)
+            batches += fill_bucket(members, self.costs, int(count), self.max_cost_, cap, self.packed)
         batches = split_largest(batches, self._batches_per_rank(world.size) * world.size)
         steps = deal_steps(batch_costs(batches, self.costs, self.packed), world.size, rng)
         per_rank = [[batches[i] for i in steps[:, r]] for r in range(world.size)]

@@ -61,9 +61,10 @@ def bucket_counts(
     bucket, so that an epoch's count is known before it is drawn.
 
     Padded cost: a batch of the bucket holds at most ``floor(max_cost / c)`` examples,
-    ``c`` its largest cost. Packed cost: the batches that filling in any order, closing a
-    batch when the next example would pass the budget, can need: each closed batch holds
-    more than ``max_cost - c`` (or ``max_examples`` examples).
+    ``c`` its largest cost. Packed cost: the fewer of that count (equal runs within the
+    budget whatever the costs) and of the batches that filling in any order, closing a
+    batch when the next example would pass the budget, can need (each closed batch holds
+    more than ``max_cost - c``, or ``max_examples`` examples).
 
     Parameters
     ----------
@@ -91,23 +92,32 @@ def bucket_counts(
     """
     sizes = np.diff(bounds)
     top = sorted_costs[bounds[1:] - 1]
+    equal_runs = -(-sizes // equal_run_size(top, max_cost, max_examples))
     if not packed:
-        per_batch = np.clip(np.floor(max_cost / np.maximum(top, 1e-300)), 1, max_examples)
-        return -(-sizes // per_batch.astype(np.int64))
+        return equal_runs
     sums = np.add.reduceat(sorted_costs, bounds[:-1])
     slack = max_cost - top
     by_cost = np.where(slack > 0, np.floor(sums / np.where(slack > 0, slack, 1.0)) + 1, sizes)
-    counts = np.minimum(sizes, sizes // max_examples + by_cost.astype(np.int64))
-    return np.maximum(counts, -(-sizes // max_examples))
+    next_fit = np.minimum(sizes, sizes // max_examples + by_cost.astype(np.int64))
+    return np.minimum(equal_runs, np.maximum(next_fit, -(-sizes // max_examples)))
 
 
-def fill_bucket(members: np.ndarray, costs: np.ndarray, count: int, max_cost: float, packed: bool) -> list[np.ndarray]:
+def equal_run_size(top: np.ndarray | float, max_cost: float, max_examples: int) -> np.ndarray:
+    """The most examples of cost at most ``top`` a batch holds within the budget (at
+    least 1: an example over the budget alone)."""
+    return np.clip(np.floor(max_cost / np.maximum(top, 1e-300)), 1, max_examples).astype(np.int64)
+
+
+def fill_bucket(
+    members: np.ndarray, costs: np.ndarray, count: int, max_cost: float, max_examples: int, packed: bool
+) -> list[np.ndarray]:
     """Cut one bucket's examples, in their (shuffled) order, into ``count`` batches.
 
-    Padded cost: ``count`` consecutive runs whose sizes differ by at most one (each within
-    the budget, by :func:`bucket_counts`). Packed cost: runs closed when the next example
-    would pass ``max_cost`` or a run reaches ``ceil(len / count)`` examples, then the
-    largest split in halves until there are ``count``.
+    Where ``count`` allows it (always for padded cost, by :func:`bucket_counts`):
+    ``count`` consecutive runs whose sizes differ by at most one, each within the budget.
+    Else (packed cost, fewer batches): runs closed when the next example would pass
+    ``max_cost`` or a run holds ``max_examples``, then the largest split in halves until
+    there are ``count``.
 
     Parameters
     ----------
@@ -119,6 +129,8 @@ def fill_bucket(members: np.ndarray, costs: np.ndarray, count: int, max_cost: fl
         :func:`bucket_counts`' number for the bucket.
     max_cost : float
         The budget.
+    max_examples : int
+        The most examples a batch holds.
     packed : bool
         Packed cost instead of padded cost.
 
@@ -129,17 +141,16 @@ def fill_bucket(members: np.ndarray, costs: np.ndarray, count: int, max_cost: fl
 
     Example
     -------
-    >>> [b.tolist() for b in fill_bucket(np.arange(5), np.ones(5), 2, 3.0, packed=False)]
+    >>> [b.tolist() for b in fill_bucket(np.arange(5), np.ones(5), 2, 3.0, 10, packed=False)]
     [[0, 1, 2], [3, 4]]
     """
-    if not packed:
-        return np.array_split(members, count)
-    cap = -(-len(members) // count)
     c = costs[members]
+    if not packed or -(-len(members) // count) <= equal_run_size(c.max(), max_cost, max_examples):
+        return np.array_split(members, count)
     starts = [0]
     total = 0.0
     for i, cost in enumerate(c.tolist()):
-        if i > starts[-1] and (total + cost > max_cost or i - starts[-1] >= cap):
+        if i > starts[-1] and (total + cost > max_cost or i - starts[-1] >= max_examples):
             starts.append(i)
             total = 0.0
         total += cost
@@ -299,6 +310,7 @@ __all__ = [
     "segment_bounds",
     "bucket_counts",
     "fill_bucket",
+    "equal_run_size",
     "split_largest",
     "batch_costs",
     "deal_steps",
