@@ -60,6 +60,10 @@ def __getattr__(name: str):
         from batchsel.loop.losses import GraphRegularizedLoss
 
         return GraphRegularizedLoss
+    if name == "pad_collate":
+        from batchsel.loop.collate import pad_collate
+
+        return pad_collate
     if name == "SelectionBatchSampler":
         from batchsel.loop.sampler import SelectionBatchSampler
 
@@ -117,6 +121,7 @@ __all__ = [
     "gradnorm_scores",
     "GraphRegularizedLoss",
     "SelectionBatchSampler",
+    "pad_collate",
     "warmup",
     "__version__",
 ]

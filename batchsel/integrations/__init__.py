@@ -4,7 +4,8 @@ and MPI (``mpiexec``) clusters.
 - :class:`SelectionBatchSampler`: a selector's batches for ``DataLoader(batch_sampler=...)``,
   with the DistributedSampler contract, exact mid-epoch resume and cross-rank feedback;
   a weighted plan's batches are :class:`WeightedBatch` objects (pairs, and the same as arrays);
-  :class:`WeightedDataset` turns items into ``(x, y, w)`` for weighted coresets.
+  :class:`WeightedDataset` turns items into ``(x, y, w)`` for weighted coresets;
+  :func:`pad_collate` pads variable-length items to the batch's longest, with the mask.
 - Communicators (:mod:`batchsel.distributed.comm`): single process, mpi4py,
   torch.distributed, chosen from the environment by :func:`get_communicator`.
 - :func:`init_torch_distributed_from_mpi`: one call so a DDP script runs unchanged under
@@ -22,12 +23,14 @@ neither Lightning, transformers nor torch_geometric.
 
 from batchsel.distributed.comm import Communicator, MPIComm, SingleProcessComm, TorchDistComm, get_communicator
 from batchsel.distributed.mpi import greedi, init_torch_distributed_from_mpi, install_mpi_abort_hook
+from batchsel.loop.collate import pad_collate
 from batchsel.loop.sampler import SelectionBatchSampler, WeightedBatch, WeightedDataset
 
 __all__ = [
     "SelectionBatchSampler",
     "WeightedBatch",
     "WeightedDataset",
+    "pad_collate",
     "Communicator",
     "SingleProcessComm",
     "MPIComm",

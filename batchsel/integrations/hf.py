@@ -39,6 +39,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from batchsel.loop.sampler import SelectionBatchSampler
 from batchsel.loop.sampler.profile import SelectorProfile
+from batchsel.selectors.buckets.bucket import BucketSelector
 from batchsel.selectors.selector import Selector
 
 logger = logging.getLogger(__name__)
@@ -184,8 +185,9 @@ class BatchselTrainerMixin:
         The Trainer's positional arguments.
     selector : Selector
         Any :class:`~batchsel.selectors.Selector` built on the training dataset (its
-        ``batch_size`` is the per-device batch size; ``per_device_train_batch_size`` is
-        not used for training batches).
+        ``batch_size`` is the per-device batch size, a :class:`~batchsel.BucketSelector`'s
+        batches fill its cost budget; ``per_device_train_batch_size`` is not used for
+        training batches).
     index_column : str, default "batchsel_index"
         The key under which each example's position reaches the training step (and is
         removed before the model's forward).
@@ -259,7 +261,14 @@ class BatchselTrainerMixin:
             raise ValueError(
                 f"the selector was built for {selector.num_examples} examples, the train_dataset has {len(dataset)}"
             )
-        if self.args.per_device_train_batch_size != selector.batch_size:
+        if isinstance(selector, BucketSelector):
+            # its batches hold as many examples as its cost budget allows: no size to compare
+            logger.info(
+                "training batches are BucketSelector's (within max_cost=%g); per_device_train_batch_size=%d is not used",
+                selector.max_cost_,
+                self.args.per_device_train_batch_size,
+            )
+        elif self.args.per_device_train_batch_size != selector.batch_size:
             logger.warning(
                 "training batches have the selector's batch_size=%d, not per_device_train_batch_size=%d",
                 selector.batch_size,

@@ -406,7 +406,7 @@ class ClusterLoader(DataLoader):
     >>> [batch.num_nodes for batch in loader]
     [8, 4]
     >>> parts = ClusterData(data, 6, log=False)  # 6 clusters of 2 nodes and 1 edge: cost 3
-    >>> ranks = [ClusterLoader(parts, max_cost=12, rank=r, world_size=2) for r in (0, 1)]
+    >>> ranks = [ClusterLoader(parts, max_cost=6, rank=r, world_size=2) for r in (0, 1)]
     >>> [[batch.num_nodes + batch.edge_index.size(1) for batch in loader] for loader in ranks]
     [[6, 3], [6, 3]]
     """

@@ -36,10 +36,11 @@ class BucketSelector(OfflineSelector):
 
     Every epoch, from a generator seeded by (seed, epoch):
 
-    1. the examples, sorted by cost (ties in a random order), are cut into ``num_buckets``
-       buckets of equal count whose boundaries shift by an offset drawn from 16 (so an
-       example near a boundary meets different neighbours from epoch to epoch); examples
-       over ``max_cost`` form a bucket of their own and train alone, one per batch;
+    1. the examples, sorted by cost (ties in a random order), are cut into buckets of
+       costs within a ratio of ``bucket_width`` (largest to smallest) whose boundaries
+       shift by an offset drawn from 16 (so an example near a boundary meets different
+       neighbours from epoch to epoch); examples over ``max_cost`` form a bucket of their
+       own and train alone, one per batch;
     2. each bucket is shuffled and cut into as few batches as its costs allow: a batch's
        padded cost ``len(batch) * max(costs[batch])`` (``packed=True``:
        ``sum(costs[batch])``) stays within ``max_cost``;
@@ -52,9 +53,9 @@ class BucketSelector(OfflineSelector):
        steps are shuffled (no trend of batch length over the epoch).
 
     Every example is in exactly one batch per epoch (no padding by repetition, nothing
-    dropped). ``num_buckets`` trades padding for mixing: 1 is random batches under a
-    budget (padding as random's), more buckets group more tightly (less padding, batches
-    less random). Batches differ in the number of examples they hold (many short ones,
+    dropped). ``bucket_width`` trades padding for mixing: a bucket's padding stays under
+    ``1 - 1 / bucket_width``; a wide bucket is a random sample of a wide range of costs
+    (more padding, batches more mixed), a narrow one of nearly one cost. Batches differ in the number of examples they hold (many short ones,
     few long ones); their loss is the usual mean over the batch's examples.
 
     Parameters
@@ -68,8 +69,8 @@ class BucketSelector(OfflineSelector):
     batch_size : int or None, default None
         Sets ``max_cost = batch_size * mean(costs)``: the real tokens of a random batch of
         ``batch_size``, so an epoch has about as many steps as random batches of that size.
-    num_buckets : int, default 8
-        Buckets of equal count the sorted examples are cut into.
+    bucket_width : float, default 1.5
+        The ratio of a bucket's largest cost to its smallest (> 1): 1.1 groups most.
     max_examples : int or None, default None
         The most examples one batch holds (None: as many as the budget allows).
     packed : bool, default False
@@ -80,7 +81,7 @@ class BucketSelector(OfflineSelector):
 
     Keyword groups:
         the budget: ``max_cost``, ``batch_size``, ``max_examples``, ``packed``; the
-        grouping: ``num_buckets``, ``seed``.
+        grouping: ``bucket_width``, ``seed``.
 
     Attributes
     ----------
