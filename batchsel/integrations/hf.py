@@ -39,7 +39,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from batchsel.loop.sampler import SelectionBatchSampler
 from batchsel.loop.sampler.profile import SelectorProfile
-from batchsel.selectors.buckets.bucket import BucketSelector
 from batchsel.selectors.selector import Selector
 
 logger = logging.getLogger(__name__)
@@ -261,11 +260,11 @@ class BatchselTrainerMixin:
             raise ValueError(
                 f"the selector was built for {selector.num_examples} examples, the train_dataset has {len(dataset)}"
             )
-        if isinstance(selector, BucketSelector):
+        if self._batchsel_profile.variable_batch_size:
             # its batches hold as many examples as its cost budget allows: no size to compare
             logger.info(
-                "training batches are BucketSelector's (within max_cost=%g); per_device_train_batch_size=%d is not used",
-                selector.max_cost_,
+                "training batches are %s's, sized by its cost budget; per_device_train_batch_size=%d is not used",
+                self._batchsel_profile.name,
                 self.args.per_device_train_batch_size,
             )
         elif self.args.per_device_train_batch_size != selector.batch_size:

@@ -61,6 +61,9 @@ class Capabilities:
     #: True when every batch holds ``batch_size`` examples but an epoch's last, as
     #: ``BatchSampler``'s: then ``SelectionBatchSampler(drop_last=True)`` may drop that one
     full_batches: bool = False
+    #: True when the batches' sizes follow a cost budget rather than ``batch_size``
+    #: (cost-balanced batches): ``batch_size`` is then the most a batch may hold
+    variable_batch_size: bool = False
     #: ``SelectionBatchSampler``'s ``prefetch`` when none is given: how many batches ahead
     #: of the loop this selector's batches are selected (the feedback lag); 1 where a
     #: batch's selection is not trivial and one step of lag costs nothing measurable

@@ -100,6 +100,11 @@ class SelectorProfile:
         return bool(self.selector.full_batches)
 
     @property
+    def variable_batch_size(self) -> bool:
+        """Whether its batches' sizes follow a cost budget (``batch_size``: the most a batch holds)."""
+        return bool(getattr(self.selector, "variable_batch_size", False))
+
+    @property
     def epoch_lengths_vary(self) -> bool:
         """Whether its epochs differ in length (dynamic pruning): known before each epoch."""
         return bool(self.selector.epoch_lengths_vary)

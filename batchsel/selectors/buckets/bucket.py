@@ -107,6 +107,8 @@ class BucketSelector(OfflineSelector):
     True
     """
 
+    variable_batch_size = True
+
     def __init__(
         self,
         costs: Any,
