@@ -125,6 +125,46 @@ def read_losses(path: str, num_examples: int) -> np.ndarray:
     return check_rows(load_array(path), num_examples, f"losses {path!r} (one per example)", ndim=1)
 
 
+def read_costs(path: str) -> np.ndarray:
+    """Per-example costs (``plan --method buckets``: token lengths, durations) from a file.
+
+    Parameters
+    ----------
+    path : str
+        An array file, as for :func:`read_embeddings`, holding one number ``>= 0`` per example.
+
+    Returns
+    -------
+    numpy.ndarray
+        The checked float64 costs (:func:`batchsel.selectors.buckets.costs.check_costs`).
+
+    Raises
+    ------
+    UsageError
+        For an array of two or more dimensions (N x d embeddings given in place of costs),
+        saying how to save costs.
+    ValueError, TypeError
+        For costs that are empty, negative, NaN or infinite, or not numbers.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "lengths.npy")
+    >>> np.save(path, np.array([12, 7, 30]))
+    >>> read_costs(path).tolist()
+    [12.0, 7.0, 30.0]
+    """
+    from batchsel.selectors.buckets.costs import check_costs
+
+    array = load_array(path)
+    if array.ndim >= 2:
+        raise UsageError(
+            f"costs {path!r} has shape {array.shape}: --method buckets takes a 1-D array of one cost per example "
+            "(e.g. its length in tokens), not embeddings; save one with numpy.save('lengths.npy', lengths)"
+        )
+    return check_costs(array, name=f"costs {path!r}")
+
+
 def read_probabilities(path: str, labels: np.ndarray | None, num_examples: int) -> np.ndarray:
     """A model's class probabilities (``audit --probabilities``) from a file.
 

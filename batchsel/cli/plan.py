@@ -1,14 +1,16 @@
 """``batchsel plan``: every worker's batches for E epochs, saved in one plan file.
 
 The selector of ``--method`` is built here from the command's options
-(:func:`_selector`); under mpiexec the k-NN graph of ``--method graph`` and the GreedMax
-partition of ``--partition submodular`` are built sharded over the ranks, and rank 0
-plans and writes.
+(:func:`_selector`); ``--method buckets`` reads per-example costs (token lengths) in place
+of the embeddings and plans token-budget batches (:class:`~batchsel.BucketSelector`).
+Under mpiexec the k-NN graph of ``--method graph`` and the GreedMax partition of
+``--partition submodular`` are built sharded over the ranks, and rank 0 plans and writes.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -20,8 +22,9 @@ from batchsel.cli.terminal import progress
 from batchsel.core.checks import check_int, check_seed
 from batchsel.core.io import AtomicGroup
 from batchsel.plans.plan import save_plans
+from batchsel.selectors.buckets.bucket import DEFAULT_WIDTH
 
-METHODS = ("random", "submodular", "loss", "graph", "coreset")
+METHODS = ("random", "submodular", "loss", "graph", "coreset", "buckets")
 
 PLAN_HELP = "compute every worker's batches and save them"
 PLAN_DESCRIPTION = "Compute the batches of every worker (rank) for E epochs and save them in one\nplan file."
@@ -39,11 +42,18 @@ examples:
   # weighted coreset batches (CRAIG) need the labels
   batchsel plan emb.npy --method coreset --labels y.npy --fraction 0.2 \\
       --batch-size 64 --workers 4 --out coreset.npz
+  # token-budget batches of similar length from lengths.npy (1-D: tokens per example):
+  # each batch's padded cost, len(batch) * its longest length, stays within --max-cost
+  batchsel plan lengths.npy --method buckets --max-cost 8192 --workers 4 --epochs 3 --out buckets.npz
+  # a budget of 64 examples of mean length instead; --packed budgets the sum of the lengths
+  batchsel plan lengths.npy --method buckets --batch-size 64 --packed --workers 4 --out packed.npz
 
   All epochs go into one file; read it with batchsel.load_plans(PATH) or
   batchsel.EpochPlan.load(PATH, epoch=E). The same (inputs, method, seed, workers)
   always give the same plan: compare fingerprints with 'batchsel inspect'.
-  Graphs (--graph, --save-graph) are scipy.sparse.save_npz files.
+  Graphs (--graph, --save-graph) are scipy.sparse.save_npz files. Bucket batches hold
+  many short or few long examples, every example once an epoch, the same number of
+  batches on every worker (batchsel.BucketSelector).
 """
 
 # the methods that use each method option: any other method refuses it
@@ -60,14 +70,29 @@ USED_BY = {
     "blocks_per_batch": ("graph",),
     "save_graph": ("graph",),
     "fraction": ("coreset",),
+    "max_cost": ("buckets",),
+    "bucket_width": ("buckets",),
+    "packed": ("buckets",),
+    # every example is in exactly one bucket batch an epoch: nothing to drop
+    "drop_last": tuple(m for m in METHODS if m != "buckets"),
 }
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     """Add the ``plan`` command and its options (:func:`~batchsel.cli.commands.add_command`)."""
     p = commands.add_command(sub, parents, "plan", help=PLAN_HELP, description=PLAN_DESCRIPTION, epilog=PLAN_EXAMPLE)
-    commands.add_embeddings_argument(p)
-    p.add_argument("--batch-size", type=int, required=True, metavar="B", help="examples per batch")
+    p.add_argument(
+        "embeddings",
+        metavar="EMB",
+        help="N x d embeddings: .npy, .npz[:NAME] or .pt[:NAME]; --method buckets: N per-example costs (1-D)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="B",
+        help="examples per batch; --method buckets: a budget of B examples of mean cost (or give --max-cost)",
+    )
     p.add_argument(
         "--workers", type=int, required=True, metavar="W", help="number of data-parallel workers (world size)"
     )
@@ -75,7 +100,12 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--start-epoch", type=int, default=0, metavar="E0", help="number of the first epoch (default 0)")
     p.add_argument("--method", choices=METHODS, default="random", help="how batches are chosen (default random)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
-    p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding ranks to equal size")
+    p.add_argument(
+        "--drop-last",
+        action="store_true",
+        default=None,  # None when not given: refused by --method buckets (USED_BY)
+        help="drop the tail instead of padding ranks to equal size",
+    )
     p.add_argument("--labels", metavar="Y", help="class labels (N integers) for --method coreset")
     p.add_argument(
         "--metric",
@@ -133,6 +163,27 @@ def _add_method_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--save-graph", metavar="G.npz", help="also save the k-NN graph built from EMB")
     g = p.add_argument_group("method coreset (CRAIG)")
     g.add_argument("--fraction", type=float, default=None, metavar="F", help="share of each class kept (default 0.1)")
+    g = p.add_argument_group("method buckets (token-budget batches of similar cost; EMB: the costs)")
+    g.add_argument(
+        "--max-cost",
+        type=float,
+        default=None,
+        metavar="X",
+        help="a batch's budget: len(batch) * max cost (or, --packed, the sum of the costs) <= X; or give --batch-size",
+    )
+    g.add_argument(
+        "--bucket-width",
+        type=float,
+        default=None,
+        metavar="W",
+        help=f"largest / smallest cost in a bucket, > 1: smaller pads less, mixes less (default {DEFAULT_WIDTH:g})",
+    )
+    g.add_argument(
+        "--packed",
+        action="store_true",
+        default=None,
+        help="budget the sum of a batch's costs (packed input) instead of its padded cost",
+    )
 
 
 def _given(**options: Any) -> dict[str, Any]:
@@ -176,6 +227,8 @@ def _selector(
         return selector, None
     if args.method == "graph":
         return _graph_selector(args, x, graph)
+    if args.method == "buckets":
+        return _bucket_selector(args, x), None
     metric = inputs.metric(args.metric) if args.metric else None
     options = _given(fraction=args.fraction, metric=metric, neighbors=args.neighbors)
     return CoresetSelector(x, labels, args.batch_size, **common, **options), None
@@ -234,6 +287,49 @@ def _graph_selector(args: argparse.Namespace, x: np.ndarray | None, graph: Any) 
     return GraphBlockSelector(graph, args.batch_size, seed=args.seed, drop_last=args.drop_last, **options), built
 
 
+def _bucket_selector(args: argparse.Namespace, costs: np.ndarray) -> Any:
+    """``--method buckets``: token-budget batches of the per-example ``costs`` (EMB),
+    refused in the command's terms when ``--workers`` cannot all get as many batches."""
+    from batchsel.selectors.buckets.bucket import BucketSelector
+
+    _check_width(costs, args.bucket_width)
+    options = _given(max_cost=args.max_cost, batch_size=args.batch_size, bucket_width=args.bucket_width)
+    try:
+        beyond = args.batch_size is not None and not math.isfinite(args.batch_size * float(costs.mean()))
+    except OverflowError:  # a B beyond float64 itself
+        beyond = True
+    if beyond:
+        raise UsageError(
+            f"--batch-size {args.batch_size} times the mean cost {costs.mean():g} is beyond float64: "
+            "give a smaller --batch-size, or --max-cost"
+        )
+    selector = BucketSelector(costs, packed=bool(args.packed), seed=args.seed, **options)
+    if selector.world_error(args.workers) is not None:  # the selector's message, in the command's terms
+        raise UsageError(
+            f"--workers {args.workers} is too many for {selector.num_examples} examples under this budget (every "
+            "worker gets as many batches, each of one example or more): use fewer --workers, or a larger "
+            "--max-cost / --batch-size"
+        )
+    return selector
+
+
+def _check_width(costs: np.ndarray, width: float | None) -> None:
+    """Refuse a ``--bucket-width`` so close to 1 that the cost range holds far more buckets
+    than there are examples: their boundaries alone would fill the memory."""
+    positive = costs[costs > 0]
+    if width is None or positive.size == 0:
+        return
+    span = math.log(positive.max()) - math.log(positive.min())  # of the ratio, which may overflow
+    buckets = span / math.log(width)
+    if buckets > 16 * costs.size + 1024:
+        # the width that gives one bucket per example over this range
+        least = math.exp(span / costs.size)
+        raise UsageError(
+            f"--bucket-width {width} is too close to 1 for costs from {positive.min():g} to {positive.max():g}: "
+            f"{buckets:.3g} buckets for {costs.size} examples; give a --bucket-width of {least:.6g} or more"
+        )
+
+
 def _sharded_greedmax(args: argparse.Namespace, n: int) -> np.ndarray | None:
     """Under mpiexec, ``--partition submodular``: the GreedMax shard of every example for
     ``--workers`` shards (on rank 0; None elsewhere), from the RBF k-NN graph the
@@ -253,9 +349,29 @@ def _sharded_greedmax(args: argparse.Namespace, n: int) -> np.ndarray | None:
     return shard_of_each(parts, n) if args.comm.rank == 0 else None
 
 
+def _check_budget(args: argparse.Namespace) -> None:
+    """``--batch-size`` (every method but buckets needs it), and the budget of ``--method
+    buckets``: ``--max-cost`` or ``--batch-size``, one of them; ``--bucket-width``."""
+    if args.method != "buckets":
+        if args.batch_size is None:
+            raise UsageError(f"--method {args.method} needs --batch-size B")
+    elif (args.max_cost is None) == (args.batch_size is None):
+        raise UsageError(
+            "--method buckets needs --max-cost X (a batch's cost budget) or --batch-size B (a budget of B examples "
+            f"of mean cost), {'not both' if args.max_cost is not None else 'one of them'}"
+        )
+    if args.batch_size is not None:
+        check_int(args.batch_size, "--batch-size", minimum=1)
+    if args.max_cost is not None and not (math.isfinite(args.max_cost) and args.max_cost > 0):
+        raise UsageError(f"--max-cost must be a number > 0, got {args.max_cost}")
+    if args.bucket_width is not None and not (math.isfinite(args.bucket_width) and args.bucket_width > 1):
+        raise UsageError(
+            f"--bucket-width must be a number > 1 (a bucket's largest cost / its smallest), got {args.bucket_width}"
+        )
+
+
 def _check_options(args: argparse.Namespace) -> None:
     """The options' mistakes that need no data, and the outputs (before the work)."""
-    check_int(args.batch_size, "--batch-size", minimum=1)
     check_int(args.workers, "--workers", minimum=1)
     check_int(args.epochs, "--epochs", minimum=1)
     check_int(args.start_epoch, "--start-epoch", minimum=0)
@@ -266,13 +382,20 @@ def _check_options(args: argparse.Namespace) -> None:
     for option, methods in USED_BY.items():
         if getattr(args, option) is not None and args.method not in methods:
             raise UsageError(f"--{option.replace('_', '-')} is used only by --method {' or '.join(methods)}")
+    _check_budget(args)
+    args.drop_last = bool(args.drop_last)  # None (not given) as False from here on
     if args.method == "coreset" and args.labels is None:
         raise UsageError("--method coreset needs --labels")
     if args.graph is not None and (args.save_graph or args.neighbors or args.metric):
         raise UsageError(
             "--neighbors, --metric and --save-graph are for the graph built from EMB; they do not combine with --graph"
         )
-    given = [("EMB", args.embeddings), ("--labels", args.labels), ("--losses", args.losses), ("--graph", args.graph)]
+    given = [
+        ("COSTS" if args.method == "buckets" else "EMB", args.embeddings),
+        ("--labels", args.labels),
+        ("--losses", args.losses),
+        ("--graph", args.graph),
+    ]
     # numpy's savez would append .npz to another name; a plan file is read back by its name
     outputs.check_output(args.out, args.force, what="plan", suffixes=(".npz",), inputs=given)
     outputs.check_output(args.save_graph, args.force, what="graph", suffixes=(".npz",), inputs=given)
@@ -282,14 +405,17 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _read_inputs(args: argparse.Namespace) -> tuple[np.ndarray | None, int, Any, Any, Any]:
     """``(x, N, labels, losses, graph)``: the embeddings where the method needs them here
-    (not for random batches, nor for a graph built over the ranks), the other inputs
-    given, checked against N."""
-    if args.method == "random" or args.comm is not None:
+    (not for random batches, nor for a graph built over the ranks; the per-example costs
+    for buckets), the other inputs given, checked against N."""
+    if args.method == "buckets":
+        x = inputs.read_costs(args.embeddings)  # the per-example costs stand in for the embeddings
+        n = x.shape[0]
+    elif args.method == "random" or args.comm is not None:
         x, n = None, inputs.num_rows(args.embeddings)
     else:
         x = inputs.read_embeddings(args.embeddings)
         n = x.shape[0]
-    if args.batch_size > n and args.method != "random":
+    if args.batch_size is not None and args.batch_size > n and args.method not in ("random", "buckets"):
         # the selectors' own check (batch_size <= N), before any graph is built, in the
         # command's terms; random batches take a larger B, as torch's BatchSampler does
         raise UsageError(
@@ -317,10 +443,32 @@ def _write_plans(args: argparse.Namespace, plans: list[Any], built_graph: Any) -
     outputs.write([args.out, args.save_graph], write_outputs)
 
 
-def _report(args: argparse.Namespace, plans: list[Any], n: int, sizes: list[int]) -> None:
+def _cost_summary(selector: Any, plans: list[Any]) -> dict[str, Any]:
+    """``--method buckets``: the budget in use, the largest batch cost (above the budget
+    only for an example that costs more alone), and the share of the padded cost, over
+    all epochs, that is padding."""
+    from batchsel.selectors.buckets.kernels import batch_costs
+
+    batches = [b for p in plans for r in range(p.world_size) for b in p.batches(r)]
+    with np.errstate(over="ignore"):  # costs near float64's limit: said as None (JSON has no inf)
+        padded = float(batch_costs(batches, selector.costs, packed=False).sum())
+        # every epoch holds every example once
+        real = float(selector.costs.sum()) * len(plans)
+        largest = float(batch_costs(batches, selector.costs, selector.packed).max())
+    share = 1.0 - real / padded if padded > 0 else 0.0
+    return {
+        "max_cost": selector.max_cost_,
+        "bucket_width": selector.bucket_width,
+        "packed": selector.packed,
+        "max_batch_cost": largest if math.isfinite(largest) else None,
+        "padding_share": share if math.isfinite(share) else None,
+    }
+
+
+def _report(args: argparse.Namespace, plans: list[Any], n: int, sizes: list[int], budget: dict[str, Any]) -> None:
     """Say what was written (stdout), with a note on stderr where the batches are smaller
-    than ``--batch-size``."""
-    if max(sizes) < args.batch_size:
+    than ``--batch-size``; ``budget``: :func:`_cost_summary` (``--method buckets``) or empty."""
+    if args.method != "buckets" and max(sizes) < args.batch_size:
         # said, not refused: the selectors (RandomSelector as torch's DistributedSampler +
         # BatchSampler) cut a batch larger than a worker's share of the epoch to that share
         share = max(p.indices(r).size for p in plans for r in range(p.world_size))
@@ -336,6 +484,7 @@ def _report(args: argparse.Namespace, plans: list[Any], n: int, sizes: list[int]
         "batch_size": args.batch_size,
         "world_size": args.workers,
         "num_batches": plans[0].num_batches,
+        **budget,
         "epochs": [{"epoch": p.epoch, "fingerprint": p.fingerprint()} for p in plans],
     }
     if args.json:
@@ -346,6 +495,13 @@ def _report(args: argparse.Namespace, plans: list[Any], n: int, sizes: list[int]
         f"batches of {min(sizes)}..{max(sizes)} examples (method {args.method}, seed {args.seed}, "
         f"{n} examples)"
     )
+    if budget:
+        largest, share = budget["max_batch_cost"], budget["padding_share"]
+        print(
+            f"budget {budget['max_cost']:g} per batch ({'packed' if budget['packed'] else 'padded'} cost; largest "
+            f"batch {'beyond float64' if largest is None else f'{largest:g}'}), bucket width "
+            f"{budget['bucket_width']:g}, padding {'unknown' if share is None else f'{share:.1%}'} of the padded cost"
+        )
     for p in plans:
         print(f"epoch {p.epoch}  fingerprint {p.fingerprint()}")
 
@@ -353,6 +509,8 @@ def _report(args: argparse.Namespace, plans: list[Any], n: int, sizes: list[int]
 def cmd_plan(args: argparse.Namespace) -> int:
     """Run ``batchsel plan`` on the parsed ``args`` (the contract: :mod:`batchsel.cli.commands`)."""
     _check_options(args)
+    if args.method == "buckets":
+        args.oom_hint = "for --method buckets give a --bucket-width further from 1"
     # under mpiexec -n W (W > 1), method graph and the GreedMax partition build the k-NN
     # graph sharded over the ranks (each reads its rows of EMB); rank 0 writes the outputs
     plan_inputs = ["embeddings", "labels", "losses", "graph"]
@@ -376,6 +534,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError(
             f"the plan holds no batch: {args.workers} workers for {n} examples{dropped if args.drop_last else ''}"
         )
+    budget = _cost_summary(selector, plans) if args.method == "buckets" else {}
     _write_plans(args, plans, built_graph)
-    _report(args, plans, n, sizes)
+    _report(args, plans, n, sizes, budget)
     return EXIT_OK

@@ -132,8 +132,9 @@ class BucketSelector(OfflineSelector):
             if self.max_cost_ <= 0:
                 raise ValueError(f"max_cost must be > 0, got {max_cost!r}")
         else:
-            budget = check_int(batch_size, "batch_size", minimum=1) * float(self.costs.mean())
-            self.max_cost_ = budget if budget > 0 else float(check_int(batch_size, "batch_size", minimum=1))
+            size = check_int(batch_size, "batch_size", minimum=1, maximum=n)
+            budget = size * float(self.costs.mean())
+            self.max_cost_ = budget if budget > 0 else float(size)
         self.bucket_width = check_number(bucket_width, "bucket_width", 1.0)
         if self.bucket_width <= 1:
             raise ValueError(
@@ -142,7 +143,10 @@ class BucketSelector(OfflineSelector):
         self.max_examples = None if max_examples is None else check_int(max_examples, "max_examples", minimum=1)
         self.packed = bool(packed)
         positive = self.costs[self.costs > 0]
-        widest = n if positive.size == 0 else int(min(n, max(1.0, self.max_cost_ // positive.min())))
+        widest = (
+            n if positive.size == 0 or self.max_cost_ / n >= positive.min() else int(self.max_cost_ // positive.min())
+        )
+        widest = max(widest, 1)
         super().__init__(n, min(widest, self.max_examples or n), seed=seed)
         self.max_cost = max_cost
         self.budget_batch_size = batch_size

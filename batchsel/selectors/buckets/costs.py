@@ -65,6 +65,9 @@ def check_costs(costs: Any, num_examples: int | None = None, name: str = "costs"
     bad = np.flatnonzero(array < 0)
     if bad.size:
         raise ValueError(f"{name} must be >= 0, got {array[bad[0]]} at position {bad[0]}")
+    with np.errstate(over="ignore"):
+        if not np.isfinite(array.sum() + array.max() * len(array)):
+            raise ValueError(f"{name} are too large: their sum overflows float64 (largest {array.max():g})")
     return array
 
 

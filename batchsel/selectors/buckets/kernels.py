@@ -46,12 +46,11 @@ def segment_bounds(sorted_costs: np.ndarray, width: float, offset: float, max_co
     positive = sorted_costs[sorted_costs > 0]
     if positive.size == 0:
         return np.array([0, n], dtype=np.int64)
-    low, high = np.log(positive[0]), np.log(positive[-1])
-    count = int(np.floor((high - low) / np.log(width) + offset)) + 1
-    edges = np.exp(low + (np.arange(1, count + 1) - offset) * np.log(width))
-    bounds = np.searchsorted(sorted_costs, edges, side="left")
+    # each example's bucket: how many boundaries c0 * width**(k - offset), k >= 1, it passes
+    scaled = np.log(np.maximum(sorted_costs, positive[0]) / positive[0]) / np.log(width) + offset
+    changes = np.flatnonzero(np.diff(np.floor(scaled))) + 1
     over = np.searchsorted(sorted_costs, max_cost, side="right")
-    return np.unique(np.concatenate([[0, n, over], np.clip(bounds, 0, n)])).astype(np.int64)
+    return np.unique(np.concatenate([[0, n, over], changes])).astype(np.int64)
 
 
 def bucket_counts(
