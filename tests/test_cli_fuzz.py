@@ -386,6 +386,10 @@ METHOD_OPTIONS = {
         ("--metric", st.sampled_from(cli.METRICS)),
     ],
     "coreset": [("--metric", st.sampled_from(cli.METRICS))],
+    "buckets": [
+        ("--max-cost", mostly(st.sampled_from([50.0, 1000.0]), 0, -1, "nan", "inf", 1e308)),
+        ("--bucket-width", mostly(st.sampled_from([1.1, 1.5, 3.0]), 1.0, 0.5, "nan", 1 + 1e-12)),
+    ],
 }
 SEEDS = mostly(st.integers(0, 100), -1, 2**32, 2**64, 2**70)
 
@@ -439,6 +443,14 @@ def test_plan_fuzz(data, x, fmt, method, batch_size, workers, epochs, start_epoc
             *(["--json"] if as_json else []),
         ]
         outputs = ["plan.npz"]
+        if (
+            data is not None
+            and method == "buckets"
+            and x.ndim == 2
+            and x.dtype.kind in "iuf"
+            and data.draw(st.booleans(), label="1-D costs")
+        ):
+            argv[1] = write_array(d, "costs", np.abs(x.reshape(len(x), -1)).sum(axis=1), fmt)  # one cost per row
         if data is not None and data.draw(st.integers(0, 19), label="coin") == 7:
             (d / "plan.npz").write_bytes(b"an older plan")  # replaced only with --force, and only on success
             argv += ["--force"] if data.draw(st.booleans(), label="force") else []
