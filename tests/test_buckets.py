@@ -261,3 +261,22 @@ def test_grouped_bad_input():
         CostGroupedSelector(RandomSelector(4, 2), [1, 2, 3])
     with pytest.raises(ValueError, match="window must be >= 1"):
         CostGroupedSelector(RandomSelector(4, 2), [1, 2, 3, 4], window=0)
+
+
+@pytest.mark.parametrize("batch_size", [8, 32, 100])
+def test_batch_size_gives_random_batches_step_count_with_the_smallest_budget(batch_size):
+    sel = BucketSelector(COSTS, batch_size=batch_size, seed=0)
+    for world_size in (1, 2, 3):
+        assert sel.num_batches(world_size) == RandomSelector(len(COSTS), batch_size).num_batches(world_size)
+    # the budget is the smallest that needs no more batches than random's: a little less needs more
+    tighter = BucketSelector(COSTS, max_cost=sel.max_cost_ * (1 - 1e-6), seed=0)
+    assert tighter.num_batches() > sel.num_batches()
+    # the same budget given as max_cost needs at most as many (batch_size tops up to random's)
+    assert BucketSelector(COSTS, max_cost=sel.max_cost_, seed=0).num_batches(2) <= sel.num_batches(2)
+
+
+def test_more_buckets_than_steps_warns(caplog):
+    with caplog.at_level("WARNING"):
+        sel = BucketSelector(lognormal_lengths(60), batch_size=30, bucket_width=1.05)
+    assert "more buckets than the 2 steps of batch_size=30" in caplog.text
+    assert sel.num_batches() >= 2

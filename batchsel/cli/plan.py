@@ -45,7 +45,7 @@ examples:
   # token-budget batches of similar length from lengths.npy (1-D: tokens per example):
   # each batch's padded cost, len(batch) * its longest length, stays within --max-cost
   batchsel plan lengths.npy --method buckets --max-cost 8192 --workers 4 --epochs 3 --out buckets.npz
-  # a budget of 64 examples of mean length instead; --packed budgets the sum of the lengths
+  # as many batches as random batches of 64 instead; --packed budgets the sum of the lengths
   batchsel plan lengths.npy --method buckets --batch-size 64 --packed --workers 4 --out packed.npz
 
   All epochs go into one file; read it with batchsel.load_plans(PATH) or
@@ -91,7 +91,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         type=int,
         default=None,
         metavar="B",
-        help="examples per batch; --method buckets: a budget of B examples of mean cost (or give --max-cost)",
+        help="examples per batch; --method buckets: as many batches as random batches of B (or give --max-cost)",
     )
     p.add_argument(
         "--workers", type=int, required=True, metavar="W", help="number of data-parallel workers (world size)"
@@ -292,16 +292,10 @@ def _bucket_selector(args: argparse.Namespace, costs: np.ndarray) -> Any:
     refused in the command's terms when ``--workers`` cannot all get as many batches."""
     from batchsel.selectors.buckets.bucket import BucketSelector
 
-    _check_width(costs, args.bucket_width)
     options = _given(max_cost=args.max_cost, batch_size=args.batch_size, bucket_width=args.bucket_width)
-    try:
-        beyond = args.batch_size is not None and not math.isfinite(args.batch_size * float(costs.mean()))
-    except OverflowError:  # a B beyond float64 itself
-        beyond = True
-    if beyond:
+    if args.batch_size is not None and args.batch_size > len(costs):
         raise UsageError(
-            f"--batch-size {args.batch_size} times the mean cost {costs.mean():g} is beyond float64: "
-            "give a smaller --batch-size, or --max-cost"
+            f"--batch-size {args.batch_size} is more than the {len(costs)} examples: give at most {len(costs)}"
         )
     selector = BucketSelector(costs, packed=bool(args.packed), seed=args.seed, **options)
     if selector.world_error(args.workers) is not None:  # the selector's message, in the command's terms
@@ -311,23 +305,6 @@ def _bucket_selector(args: argparse.Namespace, costs: np.ndarray) -> Any:
             "--max-cost / --batch-size"
         )
     return selector
-
-
-def _check_width(costs: np.ndarray, width: float | None) -> None:
-    """Refuse a ``--bucket-width`` so close to 1 that the cost range holds far more buckets
-    than there are examples: their boundaries alone would fill the memory."""
-    positive = costs[costs > 0]
-    if width is None or positive.size == 0:
-        return
-    span = math.log(positive.max()) - math.log(positive.min())  # of the ratio, which may overflow
-    buckets = span / math.log(width)
-    if buckets > 16 * costs.size + 1024:
-        # the width that gives one bucket per example over this range
-        least = math.exp(span / costs.size)
-        raise UsageError(
-            f"--bucket-width {width} is too close to 1 for costs from {positive.min():g} to {positive.max():g}: "
-            f"{buckets:.3g} buckets for {costs.size} examples; give a --bucket-width of {least:.6g} or more"
-        )
 
 
 def _sharded_greedmax(args: argparse.Namespace, n: int) -> np.ndarray | None:
@@ -357,8 +334,8 @@ def _check_budget(args: argparse.Namespace) -> None:
             raise UsageError(f"--method {args.method} needs --batch-size B")
     elif (args.max_cost is None) == (args.batch_size is None):
         raise UsageError(
-            "--method buckets needs --max-cost X (a batch's cost budget) or --batch-size B (a budget of B examples "
-            f"of mean cost), {'not both' if args.max_cost is not None else 'one of them'}"
+            "--method buckets needs --max-cost X (a batch's cost budget) or --batch-size B (as many batches as "
+            f"random batches of B), {'not both' if args.max_cost is not None else 'one of them'}"
         )
     if args.batch_size is not None:
         check_int(args.batch_size, "--batch-size", minimum=1)

@@ -16,13 +16,14 @@ from batchsel.selectors.buckets.kernels import (
     NUM_OFFSETS,
     batch_costs,
     bucket_counts,
+    bucket_starts,
     deal_steps,
     fill_bucket,
     segment_bounds,
     split_largest,
 )
 from batchsel.selectors.offline import OfflineSelector
-from batchsel.selectors.sharding import epoch_rng
+from batchsel.selectors.sharding import epoch_rng, shard_length
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +68,10 @@ class BucketSelector(OfflineSelector):
     max_cost : float or None, default None
         The budget of one batch's cost. Give it or ``batch_size``.
     batch_size : int or None, default None
-        Sets ``max_cost = batch_size * mean(costs)``: the real tokens of a random batch of
-        ``batch_size``, so an epoch has about as many steps as random batches of that size.
+        Sets ``max_cost`` to the smallest budget whose epochs need at most ``ceil(N /
+        batch_size)`` batches, and gives every epoch as many batches per rank as random
+        batches of that size (``shuffle=True``): the same steps, so a learning rate and
+        schedule carry over, about ``batch_size`` examples' real cost per step.
     bucket_width : float, default 1.5
         The ratio of a bucket's largest cost to its smallest (> 1): 1.1 groups most.
     max_examples : int or None, default None
@@ -124,17 +127,9 @@ class BucketSelector(OfflineSelector):
         n = len(self.costs)
         if (max_cost is None) == (batch_size is None):
             raise ValueError(
-                f"give max_cost (the budget of a batch's cost) or batch_size (a budget of that many "
-                f"examples of mean cost), not {'both' if max_cost is not None else 'neither'}"
+                f"give max_cost (the budget of a batch's cost) or batch_size (as many batches as random "
+                f"batches of that size), not {'both' if max_cost is not None else 'neither'}"
             )
-        if max_cost is not None:
-            self.max_cost_ = check_number(max_cost, "max_cost", 0.0)
-            if self.max_cost_ <= 0:
-                raise ValueError(f"max_cost must be > 0, got {max_cost!r}")
-        else:
-            size = check_int(batch_size, "batch_size", minimum=1, maximum=n)
-            budget = size * float(self.costs.mean())
-            self.max_cost_ = budget if budget > 0 else float(size)
         self.bucket_width = check_number(bucket_width, "bucket_width", 1.0)
         if self.bucket_width <= 1:
             raise ValueError(
@@ -142,15 +137,26 @@ class BucketSelector(OfflineSelector):
             )
         self.max_examples = None if max_examples is None else check_int(max_examples, "max_examples", minimum=1)
         self.packed = bool(packed)
+        self.max_cost = max_cost
+        self.budget_batch_size = batch_size
+        self._sorted_costs = np.sort(self.costs)
+        self._cumulative = np.concatenate([[0.0], np.cumsum(self._sorted_costs)])
+        # each offset's bucket boundaries (the budget adds one): all an epoch's count needs
+        self._starts = [
+            bucket_starts(self._sorted_costs, self.bucket_width, j / NUM_OFFSETS) for j in range(NUM_OFFSETS)
+        ]
+        if max_cost is not None:
+            self.max_cost_ = check_number(max_cost, "max_cost", 0.0)
+            if self.max_cost_ <= 0:
+                raise ValueError(f"max_cost must be > 0, got {max_cost!r}")
+        else:
+            steps = -(-n // check_int(batch_size, "batch_size", minimum=1, maximum=n))
+            self.max_cost_ = self._budget_for(steps)
         positive = self.costs[self.costs > 0]
         widest = (
             n if positive.size == 0 or self.max_cost_ / n >= positive.min() else int(self.max_cost_ // positive.min())
         )
-        widest = max(widest, 1)
-        super().__init__(n, min(widest, self.max_examples or n), seed=seed)
-        self.max_cost = max_cost
-        self.budget_batch_size = batch_size
-        self._sorted_costs = np.sort(self.costs)
+        super().__init__(n, min(max(widest, 1), self.max_examples or n), seed=seed)
         over = int(np.count_nonzero(self.costs > self.max_cost_))
         if over:
             logger.warning(
@@ -160,7 +166,32 @@ class BucketSelector(OfflineSelector):
                 self.max_cost_,
             )
         # every offset's batch count: an epoch has the largest, so all epochs are as long
-        self._offset_counts = [int(self._bucket_counts(j).sum()) for j in range(NUM_OFFSETS)]
+        self._offset_counts = [int(self._bucket_counts(j, self.max_cost_).sum()) for j in range(NUM_OFFSETS)]
+
+    def _budget_for(self, steps: int) -> float:
+        """The smallest budget whose epochs need at most ``steps`` batches (bisection; the
+        count falls as the budget grows), or the one that fits every bucket in a batch."""
+        top = float(self._sorted_costs[-1])
+        if top == 0:
+            return 1.0
+        low, high = top / len(self.costs) / 4, top * len(self.costs)
+
+        def fits(budget: float) -> bool:
+            return max(int(self._bucket_counts(j, budget).sum()) for j in range(NUM_OFFSETS)) <= steps
+
+        if not fits(high):
+            logger.warning(
+                "bucket_width=%g cuts the costs into more buckets than the %d steps of batch_size=%d: "
+                "each bucket is one batch; a wider bucket_width keeps the steps",
+                self.bucket_width,
+                steps,
+                self.budget_batch_size,
+            )
+            return high
+        for _ in range(64):
+            middle = float(np.sqrt(low * high))
+            low, high = (low, middle) if fits(middle) else (middle, high)
+        return high
 
     def get_params(self) -> dict[str, Any]:
         return {
@@ -173,13 +204,22 @@ class BucketSelector(OfflineSelector):
             "seed": self.seed,
         }
 
-    def _bucket_counts(self, offset: int) -> np.ndarray:
-        bounds = segment_bounds(self._sorted_costs, self.bucket_width, offset / NUM_OFFSETS, self.max_cost_)
-        cap = self.max_examples or self.num_examples
-        return bucket_counts(self._sorted_costs, bounds, self.max_cost_, cap, self.packed)
+    def _bounds(self, offset: int, budget: float) -> np.ndarray:
+        return segment_bounds(
+            self._sorted_costs, self.bucket_width, offset / NUM_OFFSETS, budget, starts=self._starts[offset]
+        )
+
+    def _bucket_counts(self, offset: int, budget: float) -> np.ndarray:
+        cap = self.max_examples or len(self.costs)
+        return bucket_counts(
+            self._sorted_costs, self._bounds(offset, budget), budget, cap, self.packed, cumulative=self._cumulative
+        )
 
     def _batches_per_rank(self, world_size: int) -> int:
-        return -(-max(self._offset_counts) // world_size)
+        per_rank = -(-max(self._offset_counts) // world_size)
+        if self.budget_batch_size is not None:  # as many as random batches of that size
+            per_rank = max(per_rank, -(-shard_length(len(self.costs), world_size, False) // self.budget_batch_size))
+        return per_rank
 
     def world_error(self, world_size: int) -> str | None:
         """As many batches on every rank, each with at least one example."""
@@ -198,8 +238,8 @@ class BucketSelector(OfflineSelector):
         rng = epoch_rng(self.seed, epoch)
         order = np.lexsort((rng.random(self.num_examples), self.costs))
         offset = int(rng.integers(NUM_OFFSETS))
-        bounds = segment_bounds(self._sorted_costs, self.bucket_width, offset / NUM_OFFSETS, self.max_cost_)
-        counts = self._bucket_counts(offset)
+        bounds = self._bounds(offset, self.max_cost_)
+        counts = self._bucket_counts(offset, self.max_cost_)
         cap = self.max_examples or self.num_examples
         batches: list[np.ndarray] = []
         for begin, end, count in zip(bounds[:-1], bounds[1:], counts):

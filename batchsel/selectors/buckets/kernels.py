@@ -14,12 +14,44 @@ import numpy as np
 NUM_OFFSETS = 16
 
 
-def segment_bounds(sorted_costs: np.ndarray, width: float, offset: float, max_cost: float) -> np.ndarray:
-    """Where the buckets of examples sorted by cost begin and end: cost ranges of ratio
-    ``width`` (largest to smallest), ``[c0 * width**(j - 1 + offset), c0 * width**(j +
-    offset))`` from ``c0`` the smallest positive cost (zero costs join the first), and one
-    more boundary where costs pass ``max_cost`` (an example over the budget is a batch of
-    its own, apart from the rest). A bucket's padding is under ``1 - 1 / width``.
+def bucket_starts(sorted_costs: np.ndarray, width: float, offset: float) -> np.ndarray:
+    """Where the buckets of examples sorted by cost begin, but the first: cost ranges of
+    ratio ``width`` (largest to smallest), ``[c0 * width**(j - 1 - offset), c0 * width**(j
+    - offset))`` from ``c0`` the smallest positive cost (zero costs join the first).
+
+    Parameters
+    ----------
+    sorted_costs : numpy.ndarray
+        The costs in ascending order.
+    width : float
+        The ratio of a bucket's largest to its smallest cost (> 1).
+    offset : float
+        The shift of the boundaries, in ``[0, 1)`` of a bucket (in log scale).
+
+    Returns
+    -------
+    numpy.ndarray
+        Ascending int64 positions in ``(0, N)``.
+
+    Example
+    -------
+    >>> bucket_starts(np.array([1.0, 1.5, 2, 3, 4, 7, 9]), 2.0, 0.0).tolist()
+    [2, 4, 6]
+    """
+    positive = sorted_costs[sorted_costs > 0]
+    if positive.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    # each example's bucket: how many boundaries c0 * width**(k - offset), k >= 1, it passes
+    scaled = np.log(np.maximum(sorted_costs, positive[0]) / positive[0]) / np.log(width) + offset
+    return (np.flatnonzero(np.diff(np.floor(scaled))) + 1).astype(np.int64)
+
+
+def segment_bounds(
+    sorted_costs: np.ndarray, width: float, offset: float, max_cost: float, starts: np.ndarray | None = None
+) -> np.ndarray:
+    """Where the buckets of examples sorted by cost begin and end (:func:`bucket_starts`),
+    and one more boundary where costs pass ``max_cost`` (an example over the budget is a
+    batch of its own, apart from the rest). A bucket's padding is under ``1 - 1 / width``.
 
     Parameters
     ----------
@@ -31,11 +63,13 @@ def segment_bounds(sorted_costs: np.ndarray, width: float, offset: float, max_co
         The shift of the boundaries, in ``[0, 1)`` of a bucket (in log scale).
     max_cost : float
         The budget.
+    starts : numpy.ndarray or None, default None
+        :func:`bucket_starts` of the same arguments, when already known.
 
     Returns
     -------
     numpy.ndarray
-        Ascending int64 positions, from 0 to N, without repeats (empty buckets dropped).
+        Ascending int64 positions, from 0 to N, without repeats.
 
     Example
     -------
@@ -43,18 +77,19 @@ def segment_bounds(sorted_costs: np.ndarray, width: float, offset: float, max_co
     [0, 2, 4, 6, 7]
     """
     n = len(sorted_costs)
-    positive = sorted_costs[sorted_costs > 0]
-    if positive.size == 0:
-        return np.array([0, n], dtype=np.int64)
-    # each example's bucket: how many boundaries c0 * width**(k - offset), k >= 1, it passes
-    scaled = np.log(np.maximum(sorted_costs, positive[0]) / positive[0]) / np.log(width) + offset
-    changes = np.flatnonzero(np.diff(np.floor(scaled))) + 1
+    if starts is None:
+        starts = bucket_starts(sorted_costs, width, offset)
     over = np.searchsorted(sorted_costs, max_cost, side="right")
-    return np.unique(np.concatenate([[0, n, over], changes])).astype(np.int64)
+    return np.unique(np.concatenate([[0, n, over], starts])).astype(np.int64)
 
 
 def bucket_counts(
-    sorted_costs: np.ndarray, bounds: np.ndarray, max_cost: float, max_examples: int, packed: bool
+    sorted_costs: np.ndarray,
+    bounds: np.ndarray,
+    max_cost: float,
+    max_examples: int,
+    packed: bool,
+    cumulative: np.ndarray | None = None,
 ) -> np.ndarray:
     """How many batches each bucket is cut into: independent of the order within the
     bucket, so that an epoch's count is known before it is drawn.
@@ -77,6 +112,8 @@ def bucket_counts(
         The most examples a batch holds.
     packed : bool
         Packed cost (``sum``) instead of padded cost (``len * max``).
+    cumulative : numpy.ndarray or None, default None
+        ``[0, cumsum(sorted_costs)]``, when already known (packed cost reads it).
 
     Returns
     -------
@@ -94,7 +131,9 @@ def bucket_counts(
     equal_runs = -(-sizes // equal_run_size(top, max_cost, max_examples))
     if not packed:
         return equal_runs
-    sums = np.add.reduceat(sorted_costs, bounds[:-1])
+    if cumulative is None:
+        cumulative = np.concatenate([[0.0], np.cumsum(sorted_costs)])
+    sums = cumulative[bounds[1:]] - cumulative[bounds[:-1]]
     slack = max_cost - top
     by_cost = np.where(slack > 0, np.floor(sums / np.where(slack > 0, slack, 1.0)) + 1, sizes)
     next_fit = np.minimum(sizes, sizes // max_examples + by_cost.astype(np.int64))
@@ -306,6 +345,7 @@ def regroup(
 
 __all__ = [
     "NUM_OFFSETS",
+    "bucket_starts",
     "segment_bounds",
     "bucket_counts",
     "fill_bucket",
