@@ -98,6 +98,10 @@ def test_two_ranks_cost_nearly_the_same_at_each_step():
     rand = RandomSelector(len(COSTS), 32, seed=2).plan(0, 2)
     rcost = np.array([[len(b) * COSTS[b].max() for b in rand.batches(r)] for r in range(2)]).T
     assert np.median(np.abs(rcost[:, 0] - rcost[:, 1]) / rcost.max(axis=1)) > 2 * np.median(gap)
+    # and in length and size too: attention's cost, quadratic in the length, matches as well
+    plan = sel.plan(0, 2)
+    quadratic = np.array([[len(b) * COSTS[b].max() ** 2 for b in plan.batches(r)] for r in range(2)]).T
+    assert np.median(np.abs(quadratic[:, 0] - quadratic[:, 1]) / quadratic.max(axis=1)) <= 0.10
 
 
 def test_no_trend_of_batch_cost_over_the_epoch():

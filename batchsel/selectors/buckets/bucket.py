@@ -246,7 +246,8 @@ class BucketSelector(OfflineSelector):
             members = rng.permutation(order[begin:end])
             batches += fill_bucket(members, self.costs, int(count), self.max_cost_, cap, self.packed)
         batches = split_largest(batches, self._batches_per_rank(world.size) * world.size)
-        steps = deal_steps(batch_costs(batches, self.costs, self.packed), world.size, rng)
+        longest = None if self.packed else np.array([self.costs[b].max() for b in batches])
+        steps = deal_steps(batch_costs(batches, self.costs, self.packed), world.size, rng, longest)
         per_rank = [[batches[i] for i in steps[:, r]] for r in range(world.size)]
         return EpochPlan(per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="buckets")
 

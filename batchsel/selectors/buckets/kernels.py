@@ -269,11 +269,16 @@ def batch_costs(batches: list[np.ndarray], costs: np.ndarray, packed: bool) -> n
     return sizes * np.maximum.reduceat(flat, starts)
 
 
-def deal_steps(costs: np.ndarray, world_size: int, rng: np.random.Generator) -> np.ndarray:
+def deal_steps(
+    costs: np.ndarray, world_size: int, rng: np.random.Generator, longest: np.ndarray | None = None
+) -> np.ndarray:
     """Deal batches to ranks so that each step's batches cost nearly the same, with no
     trend of cost over the epoch: sort the batches by cost (ties in a random order), give
     each run of ``world_size`` consecutive ones to one step, shuffle the steps, and the
-    ranks within a step.
+    ranks within a step. With ``longest``, sort by each batch's longest member first: the
+    batches of a step then also match in length and size (a batch of many short examples
+    and one of few long ones may pad to the same tokens, yet attention's cost grows with
+    the square of the length).
 
     Parameters
     ----------
@@ -283,6 +288,8 @@ def deal_steps(costs: np.ndarray, world_size: int, rng: np.random.Generator) -> 
         The ranks.
     rng : numpy.random.Generator
         The epoch's generator.
+    longest : numpy.ndarray or None, default None
+        Each batch's largest cost, the first sort key.
 
     Returns
     -------
@@ -295,7 +302,8 @@ def deal_steps(costs: np.ndarray, world_size: int, rng: np.random.Generator) -> 
     >>> sorted(sorted(row) for row in order.tolist())
     [[0, 2], [1, 3]]
     """
-    ranked = np.lexsort((rng.random(len(costs)), costs)).reshape(-1, world_size)
+    keys = (rng.random(len(costs)), costs) if longest is None else (rng.random(len(costs)), costs, longest)
+    ranked = np.lexsort(keys).reshape(-1, world_size)
     ranked = ranked[rng.permutation(len(ranked))]
     return np.take_along_axis(ranked, rng.permuted(np.tile(np.arange(world_size), (len(ranked), 1)), axis=1), axis=1)
 
