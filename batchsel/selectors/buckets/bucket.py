@@ -56,8 +56,11 @@ class BucketSelector(OfflineSelector):
     Every example is in exactly one batch per epoch (no padding by repetition, nothing
     dropped). ``bucket_width`` trades padding for mixing: a bucket's padding stays under
     ``1 - 1 / bucket_width``; a wide bucket is a random sample of a wide range of costs
-    (more padding, batches more mixed), a narrow one of nearly one cost. Batches differ in the number of examples they hold (many short ones,
-    few long ones); their loss is the usual mean over the batch's examples.
+    (more padding, batches more mixed), a narrow one of nearly one cost. Batches differ in
+    the number of examples they hold (many short ones, few long ones): sum the batch's
+    losses and divide by ``batch_size`` (the mean batch size), so that every example
+    weighs the same over the epoch; the batch's mean weighs an example in a batch of many
+    short ones less (docs: guide/variable-length.md).
 
     Parameters
     ----------

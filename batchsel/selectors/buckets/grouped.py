@@ -27,8 +27,11 @@ class CostGroupedSelector(Selector):
     less padding, the same examples, weights, batch sizes and number of batches.
 
     Within each window the examples of its batches are sorted by cost (ties in a random
-    order) and cut into batches of the original sizes; the batches of one step cost
-    nearly the same across ranks and the steps of a window come in a random order. An
+    order) and cut into batches of the original sizes; the batches of one step come from
+    neighbouring cost ranges and the steps of a window come in a random order. The sizes
+    stay fixed, so the ranks are not balanced: on heavy-tailed lengths the batch that gets
+    a window's longest examples costs far more than its step's other batches (use
+    :class:`~batchsel.BucketSelector` where ranks wait for each other). An
     offline selector's windows pool every rank's batches of those steps (its plan is known
     on every rank); an online selector's (loss-rank) pool one rank's ``window`` batches,
     drawn together when the window starts, so the feedback lag grows by up to ``window -
