@@ -409,6 +409,10 @@ def _stateful() -> dict[str, object]:
         "ScorePruningSelector": lambda: observed(ScorePruningSelector(y, 8, epochs=4)),
         "SubmodularSelector": submodular,
         "SieveStreaming": lambda: batchsel.SieveStreaming("facility-location", 5).partial_fit(x[:30]),
+        "BucketSelector": lambda: batchsel.BucketSelector(np.arange(1, 61), batch_size=8),
+        "CostGroupedSelector": lambda: batchsel.CostGroupedSelector(
+            observed(LossRankSelector(60, 8)), np.arange(1, 61), window=2
+        ),
     }
 
 
