@@ -102,7 +102,7 @@ class SelectorProfile:
     @property
     def variable_batch_size(self) -> bool:
         """Whether its batches' sizes follow a cost budget (``batch_size``: the most a batch holds)."""
-        return bool(getattr(self.selector, "variable_batch_size", False))
+        return bool(self.selector.variable_batch_size)
 
     @property
     def epoch_lengths_vary(self) -> bool:

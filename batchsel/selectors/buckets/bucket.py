@@ -15,6 +15,7 @@ from batchsel.selectors.buckets.costs import check_costs
 from batchsel.selectors.buckets.kernels import (
     NUM_OFFSETS,
     batch_costs,
+    batch_longest,
     bucket_counts,
     bucket_starts,
     deal_steps,
@@ -249,7 +250,7 @@ class BucketSelector(OfflineSelector):
             members = rng.permutation(order[begin:end])
             batches += fill_bucket(members, self.costs, int(count), self.max_cost_, cap, self.packed)
         batches = split_largest(batches, self._batches_per_rank(world.size) * world.size)
-        longest = None if self.packed else np.array([self.costs[b].max() for b in batches])
+        longest = None if self.packed else batch_longest(batches, self.costs)
         steps = deal_steps(batch_costs(batches, self.costs, self.packed), world.size, rng, longest)
         per_rank = [[batches[i] for i in steps[:, r]] for r in range(world.size)]
         return EpochPlan(per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="buckets")

@@ -261,12 +261,39 @@ def batch_costs(batches: list[np.ndarray], costs: np.ndarray, packed: bool) -> n
     """
     if not batches:
         return np.zeros(0)
-    sizes = np.array([len(b) for b in batches])
-    flat = costs[np.concatenate(batches)]
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     if packed:
-        return np.add.reduceat(flat, starts)
-    return sizes * np.maximum.reduceat(flat, starts)
+        return _per_batch(np.add, batches, costs)
+    return np.array([len(b) for b in batches]) * _per_batch(np.maximum, batches, costs)
+
+
+def batch_longest(batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
+    """Each batch's largest cost (its longest member).
+
+    Parameters
+    ----------
+    batches : list of numpy.ndarray
+        The batches, none empty.
+    costs : numpy.ndarray
+        Every example's cost.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, one per batch.
+
+    Example
+    -------
+    >>> batch_longest([np.array([0, 1]), np.array([2])], np.array([1.0, 3, 2])).tolist()
+    [3.0, 2.0]
+    """
+    return _per_batch(np.maximum, batches, costs) if batches else np.zeros(0)
+
+
+def _per_batch(reduce: np.ufunc, batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
+    """``reduce`` over each batch's costs, in one pass over the concatenated batches."""
+    sizes = np.array([len(b) for b in batches])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return reduce.reduceat(costs[np.concatenate(batches)], starts)
 
 
 def deal_steps(
@@ -360,6 +387,7 @@ __all__ = [
     "equal_run_size",
     "split_largest",
     "batch_costs",
+    "batch_longest",
     "deal_steps",
     "regroup",
 ]
