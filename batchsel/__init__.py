@@ -20,6 +20,7 @@ from batchsel.loop.irreducible import IrreducibleLoss
 from batchsel.loop.warmup import warmup
 from batchsel.plans.plan import EpochPlan, load_plans, save_plans
 from batchsel.selectors import (
+    AutoSelector,
     CoresetSelector,
     GraphBlockSelector,
     InfoBatchSelector,
@@ -103,6 +104,7 @@ __all__ = [
     "save_plans",
     "load_plans",
     "Selector",
+    "AutoSelector",
     "RandomSelector",
     "SubmodularSelector",
     "LossRankSelector",

@@ -406,6 +406,8 @@ def make_selector(
         if options.get("anneal_batches") == "run":  # the pressure decays to 1 over the run's steps
             options["anneal_batches"] = steps
         return batchsel.LossRankSelector(n, batch_size, seed=seed, **options)
+    if base == "auto":  # with the labels, as a classifier's user passes them
+        return batchsel.AutoSelector(n, batch_size, labels=train.y, seed=seed, **options)
     if base == "coreset":
         return batchsel.CoresetSelector(train.x, train.y, batch_size, **{"fraction": 0.5, **options}, seed=seed)
     if base in ("infobatch", "score-pruning"):
@@ -504,6 +506,7 @@ METHODS = (
     "random",
     "smdl",
     "loss-rank",
+    "auto",
     "coreset",
     "infobatch",
     "score-pruning",
@@ -527,6 +530,7 @@ LABELS = {
     "random": "random",
     "smdl": "SMDL",
     "loss-rank": "loss-rank",
+    "auto": "AutoSelector",
     "coreset": "CRAIG coreset (50%)",
     "infobatch": "InfoBatch pruning",
     "score-pruning": "EL2N + CCS pruning",

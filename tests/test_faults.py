@@ -343,6 +343,12 @@ def _stateful() -> dict[str, object]:
         sel.observe(np.arange(8), losses=np.linspace(0, 1, 8), logits=np.eye(3)[y[:8]] * 2.0, embeddings=x[:8])
         return sel
 
+    def auto():
+        sel = batchsel.AutoSelector(60, 8, labels=y)
+        batches = sel.iter_batches(0)
+        next(batches)  # AutoSelector takes feedback only once a batch was drawn
+        return observed(sel)
+
     def sampler():
         s = SelectionBatchSampler(LossRankSelector(60, 8), rank=0, world_size=1)
         batch = next(iter(s))
@@ -405,6 +411,7 @@ def _stateful() -> dict[str, object]:
         "CoresetSelector": lambda: CoresetSelector(x, y, 4, fraction=0.5),
         "GraphBlockSelector": lambda: GraphBlockSelector(graph, 8),
         "LossRankSelector": lambda: observed(LossRankSelector(60, 8)),
+        "AutoSelector": auto,
         "InfoBatchSelector": lambda: observed(InfoBatchSelector(60, 8, epochs=4)),
         "ScorePruningSelector": lambda: observed(ScorePruningSelector(y, 8, epochs=4)),
         "SubmodularSelector": submodular,
@@ -455,7 +462,8 @@ def _same(a, b) -> bool:
 
 
 def test_every_class_with_a_state_dict_is_tested_here():
-    assert _classes_with_state_dict() == set(_stateful())
+    # the leaves must all be here; a concrete class with a subclass (LossRankSelector) may be too
+    assert _classes_with_state_dict() <= set(_stateful())
 
 
 @pytest.mark.parametrize("name", sorted(_stateful()))

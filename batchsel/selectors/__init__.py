@@ -1,5 +1,6 @@
 """Selectors: from embeddings, graphs and scores to each rank's batches (an EpochPlan)."""
 
+from batchsel.selectors.auto import AutoSelector
 from batchsel.selectors.coreset import CoresetSelector, gradient_proxies
 from batchsel.selectors.epoch_feedback import EpochFeedbackSelector
 from batchsel.selectors.graph_blocks import GraphBlockSelector
@@ -20,6 +21,7 @@ __all__ = [
     "RandomSelector",
     "SubmodularSelector",
     "LossRankSelector",
+    "AutoSelector",
     "GraphBlockSelector",
     "CoresetSelector",
     "InfoBatchSelector",

@@ -170,12 +170,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun]):
     def _next_batch(self, run: LossRankRun, rng: Any) -> np.ndarray:
         shard = run.shard
         n = len(shard)
-        # a plan()'s runs are not the training's: they keep their own pending marks
-        pending = self._pending
-        if not any(run is r for r in self._runs.values()):
-            if run.pending is None:
-                run.pending = np.zeros(self.num_examples, np.bool_)
-            pending = run.pending
+        pending = self._pending_marks(run)
         order = run.rank_order
         if order is None:  # the run's first batch: one sort; later ones update it in O(n)
             order = run.rank_order = _sort_shard(self.losses_, pending, shard)
@@ -190,6 +185,15 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun]):
         )
         pending[batch] = True
         return batch
+
+    def _pending_marks(self, run: LossRankRun) -> np.ndarray:
+        """The pending marks ``run`` draws with: the selector's for a training run; a plan()'s
+        runs are not the training's, they keep their own."""
+        if any(run is r for r in self._runs.values()):
+            return self._pending
+        if run.pending is None:
+            run.pending = np.zeros(self.num_examples, np.bool_)
+        return run.pending
 
     def _run_pressure(self, run: LossRankRun) -> float:
         """The pressure of ``run``'s next batch."""

@@ -1,0 +1,316 @@
+"""The default selector: loss-rank pressure where the run's own losses say it pays, random batches where they say it would hurt.
+
+Loss-rank (:class:`~batchsel.selectors.loss_rank.LossRankSelector`) trains faster on clean
+data and worse under wrong labels: the wrong labels hold the top losses, so pressure keeps
+drawing them and the model memorizes them. :class:`AutoSelector` measures, from the losses
+fed back, the share of examples the model does not fit (latest loss above the loss of a
+guess, ``ln C``) and sets the pressure from it, every batch:
+
+- warm-up: random batches until nearly every example has a loss;
+- while the misfit share falls from ``noise_high`` to ``noise_low``, the pressure rises
+  geometrically from 1 to ``pressure``;
+- once the model fits most examples (``fitted_share`` of them below half the guess's loss)
+  and the misfit share stays at least ``noise_high`` over two passes' worth of feedback
+  (``2 N`` losses), the misfit is taken for wrong labels
+  and the run stays at ``noisy_pressure`` (random batches by default) to its end; above 1,
+  the misfit examples are ranked as learnt (the small-loss trick).
+
+Details and measurements: docs/design/auto.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from batchsel.core.checks import check_indices, check_labels, check_rows
+from batchsel.selectors.auto_kernels import record_losses
+from batchsel.selectors.loss_rank import LossRankRun, LossRankSelector
+
+logger = logging.getLogger(__name__)
+
+_LATCH_PASSES = 2
+_SHUFFLE = 0xA070  # the random batches' stream, apart from loss-rank's counter-keyed draws
+
+#: the decision's phases, in the order a run passes them
+MODES = ("warm-up", "select", "noisy")
+
+
+@dataclass(eq=False)
+class AutoRun(LossRankRun):
+    """A loss-rank run with a shuffle for its random batches.
+
+    Parameters
+    ----------
+    used : numpy.ndarray or None, default None
+        Per example: drawn this epoch (rebuilt from ``drawn`` after a restore).
+    shuffled : numpy.ndarray or None, default None
+        The shard in the order of the run's shuffle, drawn from (seed, epoch, rank).
+    cursor : int, default 0
+        How far the random batches have read ``shuffled``.
+    **fields
+        :class:`~batchsel.selectors.loss_rank.LossRankRun`'s.
+    """
+
+    used: np.ndarray | None = None
+    shuffled: np.ndarray | None = None
+    cursor: int = 0
+
+
+def _share(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return float(value)
+
+
+class AutoSelector(LossRankSelector):
+    """Loss-rank batches at a pressure the run's losses choose; random batches where they point to wrong labels.
+
+    Used like :class:`~batchsel.LossRankSelector`: ``observe(indices, losses=...)`` after
+    each step (``logits=`` optional: their width gives the number of classes).
+
+    Parameters
+    ----------
+    num_examples : int
+        N.
+    batch_size : int
+        B.
+    labels : array-like of int, shape (N,), optional
+        The training labels: their number of classes C sets the misfit threshold ``ln C``.
+        Without labels, C comes from the first logits observed; without either, the
+        threshold is the mean loss of the first batch observed (an untrained model's).
+    seed : int, default 0
+        Seeds the per-epoch shards and every draw.
+    pressure : float, default 100
+        The most selection pressure (loss-rank's ``s_e``), applied once the misfit share is
+        at most ``noise_low``.
+    noise_low, noise_high : float, default 0.05 and 0.15
+        Misfit shares between which the pressure falls from ``pressure`` to 1.
+    fitted_share : float, default 0.5
+        The share of examples with a loss below half the threshold from which a misfit share
+        of at least ``noise_high``, held over ``2 N`` losses fed back, counts as wrong labels
+        (the run falls back for good).
+    noisy_pressure : float, default 1
+        The pressure after that fallback; above 1 the misfit examples rank as learnt.
+    drop_last : bool, default False
+        DistributedSampler's padding or dropping of the per-rank shards.
+
+    Attributes
+    ----------
+    mode_ : str
+        ``"warm-up"``, ``"select"`` or ``"noisy"``.
+    pressure_now_ : float
+        The pressure of the next batch.
+    misfit_share_, fitted_share_ : float
+        The shares of examples with a loss above the threshold, and below half of it.
+    threshold_ : float or None
+        The misfit threshold (None until it is known).
+
+    Raises
+    ------
+    ValueError
+        Labels of another length than N, a share outside [0, 1] or ``noise_low >=
+        noise_high``; ``observe`` before the first batch was drawn, or NaN losses.
+
+    See Also
+    --------
+    LossRankSelector : the batches it draws, at a fixed pressure.
+    InfoBatchSelector : skips learnt examples instead of ranking them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sel = AutoSelector(100, batch_size=10, labels=np.arange(100) % 10)
+    >>> batch = next(sel.iter_batches(epoch=0))
+    >>> sel.observe(batch, losses=np.full(10, 0.1))
+    >>> sel.mode_, sel.pressure_now_
+    ('warm-up', 1.0)
+    """
+
+    run_type = AutoRun
+
+    def __init__(
+        self,
+        num_examples: int,
+        batch_size: int,
+        *,
+        labels: Any = None,
+        seed: int = 0,
+        pressure: float = 100.0,
+        noise_low: float = 0.05,
+        noise_high: float = 0.15,
+        fitted_share: float = 0.5,
+        noisy_pressure: float = 1.0,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(num_examples, batch_size, seed=seed, pressure=pressure, drop_last=drop_last)
+        self.labels = None if labels is None else check_labels(labels, self.num_examples)
+        self.noise_low = _share(noise_low, "noise_low")
+        self.noise_high = _share(noise_high, "noise_high")
+        if self.noise_low >= self.noise_high:
+            raise ValueError(f"noise_low must be below noise_high, got {noise_low!r} >= {noise_high!r}")
+        self.fitted_share = _share(fitted_share, "fitted_share")
+        if isinstance(noisy_pressure, bool) or not math.isfinite(noisy_pressure) or noisy_pressure < 1:
+            raise ValueError(f"noisy_pressure must be a finite number >= 1, got {noisy_pressure!r}")
+        self.noisy_pressure = float(noisy_pressure)
+        classes = None if self.labels is None else int(self.labels.max()) + 1
+        self.threshold_: float | None = math.log(classes) if classes and classes > 1 else None
+        self.raw_losses_ = np.full(self.num_examples, np.inf)  # the losses as observed (+inf: unseen)
+        self.mode_ = "warm-up"
+        self.pressure_now_ = 1.0
+        self._started = False
+        self._counts = np.zeros(3, np.int64)  # seen, misfit, fitted
+        self._suspect_seen = 0  # losses observed since the wrong-label signal holds
+
+    # -- the signal -------------------------------------------------------------------
+    @property
+    def misfit_share_(self) -> float:
+        return float(self._counts[1] / max(self._counts[0], 1))
+
+    @property
+    def fitted_share_(self) -> float:
+        return float(self._counts[2] / max(self._counts[0], 1))
+
+    def _recount(self) -> None:
+        tau = self.threshold_ if self.threshold_ is not None else np.inf
+        seen = np.isfinite(self.raw_losses_)
+        self._counts = np.array(
+            [seen.sum(), (seen & (self.raw_losses_ > tau)).sum(), (seen & (self.raw_losses_ < tau / 2)).sum()],
+            dtype=np.int64,
+        )
+
+    def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
+        """Record the latest per-example ``losses`` of ``indices`` and update the pressure.
+
+        Raises
+        ------
+        ValueError
+            Before the first batch was drawn (the losses would rank examples no batch has
+            shown the model), or on NaN or infinite losses.
+        """
+        if losses is None:
+            return
+        if not self._started:
+            raise ValueError(
+                "observe() came before the first batch was drawn: feed back the losses of the batches "
+                "the selector gave (iterate the sampler or iter_batches first)"
+            )
+        idx = check_indices(indices, self.num_examples)
+        values = check_rows(losses, len(idx), "losses", ndim=1)
+        if self.threshold_ is None:
+            width = None if logits is None else np.shape(logits)[-1]
+            self.threshold_ = math.log(width) if width and width > 1 else float(values.mean())
+            self._recount()
+        cut = self.mode_ == "noisy" and self.noisy_pressure > 1.0
+        record_losses(self.raw_losses_, self.losses_, self._pending, self._counts, idx, values, self.threshold_, cut)
+        self._decide(len(idx))
+
+    def _decide(self, observed: int) -> None:
+        if self.mode_ == "noisy":
+            return
+        seen, misfit, fitted = self._counts[0] / self.num_examples, self.misfit_share_, self.fitted_share_
+        if seen < 0.95:  # the first epoch: random batches, the shares would speak for part of the data
+            self.mode_, self.pressure_now_ = "warm-up", 1.0
+            return
+        # a model that learns fast passes through "half fitted, the rest still stale": wrong
+        # labels are the misfit that stays over _LATCH_PASSES passes' worth of feedback
+        suspect = fitted >= self.fitted_share and misfit >= self.noise_high
+        self._suspect_seen = self._suspect_seen + observed if suspect else 0
+        if self._suspect_seen >= _LATCH_PASSES * self.num_examples:
+            self.mode_, self.pressure_now_ = "noisy", self.noisy_pressure
+            if self.noisy_pressure > 1.0:  # the misfit examples rank as learnt from now on
+                self.losses_[np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_)] = 0.0
+            logger.info(
+                "AutoSelector: %.0f %% of the examples are fitted and %.0f %% stay above the loss of a guess "
+                "(%.3g): taken for wrong labels, pressure %g from now on",
+                100 * fitted,
+                100 * misfit,
+                self.threshold_,
+                self.noisy_pressure,
+            )
+            return
+        span = self.noise_high - self.noise_low
+        gain = min(1.0, max(0.0, (self.noise_high - misfit) / span))
+        now = float(self.pressure**gain)
+        if self.mode_ != "select" or abs(math.log(now / self.pressure_now_)) > math.log(2):
+            logger.info("AutoSelector: misfit share %.3f, pressure %.3g", misfit, now)
+        self.mode_, self.pressure_now_ = "select", now
+
+    # -- drawing ----------------------------------------------------------------------
+    def _next_batch(self, run: AutoRun, rng: Any) -> np.ndarray:  # type: ignore[override]
+        self._started = True
+        if run.used is None:  # a new run, or one restored from a state: what it drew is used
+            run.used = np.zeros(self.num_examples, np.bool_)
+            for batch in run.drawn:
+                run.used[batch] = True
+        if self.pressure_now_ > 1.0:
+            batch = super()._next_batch(run, rng)
+        else:
+            batch = self._shuffled_batch(run)
+            self._pending_marks(run)[batch] = True
+        run.used[batch] = True
+        return batch
+
+    def _shuffled_batch(self, run: AutoRun) -> np.ndarray:
+        """The next B examples of the run's shuffle that no batch of the epoch drew yet, so
+        random batches are a shuffle's: each example once an epoch."""
+        if run.shuffled is None:
+            draw = np.random.default_rng([self.seed, run.epoch, run.rank, _SHUFFLE])
+            run.shuffled, run.cursor = draw.permutation(run.shard), 0
+        size = min(self.batch_size, len(run.shard))
+        taken: list[np.ndarray] = []
+        while size > 0:
+            if run.cursor >= len(run.shuffled):  # pressured batches drew the rest: a new pass
+                run.used[run.shard] = False
+                run.cursor = 0
+            chunk = run.shuffled[run.cursor : run.cursor + 2 * size]
+            unused = np.flatnonzero(~run.used[chunk])
+            fresh = chunk[unused[:size]]
+            # the cursor passes the examples taken and the used ones before them
+            run.cursor += int(unused[size - 1]) + 1 if len(unused) >= size else len(chunk)
+            run.used[fresh] = True
+            taken.append(fresh)
+            size -= len(fresh)
+        return np.concatenate(taken)
+
+    # -- state ------------------------------------------------------------------------
+    def _scores_state(self) -> dict[str, Any]:
+        return {
+            **super()._scores_state(),
+            "raw_losses": self.raw_losses_.copy(),
+            "mode": self.mode_,
+            "pressure_now": self.pressure_now_,
+            "threshold": self.threshold_,
+            "started": self._started,
+            "suspect_seen": self._suspect_seen,
+        }
+
+    def _load_scores(self, state: dict[str, Any]) -> None:
+        super()._load_scores(state)
+        raw = np.asarray(state["raw_losses"], dtype=np.float64)
+        if raw.shape != (self.num_examples,) or np.isnan(raw).any():
+            raise ValueError(f"state has raw losses of shape {raw.shape} (or NaN), expected ({self.num_examples},)")
+        if state["mode"] not in MODES:
+            raise ValueError(f"state has mode {state['mode']!r}; expected one of {MODES}")
+        self.raw_losses_ = raw.copy()
+        self.mode_ = state["mode"]
+        self.pressure_now_ = float(state["pressure_now"])
+        self.threshold_ = None if state["threshold"] is None else float(state["threshold"])
+        self._started = bool(state["started"])
+        self._suspect_seen = int(state["suspect_seen"])
+        self._recount()
+
+    def __repr__(self) -> str:
+        return (
+            f"AutoSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
+            f"pressure={self.pressure:g}, mode={self.mode_!r}, seed={self.seed})"
+        )
+
+
+__all__ = ["AutoSelector", "MODES"]

@@ -1,0 +1,57 @@
+"""AutoSelector's per-feedback kernel: the losses stored and the signal's counts kept, in one pass."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def record_losses(raw, ranking, pending, counts, idx, values, threshold, cut):  # pragma: no cover - numba
+    """Store ``values`` at ``idx`` and keep ``counts`` (seen, misfit, fitted) exact.
+
+    Parameters
+    ----------
+    raw : numpy.ndarray of float64, shape (N,)
+        The losses as observed, +inf for an example not seen yet; updated in place.
+    ranking : numpy.ndarray of float64, shape (N,)
+        What the ranking sees; updated in place (the raw loss, or 0 for a misfit one when
+        ``cut``).
+    pending : numpy.ndarray of bool, shape (N,)
+        Loss-rank's pending marks; cleared at ``idx``.
+    counts : numpy.ndarray of int64, shape (3,)
+        Examples seen, misfit (raw loss above ``threshold``) and fitted (below half of it).
+    idx : numpy.ndarray of int64
+        The examples, in the order observed (a repeated index: its last loss counts).
+    values : numpy.ndarray of float64
+        Their losses.
+    threshold : float
+        The misfit threshold (+inf while unknown: nothing is misfit, nothing fitted).
+    cut : bool
+        Rank the misfit examples as learnt (loss 0).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> raw, ranking = np.full(4, np.inf), np.full(4, np.inf)
+    >>> counts = np.zeros(3, np.int64)
+    >>> record_losses(raw, ranking, np.zeros(4, np.bool_), counts, np.array([0, 1, 1]),
+    ...               np.array([3.0, 0.1, 0.5]), 2.0, False)
+    >>> counts.tolist(), raw.tolist()
+    ([2, 1, 1], [3.0, 0.5, inf, inf])
+    """
+    half = threshold / 2
+    for i in range(idx.size):
+        j = idx[i]
+        old = raw[j]
+        if old < np.inf:
+            counts[0] -= 1
+            counts[1] -= old > threshold
+            counts[2] -= old < half
+        v = values[i]
+        raw[j] = v
+        counts[0] += 1
+        counts[1] += v > threshold
+        counts[2] += v < half
+        ranking[j] = 0.0 if cut and v > threshold else v
+        pending[j] = False

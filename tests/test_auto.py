@@ -1,0 +1,189 @@
+"""AutoSelector: the pressure follows the misfit share; wrong labels latch random batches."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pytest
+
+import batchsel
+from batchsel import AutoSelector, SelectionBatchSampler
+
+N, B, C = 200, 10, 10
+LABELS = np.arange(N) % C
+
+
+def _epoch(sel: AutoSelector, losses_of, epoch: int = 0) -> np.ndarray:
+    """Draw a whole epoch, feeding back ``losses_of(batch)`` after each batch; the examples drawn."""
+    drawn = []
+    for batch in sel.iter_batches(epoch):
+        sel.observe(batch, losses=losses_of(batch))
+        drawn.append(batch)
+    return np.concatenate(drawn)
+
+
+def _noisy(share: float):
+    """Losses of a run that fits every example but a ``share`` of them (their loss stays 5 > ln 10)."""
+    wrong = np.arange(N) < round(share * N)
+    return lambda batch: np.where(wrong[batch], 5.0, 0.05)
+
+
+def test_warm_up_is_random_until_nearly_every_example_has_a_loss():
+    sel = AutoSelector(N, B, labels=LABELS)
+    batches = sel.iter_batches(0)
+    for _ in range(int(0.9 * N / B)):
+        batch = next(batches)
+        sel.observe(batch, losses=np.full(len(batch), 0.01))
+        assert (sel.mode_, sel.pressure_now_) == ("warm-up", 1.0)
+    for batch in batches:
+        sel.observe(batch, losses=np.full(len(batch), 0.01))
+    assert sel.mode_ == "select" and sel.pressure_now_ == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize(("share", "expected"), [(0.0, 100.0), (0.10, 10.0), (0.20, None)])
+def test_pressure_follows_the_misfit_share(share, expected):
+    sel = AutoSelector(N, B, labels=LABELS)
+    for epoch in range(3):  # wrong labels: a misfit share that stays over two passes
+        _epoch(sel, _noisy(share), epoch)
+    assert sel.misfit_share_ == pytest.approx(share, abs=0.01)
+    if expected is None:  # >= noise_high with most examples fitted: wrong labels, random from now on
+        assert (sel.mode_, sel.pressure_now_) == ("noisy", 1.0)
+    else:
+        assert sel.mode_ == "select" and sel.pressure_now_ == pytest.approx(expected, rel=0.1)
+
+
+def test_the_fallback_to_random_batches_is_kept_when_the_wrong_labels_are_memorized(caplog):
+    sel = AutoSelector(N, B, labels=LABELS)
+    with caplog.at_level(logging.INFO, logger="batchsel.selectors.auto"):
+        _epoch(sel, _noisy(0.25))
+        _epoch(sel, _noisy(0.25), 1)
+        assert sel.mode_ == "select" and sel.pressure_now_ == 1.0  # held for one pass only
+        _epoch(sel, _noisy(0.25), 2)
+    assert sel.mode_ == "noisy" and "wrong labels" in caplog.text
+    _epoch(sel, lambda batch: np.full(len(batch), 0.01), epoch=3)  # memorized: the signal is gone
+    assert (sel.mode_, sel.pressure_now_) == ("noisy", 1.0)
+
+
+def test_a_model_that_fits_late_or_fast_is_not_taken_for_wrong_labels():
+    sel = AutoSelector(N, B, labels=LABELS)
+    _epoch(sel, lambda batch: np.full(len(batch), 3.0))  # nothing fitted yet: misfit 100 %
+    assert (sel.mode_, sel.pressure_now_) == ("select", 1.0)
+    # then it fits everything within an epoch: half fitted and the rest stale on the way
+    for epoch in (1, 2):
+        _epoch(sel, lambda batch: np.full(len(batch), 0.05), epoch)
+    assert sel.mode_ == "select" and sel.pressure_now_ == pytest.approx(100.0)
+
+
+def test_random_fallback_draws_the_suspected_wrong_labels_as_often_as_the_rest():
+    sel = AutoSelector(N, B, labels=LABELS)
+    for epoch in range(3):
+        _epoch(sel, _noisy(0.25), epoch)
+    counts = np.zeros(N)
+    for epoch in range(3, 13):
+        np.add.at(counts, _epoch(sel, _noisy(0.25), epoch), 1)
+    wrong = np.arange(N) < 50
+    assert counts[wrong].mean() / counts[~wrong].mean() == pytest.approx(1.0, abs=0.15)
+    # plain loss-rank on the same feedback draws them about 4x as often
+    lr = batchsel.LossRankSelector(N, B)
+    lr_counts = np.zeros(N)
+    for epoch in range(11):
+        drawn = _epoch(lr, _noisy(0.25), epoch)
+        if epoch:
+            np.add.at(lr_counts, drawn, 1)
+    assert lr_counts[wrong].mean() / lr_counts[~wrong].mean() > 2
+
+
+def test_noisy_pressure_ranks_the_misfit_examples_as_learnt():
+    sel = AutoSelector(N, B, labels=LABELS, noisy_pressure=100)
+    for epoch in range(3):
+        _epoch(sel, _noisy(0.25), epoch)
+    assert sel.mode_ == "noisy" and sel.pressure_now_ == 100
+    counts = np.zeros(N)
+    for epoch in range(3, 8):
+        np.add.at(counts, _epoch(sel, _noisy(0.25), epoch), 1)
+    wrong = np.arange(N) < 50
+    assert counts[wrong].mean() < 0.5 * counts[~wrong].mean()
+
+
+def test_threshold_comes_from_labels_then_logits_then_the_first_batch():
+    assert AutoSelector(N, B, labels=LABELS).threshold_ == pytest.approx(math.log(C))
+    sel = AutoSelector(N, B)
+    batch = next(sel.iter_batches(0))
+    sel.observe(batch, losses=np.ones(len(batch)), logits=np.zeros((len(batch), 4)))
+    assert sel.threshold_ == pytest.approx(math.log(4))
+    sel = AutoSelector(N, B)
+    batch = next(sel.iter_batches(0))
+    sel.observe(batch, losses=np.linspace(1.0, 3.0, len(batch)))
+    assert sel.threshold_ == pytest.approx(2.0)
+
+
+def test_same_feedback_gives_the_same_batches_and_decisions():
+    runs = []
+    for _ in range(2):
+        sel = AutoSelector(N, B, labels=LABELS, seed=3)
+        drawn = [_epoch(sel, _noisy(share), epoch) for epoch, share in enumerate((0.3, 0.08, 0.0))]
+        runs.append((np.concatenate(drawn), sel.mode_, sel.pressure_now_))
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1:] == runs[1][1:]
+
+
+def test_state_dict_resumes_the_decision_and_the_batches():
+    feedback = _noisy(0.08)
+    sel = AutoSelector(N, B, labels=LABELS)
+    _epoch(sel, feedback)
+    batches = sel.iter_batches(1)
+    for _ in range(5):
+        batch = next(batches)
+        sel.observe(batch, losses=feedback(batch))
+    state = sel.state_dict()
+    rest = [b for b in batches]
+    resumed = AutoSelector(N, B, labels=LABELS)
+    resumed.load_state_dict(state)
+    assert (resumed.mode_, resumed.pressure_now_, resumed.misfit_share_) == (
+        sel.mode_,
+        sel.pressure_now_,
+        sel.misfit_share_,
+    )
+    assert sel.mode_ == "select" and sel.misfit_share_ == pytest.approx(0.08, abs=0.01)
+    again = list(resumed.iter_batches(1, start=5))
+    assert len(again) == len(rest) and all(np.array_equal(a, b) for a, b in zip(again, rest))
+
+
+@pytest.mark.filterwarnings("ignore:SelectionBatchSampler")  # the all-gather is played here, not by the sampler
+def test_two_ranks_fed_the_same_feedback_decide_alike():
+    ranks = [SelectionBatchSampler(AutoSelector(N, B, labels=LABELS), rank=r, world_size=2) for r in range(2)]
+    feedback = _noisy(0.3)
+    for epoch in range(4):
+        for sampler in ranks:
+            sampler.set_epoch(epoch)
+        for pair in zip(*ranks):
+            both = np.concatenate([np.asarray(b) for b in pair])  # what an all-gather hands every rank
+            for sampler in ranks:
+                sampler.selector.observe(both, losses=feedback(both))
+    assert {(s.selector.mode_, s.selector.pressure_now_) for s in ranks} == {("noisy", 1.0)}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"labels": np.zeros(N - 1, int)}, ValueError, "labels"),
+        ({"noise_low": 0.2, "noise_high": 0.1}, ValueError, "noise_low"),
+        ({"noise_high": 1.5}, ValueError, "noise_high"),
+        ({"fitted_share": "half"}, TypeError, "fitted_share"),
+        ({"noisy_pressure": 0.5}, ValueError, "noisy_pressure"),
+        ({"pressure": 0.0}, ValueError, "pressure"),
+    ],
+)
+def test_bad_settings_name_the_value(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        AutoSelector(N, B, **kwargs)
+
+
+def test_feedback_before_the_first_batch_or_nan_losses_is_an_error():
+    sel = AutoSelector(N, B, labels=LABELS)
+    with pytest.raises(ValueError, match="before the first batch"):
+        sel.observe(np.arange(B), losses=np.ones(B))
+    batch = next(sel.iter_batches(0))
+    with pytest.raises(ValueError, match="NaN"):
+        sel.observe(batch, losses=np.full(len(batch), np.nan))
