@@ -61,6 +61,11 @@ class AutoRun(LossRankRun):
     cursor: int = 0
 
 
+def _ramp(value: float, zero: float, one: float) -> float:
+    """0 at ``zero``, 1 at ``one``, linear between and clipped (``zero > one`` ramps down)."""
+    return min(1.0, max(0.0, (value - zero) / (one - zero)))
+
+
 def _share(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
@@ -95,7 +100,11 @@ class AutoSelector(LossRankSelector):
     fitted_share : float, default 0.5
         The share of examples with a loss below half the threshold from which a misfit share
         of at least ``noise_high``, held over ``2 N`` losses fed back, counts as wrong labels
-        (the run falls back for good).
+        (the run falls back for good); also the fitted share at which pressure starts.
+    fitted_full : float, default 0.9
+        The fitted share from which the full pressure is allowed: between ``fitted_share``
+        and it, the pressure's exponent is at most the fitted share's place between them (a
+        model unsure of most examples gains nothing from ranking them).
     noisy_pressure : float, default 1
         The pressure after that fallback; above 1 the misfit examples rank as learnt.
     drop_last : bool, default False
@@ -146,6 +155,7 @@ class AutoSelector(LossRankSelector):
         noise_low: float = 0.05,
         noise_high: float = 0.15,
         fitted_share: float = 0.5,
+        fitted_full: float = 0.9,
         noisy_pressure: float = 1.0,
         drop_last: bool = False,
     ) -> None:
@@ -156,6 +166,9 @@ class AutoSelector(LossRankSelector):
         if self.noise_low >= self.noise_high:
             raise ValueError(f"noise_low must be below noise_high, got {noise_low!r} >= {noise_high!r}")
         self.fitted_share = _share(fitted_share, "fitted_share")
+        self.fitted_full = _share(fitted_full, "fitted_full")
+        if self.fitted_share >= self.fitted_full:
+            raise ValueError(f"fitted_share must be below fitted_full, got {fitted_share!r} >= {fitted_full!r}")
         if isinstance(noisy_pressure, bool) or not math.isfinite(noisy_pressure) or noisy_pressure < 1:
             raise ValueError(f"noisy_pressure must be a finite number >= 1, got {noisy_pressure!r}")
         self.noisy_pressure = float(noisy_pressure)
@@ -235,11 +248,13 @@ class AutoSelector(LossRankSelector):
                 self.noisy_pressure,
             )
             return
-        span = self.noise_high - self.noise_low
-        gain = min(1.0, max(0.0, (self.noise_high - misfit) / span))
+        gain = min(
+            _ramp(misfit, self.noise_high, self.noise_low),  # few examples misfit
+            _ramp(fitted, self.fitted_share, self.fitted_full),  # and most of them fitted
+        )
         now = float(self.pressure**gain)
         if self.mode_ != "select" or abs(math.log(now / self.pressure_now_)) > math.log(2):
-            logger.info("AutoSelector: misfit share %.3f, pressure %.3g", misfit, now)
+            logger.info("AutoSelector: misfit share %.3f, fitted share %.3f, pressure %.3g", misfit, fitted, now)
         self.mode_, self.pressure_now_ = "select", now
 
     # -- drawing ----------------------------------------------------------------------
