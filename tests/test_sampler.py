@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from batchsel import InfoBatchSelector, RandomSelector, SelectionBatchSampler
+from batchsel import AutoSelector, InfoBatchSelector, RandomSelector, SelectionBatchSampler
 from batchsel.distributed.comm import Communicator, SingleProcessComm, get_communicator
 from batchsel.integrations import WeightedBatch, WeightedDataset
 from batchsel.selectors import CoresetSelector, LossRankSelector, SubmodularSelector
@@ -27,6 +27,8 @@ from common import TinyOnline, fake_loss  # noqa: E402
 # itself (the sampler's checkpoint then carries the batches drawn ahead).
 ONLINE = {
     "loss_rank": lambda n, b, seed: LossRankSelector(n, b, seed=seed),
+    # pressure after a warm-up of shuffled batches, set from the losses fed back
+    "auto": lambda n, b, seed: AutoSelector(n, b, labels=np.arange(n) % 3, seed=seed),
     "submodular": lambda n, b, seed: SubmodularSelector(
         np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32), b, seed=seed, pool_size=20
     ),
