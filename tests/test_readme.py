@@ -31,7 +31,7 @@ def test_readme_has_the_recommended_loop_in_its_first_screenful():
     text = (ROOT / "README.md").read_text()
     before, first = blocks(ROOT / "README.md", "python")[:2]
     assert "shuffle=True" in before
-    assert "SelectionBatchSampler(LossRankSelector(" in first and "sampler.observe(" in first
+    assert "SelectionBatchSampler(AutoSelector(" in first and "sampler.observe(" in first
     assert text.index(first) < len("\n".join(text.splitlines()[:60])), "the loop is not near the top"
     assert len(text.splitlines()) <= 200
 

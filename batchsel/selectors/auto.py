@@ -110,6 +110,11 @@ class AutoSelector(LossRankSelector):
     drop_last : bool, default False
         DistributedSampler's padding or dropping of the per-rank shards.
 
+    Keyword groups:
+        the data: ``labels``; the draws: ``seed``, ``pressure``, ``drop_last``; the
+        decision: ``noise_low``, ``noise_high``, ``fitted_share``, ``fitted_full``,
+        ``noisy_pressure``.
+
     Attributes
     ----------
     mode_ : str
