@@ -170,7 +170,7 @@ def test_two_ranks_fed_the_same_feedback_decide_alike():
         ({"labels": np.zeros(N - 1, int)}, ValueError, "labels"),
         ({"noise_low": 0.2, "noise_high": 0.1}, ValueError, "noise_low"),
         ({"noise_high": 1.5}, ValueError, "noise_high"),
-        ({"fitted_share": "half"}, TypeError, "fitted_share"),
+        ({"fitted_share": "half"}, ValueError, "fitted_share"),
         ({"noisy_pressure": 0.5}, ValueError, "noisy_pressure"),
         ({"pressure": 0.0}, ValueError, "pressure"),
     ],

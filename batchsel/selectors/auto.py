@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from batchsel.core.checks import check_indices, check_labels, check_rows
+from batchsel.core.checks import check_indices, check_labels, check_number, check_rows
 from batchsel.selectors.auto_kernels import record_losses
 from batchsel.selectors.loss_rank import LossRankRun, LossRankSelector
 
@@ -64,14 +64,6 @@ class AutoRun(LossRankRun):
 def _ramp(value: float, zero: float, one: float) -> float:
     """0 at ``zero``, 1 at ``one``, linear between and clipped (``zero > one`` ramps down)."""
     return min(1.0, max(0.0, (value - zero) / (one - zero)))
-
-
-def _share(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
-    if not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-    return float(value)
 
 
 class AutoSelector(LossRankSelector):
@@ -166,17 +158,15 @@ class AutoSelector(LossRankSelector):
     ) -> None:
         super().__init__(num_examples, batch_size, seed=seed, pressure=pressure, drop_last=drop_last)
         self.labels = None if labels is None else check_labels(labels, self.num_examples)
-        self.noise_low = _share(noise_low, "noise_low")
-        self.noise_high = _share(noise_high, "noise_high")
+        self.noise_low = check_number(noise_low, "noise_low", 0.0, 1.0)
+        self.noise_high = check_number(noise_high, "noise_high", 0.0, 1.0)
         if self.noise_low >= self.noise_high:
             raise ValueError(f"noise_low must be below noise_high, got {noise_low!r} >= {noise_high!r}")
-        self.fitted_share = _share(fitted_share, "fitted_share")
-        self.fitted_full = _share(fitted_full, "fitted_full")
+        self.fitted_share = check_number(fitted_share, "fitted_share", 0.0, 1.0)
+        self.fitted_full = check_number(fitted_full, "fitted_full", 0.0, 1.0)
         if self.fitted_share >= self.fitted_full:
             raise ValueError(f"fitted_share must be below fitted_full, got {fitted_share!r} >= {fitted_full!r}")
-        if isinstance(noisy_pressure, bool) or not math.isfinite(noisy_pressure) or noisy_pressure < 1:
-            raise ValueError(f"noisy_pressure must be a finite number >= 1, got {noisy_pressure!r}")
-        self.noisy_pressure = float(noisy_pressure)
+        self.noisy_pressure = check_number(noisy_pressure, "noisy_pressure", 1.0)
         classes = None if self.labels is None else int(self.labels.max()) + 1
         self.threshold_: float | None = math.log(classes) if classes and classes > 1 else None
         self.raw_losses_ = np.full(self.num_examples, np.inf)  # the losses as observed (+inf: unseen)
