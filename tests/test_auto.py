@@ -30,6 +30,18 @@ def _noisy(share: float):
     return lambda batch: np.where(wrong[batch], 5.0, 0.05)
 
 
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_random_batches_are_random_selectors_batches(world_size):
+    # while no batch of the epoch was pressured, AutoSelector's batches are the baseline's own
+    for rank in range(world_size):
+        sel = AutoSelector(N, B, labels=LABELS, seed=5)
+        baseline = batchsel.RandomSelector(N, B, seed=5)
+        for epoch in range(2):
+            ours = list(sel.iter_batches(epoch, rank=rank, world_size=world_size))
+            theirs = list(baseline.iter_batches(epoch, rank=rank, world_size=world_size))
+            assert len(ours) == len(theirs) and all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+
+
 def test_warm_up_is_random_until_nearly_every_example_has_a_loss():
     sel = AutoSelector(N, B, labels=LABELS)
     batches = sel.iter_batches(0)

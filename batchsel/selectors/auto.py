@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_indices, check_labels, check_number, check_rows
+from batchsel.core.world import World
 from batchsel.selectors.auto_kernels import record_losses
 from batchsel.selectors.loss_rank import LossRankRun, LossRankSelector
 
 logger = logging.getLogger(__name__)
 
 _LATCH_PASSES = 2
-_SHUFFLE = 0xA070  # the random batches' stream, apart from loss-rank's counter-keyed draws
 
 #: the decision's phases, in the order a run passes them
 MODES = ("warm-up", "select", "noisy")
@@ -49,7 +49,7 @@ class AutoRun(LossRankRun):
     used : numpy.ndarray or None, default None
         Per example: drawn this epoch (rebuilt from ``drawn`` after a restore).
     shuffled : numpy.ndarray or None, default None
-        The shard in the order of the run's shuffle, drawn from (seed, epoch, rank).
+        The shard in the epoch's shuffle (random's order for this rank).
     cursor : int, default 0
         How far the random batches have read ``shuffled``.
     **fields
@@ -267,12 +267,18 @@ class AutoSelector(LossRankSelector):
         run.used[batch] = True
         return batch
 
+    def _new_run(self, epoch: int, rank: int, world_size: int) -> AutoRun:
+        run = super()._new_run(epoch, rank, world_size)
+        assert isinstance(run, AutoRun)  # run_type
+        # loss-rank sorts the shard by index; the random batches read it in the epoch's own
+        # shuffle, the order RandomSelector (DistributedSampler) batches it: while no batch of
+        # the epoch is pressured, they are random's batches
+        run.shuffled = self._rank_shards(epoch, World(rank, world_size))[rank]
+        return run
+
     def _shuffled_batch(self, run: AutoRun) -> np.ndarray:
         """The next B examples of the run's shuffle that no batch of the epoch drew yet, so
         random batches are a shuffle's: each example once an epoch."""
-        if run.shuffled is None:
-            draw = np.random.default_rng([self.seed, run.epoch, run.rank, _SHUFFLE])
-            run.shuffled, run.cursor = draw.permutation(run.shard), 0
         size = min(self.batch_size, len(run.shard))
         taken: list[np.ndarray] = []
         while size > 0:
