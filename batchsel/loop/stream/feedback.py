@@ -1,0 +1,73 @@
+"""The losses a stream's training loop hands back, by example id: :class:`LossTable`.
+
+An example comes once an epoch, so what orders it in epoch ``e`` is its last loss from
+an epoch before ``e``. The table keeps, per id, the last loss, the epoch it was observed
+in and the loss before that epoch: a pool read again on resume, after some of its
+examples were trained in this epoch, sees the losses it saw the first time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+
+
+class LossTable:
+    """Per-id losses with the epoch they were observed in.
+
+    Example
+    -------
+    >>> table = LossTable()
+    >>> table.record(["a"], [2.0], epoch=0)
+    >>> table.record(["a"], [0.5], epoch=1)
+    >>> table.before("a", epoch=1), table.before("a", epoch=2), math.isnan(table.before("b", 1))
+    (2.0, 0.5, True)
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[Any, tuple[float, int, float]] = {}  # id -> (last loss, its epoch, loss before that epoch)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def record(self, ids: Iterable[Any], losses: Iterable[float], epoch: int) -> None:
+        """Record each id's loss observed in ``epoch`` (the last one wins)."""
+        entries = self.entries
+        for example_id, loss in zip(ids, losses):
+            last = entries.get(example_id)
+            if last is None:
+                entries[example_id] = (loss, epoch, math.nan)
+            elif last[1] < epoch:
+                entries[example_id] = (loss, epoch, last[0])
+            else:
+                entries[example_id] = (loss, epoch, last[2])
+
+    def before(self, example_id: Any, epoch: int) -> float:
+        """The id's last loss observed before ``epoch`` (``nan``: none)."""
+        entry = self.entries.get(example_id)
+        if entry is None:
+            return math.nan
+        return entry[0] if entry[1] < epoch else entry[2]
+
+    def known_before(self, epoch: int) -> int:
+        """How many ids have a loss from before ``epoch``."""
+        return sum(1 for last, seen, prior in self.entries.values() if seen < epoch or not math.isnan(prior))
+
+    def mean_before(self, epoch: int) -> float | None:
+        """The mean of the ids' losses before ``epoch``; None when there are none."""
+        values = np.fromiter((self.before(i, epoch) for i in self.entries), dtype=np.float64, count=len(self.entries))
+        values = values[~np.isnan(values)]
+        return float(values.mean()) if len(values) else None
+
+    def state(self) -> dict[Any, tuple[float, int, float]]:
+        """The entries (by reference: saving them copies them)."""
+        return self.entries
+
+    def load(self, entries: dict[Any, Any]) -> None:
+        """Replace the entries with ``entries`` (:meth:`state`'s output)."""
+        self.entries = {key: (float(v[0]), int(v[1]), float(v[2])) for key, v in entries.items()}
+
+
+__all__ = ["LossTable"]

@@ -1,0 +1,486 @@
+"""Batches chosen from a bounded buffer of a stream: :class:`StreamBatches`, a torch
+``IterableDataset`` for ``DataLoader(stream, batch_size=None)``.
+
+The stream is read in pools of ``buffer_size`` examples. Each pool becomes batches
+(:mod:`~batchsel.loop.stream.pools`): a shuffle, rank-based draws by the examples' last
+losses, InfoBatch-style skipping of learnt examples as they are read, and optionally
+grouping by cost. A pool is a function of (seed, epoch, rank, worker, pool number) and of
+what the pool read, so the position to resume from is small: where the pool started in
+the source and how many of its batches were yielded. The pool is read again on resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from typing import Any, Callable, Iterator, NamedTuple
+
+import numpy as np
+
+from batchsel.core.checks import check_int, check_number, tensor_to_numpy
+from batchsel.core.world import World
+from batchsel.loop.sampler.world import torch_dist_world
+from batchsel.loop.stream.feedback import LossTable
+from batchsel.loop.stream.pools import LearntSkipping, first_repeat, group_by_cost, pool_order, split_count
+from batchsel.loop.stream.sources import StreamSource
+from batchsel.selectors.buckets.costs import check_costs, example_costs
+
+logger = logging.getLogger(__name__)
+
+MODES = ("random", "loss-rank", "prune")
+_STATE_VERSION = 1
+_ORDER = 1 << 20  # the substream that orders a reader's shards (pools use 0, 1, ...)
+
+try:  # torch is a dependency of the loop floor; the base class makes DataLoader treat it as a stream
+    from torch.utils.data import IterableDataset as _TorchIterable
+except ImportError:  # pragma: no cover - torch is installed with batchsel
+    _TorchIterable = object  # type: ignore[assignment,misc]
+
+
+class StreamBatch(NamedTuple):
+    """One batch of a stream.
+
+    Attributes
+    ----------
+    data : Any
+        ``collate_fn`` of the batch's examples.
+    ids : list
+        The examples' ids, in the batch's order: hand them back with the losses
+        (:meth:`StreamBatches.observe`).
+    weights : torch.Tensor
+        float32, one per example: 1, or ``1 / (1 - prune_ratio)`` for a learnt example
+        kept where others were skipped; train on ``(losses * weights).mean()``.
+    epoch, reader, number : int
+        The epoch, the reader (``rank * num_workers + worker``) and the batch's number in
+        the reader's epoch.
+    """
+
+    data: Any
+    ids: list
+    weights: Any
+    epoch: int
+    reader: int
+    number: int
+
+
+def _default_collate(examples: list[Any]) -> Any:
+    from torch.utils.data import default_collate
+
+    return default_collate(examples)
+
+
+def _world(rank: int | None, world_size: int | None) -> World:
+    """Explicit values, else torch.distributed's, else torchrun's variables, else one process."""
+    if rank is None or world_size is None:
+        found = torch_dist_world()
+        if found is None:
+            found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        rank = found[0] if rank is None else rank
+        world_size = found[1] if world_size is None else world_size
+    return World(rank, world_size)
+
+
+class StreamBatches(_TorchIterable):
+    """Batches of a stream chosen from a bounded buffer: a shuffle, loss-rank or
+    InfoBatch-style skipping by example id, optionally grouped by cost; split across ranks
+    and DataLoader workers by shard; resumable mid-epoch.
+
+    Use it as ``DataLoader(stream, batch_size=None, num_workers=...)`` (or torchdata's
+    ``StatefulDataLoader``); each item is a :class:`StreamBatch`. Call :meth:`set_epoch`
+    before each epoch and, in the ``"loss-rank"`` and ``"prune"`` modes, hand each batch's
+    per-example losses back with :meth:`observe` (in the training process).
+
+    The stream is read in pools of ``buffer_size`` examples; memory is the pool, and in
+    the feedback modes one float per id trained on. Each pool becomes its batches:
+
+    - ``"random"``: the pool shuffled (a block shuffle: what a shuffle buffer of that size
+      gives, each example once an epoch);
+    - ``"loss-rank"``: ``buffer_size`` draws with replacement, rank ``i`` of the pool by
+      the examples' last losses drawn with probability proportional to
+      ``pressure ** (-i / buffer_size)`` (never-trained examples rank first): as many
+      examples as the pool holds, high-loss ones several times;
+    - ``"prune"``: InfoBatch's rule as examples are read: one whose last loss is below
+      the mean of the last losses (taken when the epoch starts) is skipped with
+      probability ``prune_ratio`` and, kept, weighted ``1 / (1 - prune_ratio)``; the first
+      epoch and the epochs after ``anneal * epochs`` skip nothing. A pruned epoch reads
+      further into the stream for the same number of batches, or has fewer.
+
+    A loss observed in one epoch orders its example the next time it is read (the next
+    epoch: an example comes once an epoch), so the batches do not depend on when a worker
+    ran ahead of the loop, and resume is exact. With ``cost`` the pool's order is sorted by
+    cost and cut into batches that come in a random order: batches of similar length, less
+    padding (the examples and their number unchanged).
+
+    Ranks and workers: reader ``rank * num_workers + worker`` of ``world_size *
+    num_workers`` reads every such-numbered shard (a reader's shards stay its own from
+    epoch to epoch, shuffled in order each epoch), or, with fewer shards than readers
+    (a Hugging Face dataset) or no shards, every such-numbered example. With
+    ``world_size > 1``, ``batches_per_epoch`` sets every rank's number of batches (as
+    WebDataset's ``with_epoch``); a rank whose source ends first raises ``ValueError``
+    naming it.
+
+    Parameters
+    ----------
+    source : sequence, datasets.IterableDataset, callable or iterable
+        Shards (with ``open_shard``), a Hugging Face ``IterableDataset``, a function
+        returning an iterable of examples (a generator function), or an iterable that can
+        be read again (:class:`~batchsel.loop.stream.sources.StreamSource`).
+    batch_size : int
+        Examples per batch.
+    open_shard : callable or None, default None
+        ``open_shard(shard)``: an iterable of the shard's examples (for WebDataset,
+        ``lambda url: wds.WebDataset(url, shardshuffle=False, nodesplitter=None,
+        workersplitter=None).decode()``).
+
+    Keyword groups:
+        the examples: `id_key`, `cost`, `collate_fn`; the buffer and mode: `buffer_size`,
+        `mode`, `pressure`, `prune_ratio`, `epochs`, `anneal`; the epoch: `batches_per_epoch`,
+        `drop_last`, `seed`, `rank`, `world_size`.
+
+    id_key : str, int or callable, default "id"
+        An example's stable id: its field (``"__key__"`` for WebDataset), its position in
+        a tuple, or ``id_key(example)``. Ids must be unique within a buffer.
+    cost : str, callable or None, default None
+        Group batches by cost: the field whose length (or number) is the cost, or
+        ``cost(example)``.
+    collate_fn : callable or None, default None
+        Makes a batch of a list of examples; None: torch's ``default_collate``
+        (``batchsel.pad_collate`` for sequences of varying length).
+    buffer_size : int, default 4096
+        Examples per pool, a multiple of ``batch_size``.
+    mode : {"random", "loss-rank", "prune"}, default "random"
+    pressure : float, default 100.0
+        ``"loss-rank"``: the first rank's probability over the last's, ``>= 1``.
+    prune_ratio : float, default 0.5
+        ``"prune"``: the share of the learnt examples skipped, in [0, 0.9].
+    epochs : int or None, default None
+        ``"prune"``: the run's epochs (required there; the annealing depends on it).
+    anneal : float, default 0.875
+        ``"prune"``: epoch ``e >= 1`` prunes while ``e + 1 <= anneal * epochs``
+        (InfoBatch's code).
+    batches_per_epoch : int or None, default None
+        Batches of every rank's epoch (required with ``world_size > 1``); None: until the
+        source ends.
+    drop_last : bool, default False
+        Drop a reader's short last batch.
+    seed : int, default 0
+    rank, world_size : int or None, default None
+        This process's rank and the number of ranks; None: torch.distributed's, else
+        torchrun's ``RANK`` / ``WORLD_SIZE``, else one process. Fixed here.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A bad option (named), a missing ``epochs`` for ``"prune"``, ``world_size > 1``
+        without ``batches_per_epoch``; while reading: an example without an id, an id twice
+        in one buffer, a rank's source ending before ``batches_per_epoch``.
+
+    See Also
+    --------
+    batchsel.SelectionBatchSampler : the same selection for a map-style dataset.
+
+    Example
+    -------
+    >>> def examples():
+    ...     for i in range(10):
+    ...         yield {"id": i, "x": float(i)}
+    >>> stream = StreamBatches(examples, batch_size=4, buffer_size=8, seed=0)
+    >>> stream.set_epoch(0)
+    >>> batches = list(stream)
+    >>> [len(b.ids) for b in batches], sorted(i for b in batches for i in b.ids) == list(range(10))
+    ([4, 4, 2], True)
+    >>> stream.observe(batches[0], losses=[0.5, 0.1, 2.0, 1.0])   # by id, used next epoch
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        batch_size: int,
+        open_shard: Callable[[Any], Any] | None = None,
+        *,
+        id_key: Any = "id",
+        cost: Any = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        buffer_size: int = 4096,
+        mode: str = "random",
+        pressure: float = 100.0,
+        prune_ratio: float = 0.5,
+        epochs: int | None = None,
+        anneal: float = 0.875,
+        batches_per_epoch: int | None = None,
+        drop_last: bool = False,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        self.source = StreamSource(source, open_shard)
+        self.batch_size = check_int(batch_size, "batch_size", minimum=1)
+        self.buffer_size = check_int(buffer_size, "buffer_size", minimum=1)
+        if self.buffer_size % self.batch_size:
+            raise ValueError(f"buffer_size must be a multiple of batch_size {self.batch_size}, got {buffer_size}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.pressure = check_number(pressure, "pressure", 1.0)
+        self.prune_ratio = check_number(prune_ratio, "prune_ratio", 0.0, 0.9)
+        self.anneal = check_number(anneal, "anneal", 0.0, 1.0)
+        self.epochs = None if epochs is None else check_int(epochs, "epochs", minimum=1)
+        if mode == "prune" and self.epochs is None:
+            raise ValueError("mode='prune' needs epochs= (the run's epochs: the last ones train on every example)")
+        self.batches_per_epoch = None if batches_per_epoch is None else check_int(batches_per_epoch, "batches_per_epoch", minimum=1)
+        self.world = _world(rank, world_size)
+        if self.world.size > 1 and self.batches_per_epoch is None:
+            raise ValueError(
+                f"world_size {self.world.size} needs batches_per_epoch= (every rank must yield as many batches, and "
+                "a stream's length per rank is not known ahead)"
+            )
+        if not (isinstance(id_key, (str, int)) or callable(id_key)):
+            raise TypeError(f"id_key must be a field name, a tuple position or a function, got {type(id_key).__name__}")
+        if cost is not None and not (isinstance(cost, (str, int)) or callable(cost)):
+            raise TypeError(f"cost must be a field name, a tuple position or a function, got {type(cost).__name__}")
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}")
+        self.id_key, self.cost, self.collate_fn = id_key, cost, collate_fn or _default_collate
+        self.drop_last = bool(drop_last)
+        self.seed = check_int(seed, "seed", minimum=0)
+        self.epoch = 0
+        self._losses = LossTable()  # the training process's copy is the one observe() fills
+        self._resume: dict[str, Any] | None = None  # a loaded position, used by the next iteration of its epoch
+        self._position: dict[str, Any] | None = None  # the running iteration's position
+        self._iterations = 0  # iterations started by this copy (a worker's copy starts one)
+        self._last_seen: dict[tuple[int, int], int] = {}  # (epoch, reader) -> last batch number observed
+
+    # -- the epoch ----------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration reads (the order of shards and pools)."""
+        self.epoch = check_int(epoch, "epoch", minimum=0)
+
+    def __len__(self) -> int:
+        """This rank's batches per epoch (``batches_per_epoch``; ``TypeError`` without it,
+        as for any stream of unknown length)."""
+        if self.batches_per_epoch is None:
+            raise TypeError("StreamBatches has no length without batches_per_epoch (the stream's length is not known)")
+        return self.batches_per_epoch
+
+    def _pruning(self, epoch: int) -> bool:
+        return self.mode == "prune" and epoch >= 1 and self.epochs is not None and epoch + 1 <= self.anneal * self.epochs
+
+    # -- reading ------------------------------------------------------------------------
+    def _id_of(self, example: Any) -> Any:
+        try:
+            return self.id_key(example) if callable(self.id_key) else example[self.id_key]
+        except (KeyError, IndexError, TypeError) as error:
+            raise ValueError(
+                f"an example has no id {self.id_key!r} ({type(example).__name__}"
+                f"{' with keys ' + str(sorted(example)) if isinstance(example, dict) else ''}): give id_key= its field, "
+                "tuple position or a function"
+            ) from error
+
+    def _costs(self, examples: list[Any]) -> np.ndarray | None:
+        if self.cost is None:
+            return None
+        if callable(self.cost):
+            return check_costs([self.cost(example) for example in examples], len(examples), "cost(example)")
+        return example_costs({"cost": [example[self.cost] for example in examples]}, column="cost")
+
+    def __iter__(self) -> Iterator[StreamBatch]:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        self._iterations += 1
+        if info is not None and self._iterations > 1:
+            raise ValueError(
+                "StreamBatches iterated twice in one DataLoader worker: persistent_workers=True keeps the first "
+                "epoch's copy (its epoch and losses); use persistent_workers=False"
+            )
+        reader, readers = self.world.rank * workers + worker, self.world.size * workers
+        limit = None if self.batches_per_epoch is None else split_count(self.batches_per_epoch, workers, worker)
+        position = self._position = self._start(reader, readers)
+        return self._batches(position, limit)
+
+    def _start(self, reader: int, readers: int) -> dict[str, Any]:
+        """The iteration's position: the loaded one when it is this epoch's, else a new one."""
+        resume, self._resume = self._resume, None
+        if resume is not None and resume["epoch"] == self.epoch:
+            if (resume["reader"], resume["readers"]) != (reader, readers):
+                raise ValueError(
+                    f"the state was saved by reader {resume['reader']} of {resume['readers']} (rank x workers), "
+                    f"this is reader {reader} of {readers}: resume with the same world_size and num_workers"
+                )
+            if self._losses.known_before(self.epoch) < resume["known"]:
+                raise ValueError(
+                    f"the state's epoch started with losses of {resume['known']} examples, this copy has "
+                    f"{self._losses.known_before(self.epoch)}: load the stream's own state (stream.load_state_dict) before the loader's"
+                )
+            return dict(resume)
+        known = self._losses.known_before(self.epoch)
+        if self.mode != "random" and self.epoch >= 1 and not known:
+            warnings.warn(
+                f"StreamBatches(mode={self.mode!r}) starts epoch {self.epoch} without any loss observed, so it trains "
+                "as mode='random': call stream.observe(batch, losses) after each step, in the training process",
+                stacklevel=3,
+            )
+        threshold = self._losses.mean_before(self.epoch) if self._pruning(self.epoch) else None
+        return {
+            "epoch": self.epoch, "reader": reader, "readers": readers, "known": known,
+            "threshold": threshold, "pool": 0, "start": (0, 0), "batch": 0, "done": 0, "finished": False,
+        }  # fmt: skip
+
+    def _batches(self, position: dict[str, Any], limit: int | None) -> Iterator[StreamBatch]:
+        import torch
+
+        epoch, reader, readers = position["epoch"], position["reader"], position["readers"]
+        order_seed = (self.seed, epoch, reader, readers, _ORDER)
+        skipping = LearntSkipping(position["threshold"], self.prune_ratio, self.seed, epoch)
+        reading = self.source.read(reader, readers, order_seed, tuple(position["start"]))
+        while not position["finished"] and (limit is None or position["done"] < limit):
+            pool = self._read_pool(reading, skipping, epoch, order_seed, reader, readers)
+            if pool is None:
+                position["finished"] = True
+                break
+            ids, examples, weights, losses, costs, after = pool
+            rng = np.random.default_rng([self.seed, epoch, reader, readers, position["pool"]])
+            order = pool_order(len(ids), losses if self.mode == "loss-rank" else None, self.pressure, rng)
+            batches = group_by_cost(order, costs, self.batch_size, rng)
+            if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+                batches.pop()
+            for number in range(position["batch"], len(batches)):
+                if limit is not None and position["done"] >= limit:
+                    return
+                chosen = batches[number]
+                position["batch"], position["done"] = number + 1, position["done"] + 1
+                yield StreamBatch(
+                    data=self.collate_fn([examples[i] for i in chosen]),
+                    ids=[ids[i] for i in chosen],
+                    weights=torch.as_tensor(weights[chosen], dtype=torch.float32),
+                    epoch=epoch, reader=reader, number=position["done"] - 1,
+                )  # fmt: skip
+            position.update(pool=position["pool"] + 1, start=after, batch=0)
+        if limit is not None and position["done"] < limit:
+            raise ValueError(
+                f"rank {self.world.rank}'s source ended after {position['done']} of the {limit} batches of reader "
+                f"{reader} in epoch {epoch}: its shards hold fewer examples than batches_per_epoch asks of every "
+                "rank; lower batches_per_epoch, or give this rank more data"
+            )
+
+    def _read_pool(
+        self,
+        reading: Iterator[tuple[int, int, Any]],
+        skipping: LearntSkipping,
+        epoch: int,
+        order_seed: tuple,
+        reader: int,
+        readers: int,
+    ) -> tuple | None:
+        """Up to ``buffer_size`` kept examples: ids, examples, weights, losses, costs and
+        the position after the last one read; None when the source is exhausted."""
+        ids: list[Any] = []
+        examples: list[Any] = []
+        weights: list[float] = []
+        where: list[tuple[int, int]] = []
+        after = None
+        for piece, offset, example in reading:
+            after = (piece, offset + 1)
+            example_id = self._id_of(example)
+            weight = skipping.weight(example_id, self._losses.before(example_id, epoch))
+            if weight == 0.0:
+                continue
+            ids.append(example_id), examples.append(example), weights.append(weight), where.append((piece, offset))
+            if len(ids) == self.buffer_size:
+                break
+        if not ids:
+            return None
+        repeat = first_repeat(ids)
+        if repeat is not None:
+            first, second = (self.source.describe(*where[i], reader, readers, order_seed) for i in repeat)
+            raise ValueError(
+                f"id {ids[repeat[0]]!r} appears twice in one buffer ({first} and {second}): ids must be unique, or "
+                "feedback by id cannot tell the examples apart"
+            )
+        losses = np.array([self._losses.before(i, epoch) for i in ids]) if self.mode == "loss-rank" else None
+        return ids, examples, np.asarray(weights), losses, self._costs(examples), after
+
+    # -- feedback -----------------------------------------------------------------------
+    def observe(self, batch: Any, losses: Any) -> None:
+        """Record the per-example losses of a batch (call it in the training process, after
+        the step): each id's last loss orders it the next time it is read.
+
+        Parameters
+        ----------
+        batch : StreamBatch or sequence
+            The batch trained on, or its ids.
+        losses : array-like or torch.Tensor
+            One unweighted loss per example, finite.
+        """
+        ids = batch.ids if isinstance(batch, StreamBatch) else list(batch)
+        values = np.asarray(tensor_to_numpy(losses), dtype=np.float64).reshape(-1)
+        if len(values) != len(ids):
+            raise ValueError(f"losses has {len(values)} values for a batch of {len(ids)} ids")
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"losses must be finite, got {values[~np.isfinite(values)][0]!r}")
+        epoch = self.epoch
+        if isinstance(batch, StreamBatch):
+            self._check_epoch_advanced(batch)
+            epoch = batch.epoch
+        keys = [i.item() if hasattr(i, "item") else i for i in ids]  # tensor or numpy ids hash as ints
+        self._losses.record(keys, values.tolist(), epoch)
+
+    def _check_epoch_advanced(self, batch: StreamBatch) -> None:
+        key = (batch.epoch, batch.reader)
+        last = self._last_seen.get(key)
+        if last is not None and batch.number <= last and batch.number == 0:
+            warnings.warn(
+                f"StreamBatches yielded epoch {batch.epoch} again: call stream.set_epoch(epoch) before each epoch, "
+                "or every epoch reads the same order",
+                stacklevel=3,
+            )
+        self._last_seen[key] = batch.number
+
+    # -- resume -------------------------------------------------------------------------
+    def _config(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "batch_size": self.batch_size, "buffer_size": self.buffer_size, "seed": self.seed,
+            "rank": self.world.rank, "world_size": self.world.size, "batches_per_epoch": self.batches_per_epoch,
+        }  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch, the running iteration's position (where its pool started in the
+        source, how many of the pool's batches were yielded) and, in the training process,
+        the losses observed (by reference: saving it copies them).
+
+        torchdata's ``StatefulDataLoader`` calls it in each worker after each batch;
+        checkpoint the loader's state and this object's own (the losses live in the
+        training process) and load both, this one first."""
+        from torch.utils.data import get_worker_info
+
+        state: dict[str, Any] = {"version": _STATE_VERSION, "config": self._config(), "epoch": self.epoch}
+        state["position"] = None if self._position is None else dict(self._position)
+        state["losses"] = self._losses.state() if get_worker_info() is None else None
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output: the next iteration of the saved epoch
+        yields exactly the batches still to come."""
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            raise ValueError("not a StreamBatches state (state_dict's output)")
+        mine = self._config()
+        for key, value in state["config"].items():
+            if mine.get(key) != value:
+                raise ValueError(f"the state was saved with {key}={value!r}, this stream has {key}={mine.get(key)!r}")
+        self.epoch = check_int(state["epoch"], "epoch", minimum=0)
+        if state.get("losses") is not None:
+            self._losses.load(state["losses"])
+        position = state.get("position")
+        self._resume = None if position is None else dict(position, start=tuple(position["start"]))
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamBatches(mode={self.mode!r}, batch_size={self.batch_size}, buffer_size={self.buffer_size}, "
+            f"rank={self.world.rank}, world_size={self.world.size}, epoch={self.epoch})"
+        )
+
+
+__all__ = ["MODES", "StreamBatch", "StreamBatches"]
