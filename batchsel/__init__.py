@@ -69,6 +69,10 @@ def __getattr__(name: str):
         from batchsel.loop.sampler import SelectionBatchSampler
 
         return SelectionBatchSampler
+    if name in ("StreamBatches", "StreamBatch"):
+        from batchsel.loop import stream
+
+        return getattr(stream, name)
     # the subpackages that import torch or frameworks, and modules that moved (deprecated paths)
     if name in ("integrations", "loop", "cli", "apricot") or _compat.new_name(f"{__name__}.{name}") is not None:
         import importlib
@@ -124,6 +128,8 @@ __all__ = [
     "GraphRegularizedLoss",
     "SelectionBatchSampler",
     "pad_collate",
+    "StreamBatches",
+    "StreamBatch",
     "warmup",
     "__version__",
 ]

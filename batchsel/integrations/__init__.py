@@ -6,6 +6,9 @@ and MPI (``mpiexec``) clusters.
   a weighted plan's batches are :class:`WeightedBatch` objects (pairs, and the same as arrays);
   :class:`WeightedDataset` turns items into ``(x, y, w)`` for weighted coresets;
   :func:`pad_collate` pads variable-length items to the batch's longest, with the mask.
+- :class:`StreamBatches`: batches chosen from a bounded buffer of a stream (shards, a
+  Hugging Face ``IterableDataset``, a generator) for ``DataLoader(stream, batch_size=None)``,
+  each a :class:`StreamBatch`.
 - Communicators (:mod:`batchsel.distributed.comm`): single process, mpi4py,
   torch.distributed, chosen from the environment by :func:`get_communicator`.
 - :func:`init_torch_distributed_from_mpi`: one call so a DDP script runs unchanged under
@@ -25,12 +28,15 @@ from batchsel.distributed.comm import Communicator, MPIComm, SingleProcessComm, 
 from batchsel.distributed.mpi import greedi, init_torch_distributed_from_mpi, install_mpi_abort_hook
 from batchsel.loop.collate import pad_collate
 from batchsel.loop.sampler import SelectionBatchSampler, WeightedBatch, WeightedDataset
+from batchsel.loop.stream import StreamBatch, StreamBatches
 
 __all__ = [
     "SelectionBatchSampler",
     "WeightedBatch",
     "WeightedDataset",
     "pad_collate",
+    "StreamBatches",
+    "StreamBatch",
     "Communicator",
     "SingleProcessComm",
     "MPIComm",

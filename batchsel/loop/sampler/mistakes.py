@@ -150,6 +150,17 @@ class LoopChecks:
             )
         workers = int(getattr(loader, "_num_workers", 0) or 0)
         window = workers * int(getattr(loader, "_prefetch_factor", None) or 0)
+        if workers and self.profile.uses_feedback and type(loader).__module__.startswith("torchdata"):
+            # it snapshots the sampler when a batch is dispatched, before the losses of the
+            # batches in flight are observed: those losses are missing from the checkpoint
+            self.warn_once(
+                "stateful_workers",
+                f"torchdata's StatefulDataLoader(num_workers={workers}) saves the sampler's state when each batch "
+                f"is sent to a worker, before the losses of the {window} batches in flight are observed, so "
+                f"{self.profile.name} does not resume exactly from its state_dict: checkpoint "
+                "sampler.state_dict(batches_done=step) beside a torch DataLoader (exact with workers), or use "
+                "num_workers=0, or stream the data (batchsel.StreamBatches resumes exactly with workers)",
+            )
         if window > prefetch and self.profile.lag_matters:  # offline: plans at the epoch start
             self.warn_once(
                 "num_workers",

@@ -15,7 +15,8 @@ import numpy as np
 
 
 class LossTable:
-    """Per-id losses with the epoch they were observed in.
+    """Per-id losses with the epoch they were observed in. Asked about the epoch running
+    (or a later one), never an earlier one: it keeps one loss before the last epoch seen.
 
     Example
     -------

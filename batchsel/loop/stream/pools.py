@@ -57,19 +57,30 @@ def rank_probabilities(losses: np.ndarray, pressure: float, rng: np.random.Gener
 
 
 def pool_order(count: int, losses: np.ndarray | None, pressure: float, rng: np.random.Generator) -> np.ndarray:
-    """The order in which a pool's ``count`` examples are trained: a shuffle (``losses``
-    None or ``pressure`` 1), else ``count`` rank-based draws with replacement
-    (:func:`rank_probabilities`): high-loss examples several times, low-loss ones perhaps
-    not at all.
+    """The order in which a pool's ``count`` examples are trained.
+
+    A shuffle when ``losses`` is None or ``pressure`` 1. Otherwise the examples without a
+    loss (``nan``: never trained) come once each, and the pool's other slots are
+    rank-based draws with replacement among those with one (:func:`rank_probabilities`):
+    high-loss examples several times, low-loss ones perhaps not at all; shuffled together.
 
     Example
     -------
     >>> sorted(pool_order(4, None, 1.0, np.random.default_rng(0)).tolist())
     [0, 1, 2, 3]
+    >>> order = pool_order(4, np.array([np.nan, 9.0, 0.1, 0.2]), 1e6, np.random.default_rng(0))
+    >>> sorted(order.tolist())    # the unseen one once, the top loss drawn for the rest
+    [0, 1, 1, 1]
     """
     if losses is None or pressure == 1.0:
         return rng.permutation(count)
-    return rng.choice(count, size=count, replace=True, p=rank_probabilities(losses, pressure, rng))
+    unseen = np.isnan(losses)
+    seen = np.flatnonzero(~unseen)
+    if len(seen) == 0:
+        return rng.permutation(count)
+    probabilities = rank_probabilities(losses[seen], pressure, rng)
+    draws = seen[rng.choice(len(seen), size=count - int(unseen.sum()), replace=True, p=probabilities)]
+    return rng.permutation(np.concatenate([np.flatnonzero(unseen), draws]))
 
 
 def group_by_cost(order: np.ndarray, costs: np.ndarray | None, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:

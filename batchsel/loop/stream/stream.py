@@ -71,6 +71,11 @@ def _default_collate(examples: list[Any]) -> Any:
     return default_collate(examples)
 
 
+def _raising(error: Exception) -> Iterator[Any]:
+    raise error
+    yield  # a generator: the error comes with the first batch asked for
+
+
 def _world(rank: int | None, world_size: int | None) -> World:
     """Explicit values, else torch.distributed's, else torchrun's variables, else one process."""
     if rank is None or world_size is None:
@@ -97,9 +102,9 @@ class StreamBatches(_TorchIterable):
 
     - ``"random"``: the pool shuffled (a block shuffle: what a shuffle buffer of that size
       gives, each example once an epoch);
-    - ``"loss-rank"``: ``buffer_size`` draws with replacement, rank ``i`` of the pool by
-      the examples' last losses drawn with probability proportional to
-      ``pressure ** (-i / buffer_size)`` (never-trained examples rank first): as many
+    - ``"loss-rank"``: the never-trained examples of the pool once each, and the pool's
+      other slots drawn with replacement among the rest by rank: rank ``i`` of ``n`` by
+      last loss with probability proportional to ``pressure ** (-i / n)``: as many
       examples as the pool holds, high-loss ones several times;
     - ``"prune"``: InfoBatch's rule as examples are read: one whose last loss is below
       the mean of the last losses (taken when the epoch starts) is skipped with
@@ -249,7 +254,7 @@ class StreamBatches(_TorchIterable):
         self._losses = LossTable()  # the training process's copy is the one observe() fills
         self._resume: dict[str, Any] | None = None  # a loaded position, used by the next iteration of its epoch
         self._position: dict[str, Any] | None = None  # the running iteration's position
-        self._iterations = 0  # iterations started by this copy (a worker's copy starts one)
+        self._worker_pid: int | None = None  # the worker process that iterated this copy (persistent workers: twice)
         self._last_seen: dict[tuple[int, int], int] = {}  # (epoch, reader) -> last batch number observed
 
     # -- the epoch ----------------------------------------------------------------------
@@ -290,12 +295,17 @@ class StreamBatches(_TorchIterable):
 
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        self._iterations += 1
-        if info is not None and self._iterations > 1:
-            raise ValueError(
-                "StreamBatches iterated twice in one DataLoader worker: persistent_workers=True keeps the first "
-                "epoch's copy (its epoch and losses); use persistent_workers=False"
+        if info is not None and self._worker_pid == os.getpid():
+            # raised from the iterator, not here: torch reports a worker's error then, but
+            # loses one raised while it builds the iterator of a persistent worker
+            return _raising(
+                ValueError(
+                    "StreamBatches iterated twice in one DataLoader worker: persistent_workers=True keeps the "
+                    "first epoch's copy (its epoch and losses); use persistent_workers=False"
+                )
             )
+        if info is not None:
+            self._worker_pid = os.getpid()
         reader, readers = self.world.rank * workers + worker, self.world.size * workers
         limit = None if self.batches_per_epoch is None else split_count(self.batches_per_epoch, workers, worker)
         position = self._position = self._start(reader, readers)
