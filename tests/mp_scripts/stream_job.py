@@ -22,8 +22,15 @@ def collate(examples):
 
 def main(out: str) -> None:
     dist.init_process_group("gloo")
-    stream = StreamBatches(list(range(8)), 8, open_shard=shard_examples, collate_fn=collate, buffer_size=40,
-                           mode="loss-rank", batches_per_epoch=20)  # rank and world size from the process group
+    stream = StreamBatches(
+        list(range(8)),
+        8,
+        open_shard=shard_examples,
+        collate_fn=collate,
+        buffer_size=40,
+        mode="loss-rank",
+        batches_per_epoch=20,
+    )  # rank and world size from the process group
     seen = []
     for epoch in range(2):
         stream.set_epoch(epoch)

@@ -9,9 +9,12 @@ examples were trained in this epoch, sees the losses it saw the first time.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Iterable
 
 import numpy as np
+
+from batchsel.core.checks import tensor_to_numpy
 
 
 class LossTable:
@@ -45,6 +48,16 @@ class LossTable:
             else:
                 entries[example_id] = (loss, epoch, last[2])
 
+    def record_batch(self, ids: list[Any], losses: Any, epoch: int) -> None:
+        """:meth:`record` of a batch's losses as the loop hands them (a tensor or an array),
+        checked: one finite loss per id; tensor or numpy ids are stored as Python ints."""
+        values = np.asarray(tensor_to_numpy(losses), dtype=np.float64).reshape(-1)
+        if len(values) != len(ids):
+            raise ValueError(f"losses has {len(values)} values for a batch of {len(ids)} ids")
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"losses must be finite, got {values[~np.isfinite(values)][0]!r}")
+        self.record([i.item() if hasattr(i, "item") else i for i in ids], values.tolist(), epoch)
+
     def before(self, example_id: Any, epoch: int) -> float:
         """The id's last loss observed before ``epoch`` (``nan``: none)."""
         entry = self.entries.get(example_id)
@@ -71,4 +84,28 @@ class LossTable:
         self.entries = {key: (float(v[0]), int(v[1]), float(v[2])) for key, v in entries.items()}
 
 
-__all__ = ["LossTable"]
+class EpochRepeats:
+    """Warns when a reader's epoch starts over (batch 0 of an epoch observed again): the
+    loop forgot ``set_epoch``, and every epoch reads the same order.
+
+    Example
+    -------
+    >>> repeats = EpochRepeats()
+    >>> repeats.check(epoch=0, reader=0, number=0); repeats.check(epoch=1, reader=0, number=0)
+    """
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[int, int], int] = {}  # (epoch, reader) -> last batch number observed
+
+    def check(self, epoch: int, reader: int, number: int) -> None:
+        """Note batch ``number`` of ``reader``'s ``epoch``; warn if the epoch restarted."""
+        if number == 0 and (epoch, reader) in self.last:
+            warnings.warn(
+                f"StreamBatches yielded epoch {epoch} again: call stream.set_epoch(epoch) before each epoch, "
+                "or every epoch reads the same order",
+                stacklevel=4,
+            )
+        self.last[epoch, reader] = number
+
+
+__all__ = ["EpochRepeats", "LossTable"]

@@ -83,7 +83,9 @@ def pool_order(count: int, losses: np.ndarray | None, pressure: float, rng: np.r
     return rng.permutation(np.concatenate([np.flatnonzero(unseen), draws]))
 
 
-def group_by_cost(order: np.ndarray, costs: np.ndarray | None, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+def group_by_cost(
+    order: np.ndarray, costs: np.ndarray | None, batch_size: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Cut ``order`` into batches of ``batch_size`` (the last may be short).
 
     With ``costs`` (one per pool position) the order is first sorted by cost (stable: ties
@@ -180,4 +182,12 @@ def first_repeat(ids: Sequence[Any]) -> tuple[int, int] | None:
     return None
 
 
-__all__ = ["LearntSkipping", "first_repeat", "group_by_cost", "id_uniform", "pool_order", "rank_probabilities", "split_count"]
+__all__ = [
+    "LearntSkipping",
+    "first_repeat",
+    "group_by_cost",
+    "id_uniform",
+    "pool_order",
+    "rank_probabilities",
+    "split_count",
+]

@@ -84,7 +84,9 @@ class StreamSource:
         elif hasattr(source, "__iter__"):
             self._factory, self.kind = lambda: source, "whole"
         else:
-            raise TypeError(f"source must be shards with open_shard, an iterable or a function, got {type(source).__name__}")
+            raise TypeError(
+                f"source must be shards with open_shard, an iterable or a function, got {type(source).__name__}"
+            )
 
     def _hf_shard(self, index: int) -> Iterator[Any]:
         shard = self._hf.shard(num_shards=self._hf.n_shards, index=index, contiguous=True)

@@ -1,31 +1,57 @@
 """Batches chosen from a bounded buffer of a stream: :class:`StreamBatches`, a torch
 ``IterableDataset`` for ``DataLoader(stream, batch_size=None)``.
 
-The stream is read in pools of ``buffer_size`` examples. Each pool becomes batches
-(:mod:`~batchsel.loop.stream.pools`): a shuffle, rank-based draws by the examples' last
-losses, InfoBatch-style skipping of learnt examples as they are read, and optionally
-grouping by cost. A pool is a function of (seed, epoch, rank, worker, pool number) and of
-what the pool read, so the position to resume from is small: where the pool started in
-the source and how many of its batches were yielded. The pool is read again on resume.
+The stream is read in pools of ``buffer_size`` examples; memory is the pool, and in
+the feedback modes one entry per id trained on. Each pool becomes its batches
+(:mod:`~batchsel.loop.stream.pools`):
+
+- ``"random"``: the pool shuffled (a block shuffle: what a shuffle buffer of that size
+  gives, each example once an epoch);
+- ``"loss-rank"``: the never-trained examples of the pool once each, and the pool's
+  other slots drawn with replacement among the rest by rank: rank ``i`` of ``n`` by
+  last loss with probability proportional to ``pressure ** (-i / n)``: as many
+  examples as the pool holds, high-loss ones several times;
+- ``"prune"``: InfoBatch's rule as examples are read: one whose last loss is below
+  the mean of the last losses (taken when the epoch starts) is skipped with
+  probability ``prune_ratio`` and, kept, weighted ``1 / (1 - prune_ratio)``; the first
+  epoch and the epochs after ``anneal * epochs`` skip nothing. A pruned epoch reads
+  further into the stream for the same number of batches, or has fewer.
+
+A loss observed in one epoch orders its example the next time it is read (the next
+epoch: an example comes once an epoch), so the batches do not depend on when a worker
+ran ahead of the loop, and resume is exact. With ``cost`` the pool's order is sorted by
+cost and cut into batches that come in a random order: batches of similar length, less
+padding (the examples and their number unchanged).
+
+Ranks and workers: reader ``rank * num_workers + worker`` of ``world_size *
+num_workers`` reads every such-numbered shard (a reader's shards stay its own from
+epoch to epoch, shuffled in order each epoch), or, with fewer shards than readers
+(a Hugging Face dataset) or no shards, every such-numbered example. With
+``world_size > 1``, ``batches_per_epoch`` sets every rank's number of batches (as
+WebDataset's ``with_epoch``); a rank whose source ends first raises ``ValueError``
+naming it.
+
+A pool is a function of (seed, epoch, rank, worker, pool number) and of what the pool
+read, so the position to resume from is small: where the pool started in the source and
+how many of its batches were yielded. The pool is read again on resume.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import warnings
 from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
-from batchsel.core.checks import check_int, check_number, tensor_to_numpy
+from batchsel.core.checks import check_int, check_number
 from batchsel.core.world import World
 from batchsel.loop.sampler.world import torch_dist_world
-from batchsel.loop.stream.feedback import LossTable
-from batchsel.loop.stream.pools import LearntSkipping, first_repeat, group_by_cost, pool_order, split_count
+from batchsel.loop.stream.feedback import EpochRepeats, LossTable
+from batchsel.loop.stream.pools import LearntSkipping, group_by_cost, pool_order, split_count
+from batchsel.loop.stream.reader import PoolReader
 from batchsel.loop.stream.sources import StreamSource
-from batchsel.selectors.buckets.costs import check_costs, example_costs
 
 logger = logging.getLogger(__name__)
 
@@ -76,15 +102,22 @@ def _raising(error: Exception) -> Iterator[Any]:
     yield  # a generator: the error comes with the first batch asked for
 
 
-def _world(rank: int | None, world_size: int | None) -> World:
-    """Explicit values, else torch.distributed's, else torchrun's variables, else one process."""
+def _world(rank: int | None, world_size: int | None, batches_per_epoch: int | None) -> World:
+    """Explicit values, else torch.distributed's, else torchrun's variables, else one
+    process; several ranks need ``batches_per_epoch``."""
     if rank is None or world_size is None:
         found = torch_dist_world()
         if found is None:
             found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
         rank = found[0] if rank is None else rank
         world_size = found[1] if world_size is None else world_size
-    return World(rank, world_size)
+    world = World(rank, world_size)
+    if world.size > 1 and batches_per_epoch is None:
+        raise ValueError(
+            f"world_size {world.size} needs batches_per_epoch= (every rank must yield as many batches, and a "
+            "stream's length per rank is not known ahead)"
+        )
+    return world
 
 
 class StreamBatches(_TorchIterable):
@@ -94,37 +127,17 @@ class StreamBatches(_TorchIterable):
 
     Use it as ``DataLoader(stream, batch_size=None, num_workers=...)`` (or torchdata's
     ``StatefulDataLoader``); each item is a :class:`StreamBatch`. Call :meth:`set_epoch`
-    before each epoch and, in the ``"loss-rank"`` and ``"prune"`` modes, hand each batch's
-    per-example losses back with :meth:`observe` (in the training process).
+    before each epoch; in the feedback modes hand each batch's losses to :meth:`observe`.
 
-    The stream is read in pools of ``buffer_size`` examples; memory is the pool, and in
-    the feedback modes one float per id trained on. Each pool becomes its batches:
-
-    - ``"random"``: the pool shuffled (a block shuffle: what a shuffle buffer of that size
-      gives, each example once an epoch);
-    - ``"loss-rank"``: the never-trained examples of the pool once each, and the pool's
-      other slots drawn with replacement among the rest by rank: rank ``i`` of ``n`` by
-      last loss with probability proportional to ``pressure ** (-i / n)``: as many
-      examples as the pool holds, high-loss ones several times;
-    - ``"prune"``: InfoBatch's rule as examples are read: one whose last loss is below
-      the mean of the last losses (taken when the epoch starts) is skipped with
-      probability ``prune_ratio`` and, kept, weighted ``1 / (1 - prune_ratio)``; the first
-      epoch and the epochs after ``anneal * epochs`` skip nothing. A pruned epoch reads
-      further into the stream for the same number of batches, or has fewer.
-
-    A loss observed in one epoch orders its example the next time it is read (the next
-    epoch: an example comes once an epoch), so the batches do not depend on when a worker
-    ran ahead of the loop, and resume is exact. With ``cost`` the pool's order is sorted by
-    cost and cut into batches that come in a random order: batches of similar length, less
-    padding (the examples and their number unchanged).
-
-    Ranks and workers: reader ``rank * num_workers + worker`` of ``world_size *
-    num_workers`` reads every such-numbered shard (a reader's shards stay its own from
-    epoch to epoch, shuffled in order each epoch), or, with fewer shards than readers
-    (a Hugging Face dataset) or no shards, every such-numbered example. With
+    The stream is read in pools of ``buffer_size`` examples (memory: the pool, and in
+    the feedback modes one entry per id trained on); each pool becomes batches by
+    ``mode``, grouped by ``cost`` when given (the module's page says how). A loss observed
+    in one epoch orders its example the next time it is read (the next epoch), so the
+    batches do not depend on when a worker ran ahead of the loop, and resume is exact.
+    Reader ``rank * num_workers + worker`` reads every such-numbered shard (its own from
+    epoch to epoch), or with too few shards every such-numbered example; with
     ``world_size > 1``, ``batches_per_epoch`` sets every rank's number of batches (as
-    WebDataset's ``with_epoch``); a rank whose source ends first raises ``ValueError``
-    naming it.
+    WebDataset's ``with_epoch``).
 
     Parameters
     ----------
@@ -178,9 +191,8 @@ class StreamBatches(_TorchIterable):
     Raises
     ------
     ValueError, TypeError
-        A bad option (named), a missing ``epochs`` for ``"prune"``, ``world_size > 1``
-        without ``batches_per_epoch``; while reading: an example without an id, an id twice
-        in one buffer, a rank's source ending before ``batches_per_epoch``.
+        A bad option (named); while reading: an example without an id, an id twice in one
+        buffer, a rank's source ending before ``batches_per_epoch``.
 
     See Also
     --------
@@ -234,17 +246,10 @@ class StreamBatches(_TorchIterable):
         self.epochs = None if epochs is None else check_int(epochs, "epochs", minimum=1)
         if mode == "prune" and self.epochs is None:
             raise ValueError("mode='prune' needs epochs= (the run's epochs: the last ones train on every example)")
-        self.batches_per_epoch = None if batches_per_epoch is None else check_int(batches_per_epoch, "batches_per_epoch", minimum=1)
-        self.world = _world(rank, world_size)
-        if self.world.size > 1 and self.batches_per_epoch is None:
-            raise ValueError(
-                f"world_size {self.world.size} needs batches_per_epoch= (every rank must yield as many batches, and "
-                "a stream's length per rank is not known ahead)"
-            )
-        if not (isinstance(id_key, (str, int)) or callable(id_key)):
-            raise TypeError(f"id_key must be a field name, a tuple position or a function, got {type(id_key).__name__}")
-        if cost is not None and not (isinstance(cost, (str, int)) or callable(cost)):
-            raise TypeError(f"cost must be a field name, a tuple position or a function, got {type(cost).__name__}")
+        self.batches_per_epoch = (
+            None if batches_per_epoch is None else check_int(batches_per_epoch, "batches_per_epoch", minimum=1)
+        )
+        self.world = _world(rank, world_size, self.batches_per_epoch)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}")
         self.id_key, self.cost, self.collate_fn = id_key, cost, collate_fn or _default_collate
@@ -255,9 +260,9 @@ class StreamBatches(_TorchIterable):
         self._resume: dict[str, Any] | None = None  # a loaded position, used by the next iteration of its epoch
         self._position: dict[str, Any] | None = None  # the running iteration's position
         self._worker_pid: int | None = None  # the worker process that iterated this copy (persistent workers: twice)
-        self._last_seen: dict[tuple[int, int], int] = {}  # (epoch, reader) -> last batch number observed
+        self._repeats = EpochRepeats()
+        self._pools = PoolReader(self.source, self.buffer_size, id_key, cost, with_losses=mode == "loss-rank")
 
-    # -- the epoch ----------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration reads (the order of shards and pools)."""
         self.epoch = check_int(epoch, "epoch", minimum=0)
@@ -268,27 +273,6 @@ class StreamBatches(_TorchIterable):
         if self.batches_per_epoch is None:
             raise TypeError("StreamBatches has no length without batches_per_epoch (the stream's length is not known)")
         return self.batches_per_epoch
-
-    def _pruning(self, epoch: int) -> bool:
-        return self.mode == "prune" and epoch >= 1 and self.epochs is not None and epoch + 1 <= self.anneal * self.epochs
-
-    # -- reading ------------------------------------------------------------------------
-    def _id_of(self, example: Any) -> Any:
-        try:
-            return self.id_key(example) if callable(self.id_key) else example[self.id_key]
-        except (KeyError, IndexError, TypeError) as error:
-            raise ValueError(
-                f"an example has no id {self.id_key!r} ({type(example).__name__}"
-                f"{' with keys ' + str(sorted(example)) if isinstance(example, dict) else ''}): give id_key= its field, "
-                "tuple position or a function"
-            ) from error
-
-    def _costs(self, examples: list[Any]) -> np.ndarray | None:
-        if self.cost is None:
-            return None
-        if callable(self.cost):
-            return check_costs([self.cost(example) for example in examples], len(examples), "cost(example)")
-        return example_costs({"cost": [example[self.cost] for example in examples]}, column="cost")
 
     def __iter__(self) -> Iterator[StreamBatch]:
         from torch.utils.data import get_worker_info
@@ -333,7 +317,8 @@ class StreamBatches(_TorchIterable):
                 "as mode='random': call stream.observe(batch, losses) after each step, in the training process",
                 stacklevel=3,
             )
-        threshold = self._losses.mean_before(self.epoch) if self._pruning(self.epoch) else None
+        pruning = self.mode == "prune" and 1 <= self.epoch and self.epoch + 1 <= self.anneal * (self.epochs or 0)
+        threshold = self._losses.mean_before(self.epoch) if pruning else None
         return {
             "epoch": self.epoch, "reader": reader, "readers": readers, "known": known,
             "threshold": threshold, "pool": 0, "start": (0, 0), "batch": 0, "done": 0, "finished": False,
@@ -347,7 +332,7 @@ class StreamBatches(_TorchIterable):
         skipping = LearntSkipping(position["threshold"], self.prune_ratio, self.seed, epoch)
         reading = self.source.read(reader, readers, order_seed, tuple(position["start"]))
         while not position["finished"] and (limit is None or position["done"] < limit):
-            pool = self._read_pool(reading, skipping, epoch, order_seed, reader, readers)
+            pool = self._pools.read(reading, skipping, self._losses, epoch, (order_seed, reader, readers))
             if pool is None:
                 position["finished"] = True
                 break
@@ -376,44 +361,6 @@ class StreamBatches(_TorchIterable):
                 "rank; lower batches_per_epoch, or give this rank more data"
             )
 
-    def _read_pool(
-        self,
-        reading: Iterator[tuple[int, int, Any]],
-        skipping: LearntSkipping,
-        epoch: int,
-        order_seed: tuple,
-        reader: int,
-        readers: int,
-    ) -> tuple | None:
-        """Up to ``buffer_size`` kept examples: ids, examples, weights, losses, costs and
-        the position after the last one read; None when the source is exhausted."""
-        ids: list[Any] = []
-        examples: list[Any] = []
-        weights: list[float] = []
-        where: list[tuple[int, int]] = []
-        after = None
-        for piece, offset, example in reading:
-            after = (piece, offset + 1)
-            example_id = self._id_of(example)
-            weight = skipping.weight(example_id, self._losses.before(example_id, epoch))
-            if weight == 0.0:
-                continue
-            ids.append(example_id), examples.append(example), weights.append(weight), where.append((piece, offset))
-            if len(ids) == self.buffer_size:
-                break
-        if not ids:
-            return None
-        repeat = first_repeat(ids)
-        if repeat is not None:
-            first, second = (self.source.describe(*where[i], reader, readers, order_seed) for i in repeat)
-            raise ValueError(
-                f"id {ids[repeat[0]]!r} appears twice in one buffer ({first} and {second}): ids must be unique, or "
-                "feedback by id cannot tell the examples apart"
-            )
-        losses = np.array([self._losses.before(i, epoch) for i in ids]) if self.mode == "loss-rank" else None
-        return ids, examples, np.asarray(weights), losses, self._costs(examples), after
-
-    # -- feedback -----------------------------------------------------------------------
     def observe(self, batch: Any, losses: Any) -> None:
         """Record the per-example losses of a batch (call it in the training process, after
         the step): each id's last loss orders it the next time it is read.
@@ -425,31 +372,12 @@ class StreamBatches(_TorchIterable):
         losses : array-like or torch.Tensor
             One unweighted loss per example, finite.
         """
-        ids = batch.ids if isinstance(batch, StreamBatch) else list(batch)
-        values = np.asarray(tensor_to_numpy(losses), dtype=np.float64).reshape(-1)
-        if len(values) != len(ids):
-            raise ValueError(f"losses has {len(values)} values for a batch of {len(ids)} ids")
-        if not np.all(np.isfinite(values)):
-            raise ValueError(f"losses must be finite, got {values[~np.isfinite(values)][0]!r}")
-        epoch = self.epoch
         if isinstance(batch, StreamBatch):
-            self._check_epoch_advanced(batch)
-            epoch = batch.epoch
-        keys = [i.item() if hasattr(i, "item") else i for i in ids]  # tensor or numpy ids hash as ints
-        self._losses.record(keys, values.tolist(), epoch)
+            self._repeats.check(batch.epoch, batch.reader, batch.number)
+            self._losses.record_batch(batch.ids, losses, batch.epoch)
+        else:
+            self._losses.record_batch(list(batch), losses, self.epoch)
 
-    def _check_epoch_advanced(self, batch: StreamBatch) -> None:
-        key = (batch.epoch, batch.reader)
-        last = self._last_seen.get(key)
-        if last is not None and batch.number <= last and batch.number == 0:
-            warnings.warn(
-                f"StreamBatches yielded epoch {batch.epoch} again: call stream.set_epoch(epoch) before each epoch, "
-                "or every epoch reads the same order",
-                stacklevel=3,
-            )
-        self._last_seen[key] = batch.number
-
-    # -- resume -------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
         return {
             "mode": self.mode, "batch_size": self.batch_size, "buffer_size": self.buffer_size, "seed": self.seed,
