@@ -112,6 +112,11 @@ WIDTHS = {"buckets": 1.5, "buckets-tight": 1.1, "buckets-wide": 3.0, "buckets-su
 SUM_LOSS = ("buckets-sum",)
 GROUPED = ("grouped-loss-rank", "grouped-random")
 AA_OFFSET = 1000  # shuffle-aa's data-order seed: seed + AA_OFFSET
+#: methods another benchmark adds (bench_stream_batches.py): name -> make(train, batch_size,
+#: seed), an object with ``set_epoch``, ``num_batches``, ``online``, ``observe(idx, losses=)``
+#: whose iteration yields ``(indices, tokens, mask, labels)`` batches
+BATCH_SOURCES: dict[str, Callable[..., Any]] = {}
+TITLE = "# Cost-balanced batches (issue #48): `benchmarks/bench_buckets.py`\n"
 LOAD_LIMIT = 1.0
 ONE_THREAD_SHARE = 1.0  # of an epoch: a bucketed epoch's batches differ in cost, a part of it misleads
 LOAD_WAIT = 900.0
@@ -324,6 +329,8 @@ def make_batches(method: str, lengths: np.ndarray, batch_size: int, seed: int, r
 
 
 def steps_per_epoch(method: str, lengths: np.ndarray, batch_size: int) -> int:
+    if method in BATCH_SOURCES:
+        return -(-len(lengths) // batch_size)
     return make_batches(method, lengths, batch_size, 0)[0].num_batches
 
 
@@ -360,8 +367,11 @@ def train_run(task: Task, method: str, seed: int, steps: int, split: str, lr: fl
     opt = torch.optim.AdamW(model.parameters(), lr=task.lr if lr is None else lr)
     schedule = lr_schedule(opt, steps)
     t0 = time.perf_counter()
-    sampler, selector = make_batches(method, train.lengths, task.batch_size, seed)
-    loader = torch.utils.data.DataLoader(Indices(len(train.y)), batch_sampler=sampler, collate_fn=PadCollate(train))
+    if method in BATCH_SOURCES:
+        sampler = selector = loader = BATCH_SOURCES[method](train, task.batch_size, seed)
+    else:
+        sampler, selector = make_batches(method, train.lengths, task.batch_size, seed)
+        loader = torch.utils.data.DataLoader(Indices(len(train.y)), batch_sampler=sampler, collate_fn=PadCollate(train))
     online = bool(getattr(selector, "online", False))
     setup = time.perf_counter() - t0
     step, epoch, real, padded = 0, 0, 0, 0
@@ -752,7 +762,7 @@ def task_table(name: str, res: dict, budgets: list[float]) -> str:
 def markdown(payload: dict) -> str:
     s = payload["settings"]
     head = [
-        "# Cost-balanced batches (issue #48): `benchmarks/bench_buckets.py`\n",
+        TITLE,
         f"Measured {payload['measured']['date']} (batchsel {payload['measured']['version']}), "
         f"torch threads {s['threads']}, {s['seeds']} seeds, split `{s['split']}`, wall budgets {s['budgets']}; "
         f"load average before the start {s['load_start']} (waited {s['load_waited_s']:.0f} s), "

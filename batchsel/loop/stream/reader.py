@@ -4,7 +4,9 @@ up: :class:`PoolReader`."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, NamedTuple
+import itertools
+from operator import itemgetter
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -20,7 +22,7 @@ class Pool(NamedTuple):
 
     ids: list
     examples: list
-    weights: np.ndarray
+    weights: np.ndarray  # float32
     losses: np.ndarray | None
     costs: np.ndarray | None
     after: tuple[int, int]
@@ -59,17 +61,32 @@ class PoolReader:
             raise TypeError(f"cost must be a field name, a tuple position or a function, got {type(cost).__name__}")
         self.source, self.buffer_size, self.id_key, self.cost = source, buffer_size, id_key, cost
         self.with_losses = with_losses
+        self._piece: tuple[int, int, int, Iterator[Any]] | None = None  # the piece being read
+        self.after = (0, 0)  # the source position after the last pool read
 
-    def id_of(self, example: Any) -> Any:
-        """The example's id; ``ValueError`` naming the key when it has none."""
+    def start(self, position: tuple[int, int]) -> None:
+        """A new reading starts at ``position``."""
+        self._piece, self.after = None, position
+
+    def ids_of(self, examples: list[Any]) -> list[Any]:
+        """The examples' ids; ``ValueError`` naming the key when one has none."""
+        key = self.id_key
         try:
-            return self.id_key(example) if callable(self.id_key) else example[self.id_key]
+            return list(map(key if callable(key) else itemgetter(key), examples))
         except (KeyError, IndexError, TypeError) as error:
+            example = next(e for e in examples if not self._has_id(e))
             keys = f" with keys {sorted(example)}" if isinstance(example, dict) else ""
             raise ValueError(
                 f"an example has no id {self.id_key!r} ({type(example).__name__}{keys}): give id_key= its field, "
                 "tuple position or a function"
             ) from error
+
+    def _has_id(self, example: Any) -> bool:
+        try:
+            self.id_key(example) if callable(self.id_key) else example[self.id_key]
+        except (KeyError, IndexError, TypeError):
+            return False
+        return True
 
     def costs(self, examples: list[Any]) -> np.ndarray | None:
         """The examples' costs, checked (None without ``cost``)."""
@@ -81,44 +98,67 @@ class PoolReader:
 
     def read(
         self,
-        reading: Iterator[tuple[int, int, Any]],
+        reading: Iterator[tuple[int, int, int, Iterator[Any]]],
         skipping: LearntSkipping,
         table: LossTable,
         epoch: int,
         where_from: tuple[Any, int, int],
     ) -> Pool | None:
-        """The next pool of ``reading`` (:meth:`StreamSource.read`'s iterator), None when
-        it is exhausted. ``where_from`` is ``(order_seed, reader, readers)`` of the
-        reading, to name where a repeated id was read."""
+        """The next pool of ``reading`` (:meth:`StreamSource.read`'s pieces, the current
+        one left open for the next pool), None when it is exhausted. ``where_from`` is
+        ``(order_seed, reader, readers)`` of the reading, to name where a repeated id was
+        read."""
         ids: list[Any] = []
         examples: list[Any] = []
-        weights: list[float] = []
-        where: list[tuple[int, int]] = []
-        after = (0, 0)
-        for piece, offset, example in reading:
-            after = (piece, offset + 1)
-            example_id = self.id_of(example)
-            weight = skipping.weight(example_id, table.before(example_id, epoch))
-            if weight == 0.0:
+        weights: list[float] | None = None  # None: every example weight 1 (nothing skipped)
+        chunks: list[tuple[int, int, int, Sequence[int]]] = []  # (piece, offset, step, kept) per read
+        while len(examples) < self.buffer_size:
+            if self._piece is None:
+                self._piece = next(reading, None)
+                if self._piece is None:
+                    break
+            piece, offset, step, source = self._piece
+            got = list(itertools.islice(source, self.buffer_size - len(examples)))
+            if not got:
+                self._piece, self.after = None, (piece + 1, 0)
                 continue
-            ids.append(example_id)
-            examples.append(example)
-            weights.append(weight)
-            where.append((piece, offset))
-            if len(ids) == self.buffer_size:
-                break
+            self._piece = (piece, offset + step * len(got), step, source)
+            got_ids = self.ids_of(got)
+            kept: Sequence[int] = range(len(got))
+            if skipping.threshold is not None:
+                weights = [] if weights is None else weights
+                kept = [k for k in kept if self._keep(skipping, table, got_ids[k], epoch, weights)]
+                got, got_ids = [got[k] for k in kept], [got_ids[k] for k in kept]
+            examples += got
+            ids += got_ids
+            chunks.append((piece, offset, step, kept))
+        if self._piece is not None:
+            self.after = self._piece[:2]
         if not ids:
             return None
-        repeat = first_repeat(ids)
-        if repeat is not None:
-            order_seed, reader, readers = where_from
-            first, second = (self.source.describe(*where[i], reader, readers, order_seed) for i in repeat)
-            raise ValueError(
-                f"id {ids[repeat[0]]!r} appears twice in one buffer ({first} and {second}): ids must be unique, or "
-                "feedback by id cannot tell the examples apart"
-            )
+        if len(set(ids)) != len(ids):
+            self._repeated(ids, chunks, where_from)
         losses = np.array([table.before(i, epoch) for i in ids]) if self.with_losses else None
-        return Pool(ids, examples, np.asarray(weights), losses, self.costs(examples), after)
+        weight = np.ones(len(ids), dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
+        return Pool(ids, examples, weight, losses, self.costs(examples), self.after)
+
+    def _repeated(self, ids: list[Any], chunks: list[tuple[int, int, int, Sequence[int]]], where_from: tuple) -> None:
+        """``ValueError`` naming the first id read twice in a pool and where it was read."""
+        where = [(piece, offset + step * k) for piece, offset, step, kept in chunks for k in kept]
+        first, second = first_repeat(ids) or (0, 0)
+        order_seed, reader, readers = where_from
+        places = [self.source.describe(*where[i], reader, readers, order_seed) for i in (first, second)]
+        raise ValueError(
+            f"id {ids[first]!r} appears twice in one buffer ({places[0]} and {places[1]}): ids must be unique, "
+            "or feedback by id cannot tell the examples apart"
+        )
+
+    @staticmethod
+    def _keep(skipping: LearntSkipping, table: LossTable, example_id: Any, epoch: int, weights: list[float]) -> bool:
+        weight = skipping.weight(example_id, table.before(example_id, epoch))
+        if weight:
+            weights.append(weight)
+        return bool(weight)
 
 
 __all__ = ["Pool", "PoolReader"]

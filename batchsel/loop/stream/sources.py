@@ -54,7 +54,7 @@ class StreamSource:
     Example
     -------
     >>> source = StreamSource(["a", "b", "c"], open_shard=lambda s: [s + "0", s + "1"])
-    >>> [example for _, _, example in source.read(1, 2, order_seed=[0])]
+    >>> list(source.examples(1, 2, order_seed=[0]))
     ['b0', 'b1']
     """
 
@@ -116,25 +116,34 @@ class StreamSource:
 
     def read(
         self, reader: int, readers: int, order_seed: Sequence[int], start: tuple[int, int] = (0, 0)
-    ) -> Iterator[tuple[int, int, Any]]:
-        """Reader ``reader``'s examples as ``(piece, offset, example)``, from ``start``.
+    ) -> Iterator[tuple[int, int, int, Iterator[Any]]]:
+        """Reader ``reader``'s examples from ``start``, a piece at a time:
+        ``(piece, offset, step, examples)``, the ``k``-th of ``examples`` being example
+        ``offset + k * step`` of the piece (a shard: step 1; the whole stream split by
+        example: the reader's every ``readers``-th example, offsets in the whole stream).
 
-        ``order_seed`` orders the reader's shards (:meth:`pieces`); ``offset`` counts examples within the piece (for a stream split by
-        example, the example's index in the whole stream)."""
+        ``order_seed`` orders the reader's shards (:meth:`pieces`)."""
         pieces = self.pieces(reader, readers, order_seed)
         first_piece, first_offset = start
         for number in range(first_piece, len(pieces)):
             skip = first_offset if number == first_piece else 0
             if pieces[number] is None:  # the whole stream: keep every readers-th example
                 whole = self._factory() if self._factory is not None else _rows(self._hf)
-                for offset, example in enumerate(iter(whole)):
-                    if offset >= skip and offset % readers == reader:
-                        yield number, offset, example
+                first = skip + (reader - skip) % readers  # the reader's first example at or after skip
+                yield number, first, readers, itertools.islice(iter(whole), first, None, readers)
                 continue
             assert self._open is not None and self.shards is not None
             examples = iter(self._open(self.shards[pieces[number]]))
-            for offset, example in enumerate(itertools.islice(examples, skip, None), start=skip):
-                yield number, offset, example
+            yield number, skip, 1, itertools.islice(examples, skip, None)
+
+    def examples(self, reader: int, readers: int, order_seed: Sequence[int]) -> Iterator[Any]:
+        """Reader ``reader``'s examples of an epoch, one after the other.
+
+        >>> list(StreamSource(range(10)).examples(1, 3, order_seed=[0]))
+        [1, 4, 7]
+        """
+        for _, _, _, examples in self.read(reader, readers, order_seed):
+            yield from examples
 
     def describe(self, piece: int, offset: int, reader: int, readers: int, order_seed: Sequence[int]) -> str:
         """Where an example was read, for messages: ``shard 'x' #12`` or ``example 12``."""

@@ -38,9 +38,11 @@ how many of its batches were yielded. The pool is read again on resume.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import warnings
+from operator import itemgetter
 from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
@@ -331,8 +333,10 @@ class StreamBatches(_TorchIterable):
         order_seed = (self.seed, epoch, reader, readers, _ORDER)
         skipping = LearntSkipping(position["threshold"], self.prune_ratio, self.seed, epoch)
         reading = self.source.read(reader, readers, order_seed, tuple(position["start"]))
+        pools = copy.copy(self._pools)  # its reading position is this iteration's
+        pools.start(tuple(position["start"]))
         while not position["finished"] and (limit is None or position["done"] < limit):
-            pool = self._pools.read(reading, skipping, self._losses, epoch, (order_seed, reader, readers))
+            pool = pools.read(reading, skipping, self._losses, epoch, (order_seed, reader, readers))
             if pool is None:
                 position["finished"] = True
                 break
@@ -346,11 +350,12 @@ class StreamBatches(_TorchIterable):
                 if limit is not None and position["done"] >= limit:
                     return
                 chosen = batches[number]
+                take = itemgetter(*chosen.tolist()) if len(chosen) > 1 else lambda items: (items[chosen[0]],)
                 position["batch"], position["done"] = number + 1, position["done"] + 1
                 yield StreamBatch(
-                    data=self.collate_fn([examples[i] for i in chosen]),
-                    ids=[ids[i] for i in chosen],
-                    weights=torch.as_tensor(weights[chosen], dtype=torch.float32),
+                    data=self.collate_fn(list(take(examples))),
+                    ids=list(take(ids)),
+                    weights=torch.from_numpy(weights[chosen]),
                     epoch=epoch, reader=reader, number=position["done"] - 1,
                 )  # fmt: skip
             position.update(pool=position["pool"] + 1, start=after, batch=0)
