@@ -6,7 +6,9 @@ do to time-to-accuracy on a step-dominated task fed as a stream.
 generator function (``{"id", "tokens", "label"}``, tokens an int64 array of log-normal
 length, median 40, clipped to [4, 256]), batches of 32 padded by the same collate. The
 anchor is the bare stream: the generator's examples cut into batches of 32 in the order
-they come (``itertools.islice``) and collated. Against it, in the same run and process,
+they come (``itertools.islice``) and collated; the second, the plain shuffle buffer a stream
+is trained with otherwise (Hugging Face ``IterableDataset.shuffle``'s algorithm, 4096
+examples). Against them, in the same run and process,
 ``StreamBatches`` with a buffer of 4096: ``random`` (the block shuffle), ``random`` grouped
 by length, and ``loss-rank`` (after one epoch's losses were observed, so the pools are
 ranked). Two streams: JSON lines decoded as they are read (a text stream's reader), and
@@ -119,6 +121,33 @@ def bare_pass(source: Examples) -> int:
     return count
 
 
+def shuffle_buffer_pass(source: Examples) -> int:
+    """The plain shuffle buffer (Hugging Face ``IterableDataset.shuffle``'s algorithm: once
+    full, each new example replaces a random one of the buffer, which is yielded), cut into
+    batches and collated: what a stream is trained with without batchsel."""
+    rng = np.random.default_rng(0)
+    buffer: list[Any] = []
+    batch: list[Any] = []
+    count = 0
+    slots: list[int] = []
+    for example in source():
+        if len(buffer) < BUFFER:
+            buffer.append(example)
+            continue
+        if not slots:
+            slots = rng.integers(0, BUFFER, size=1000).tolist()
+        i = slots.pop()
+        batch.append(buffer[i])
+        buffer[i] = example
+        if len(batch) == BATCH:
+            collate(batch)
+            count, batch = count + BATCH, []
+    rest = batch + [buffer[i] for i in rng.permutation(len(buffer))]
+    for start in range(0, len(rest), BATCH):
+        collate(rest[start : start + BATCH])
+    return count + len(rest)
+
+
 def stream_pass(stream: StreamBatches, epoch: int) -> int:
     stream.set_epoch(epoch)
     return sum(len(batch.ids) for batch in stream)
@@ -139,33 +168,39 @@ def overhead(count: int, repeats: int, decoded: bool) -> dict[str, Any]:
         ranked.observe(batch, losses=np.asarray(batch.data[1].sum(1), dtype=np.float64))
     best: dict[str, float] = {}
     for _ in range(repeats):  # interleaved: a load spike hits every method alike
-        for name, run in [("bare stream", lambda: bare_pass(source))] + [
-            (n, (lambda s=s: stream_pass(s, 1))) for n, s in streams.items()
-        ]:
+        for name, run in [
+            ("bare stream", lambda: bare_pass(source)),
+            ("plain shuffle buffer", lambda: shuffle_buffer_pass(source)),
+        ] + [(n, (lambda s=s: stream_pass(s, 1))) for n, s in streams.items()]:
             t0 = time.perf_counter()
             seen = run()
             seconds = time.perf_counter() - t0
             assert seen == count, (name, seen)
             best[name] = min(best.get(name, np.inf), seconds)
-    anchor = best["bare stream"]
+    bare, buffered = best["bare stream"], best["plain shuffle buffer"]
     return {
-        name: {"us_per_example": 1e6 * s / count, "overhead_pct": 100.0 * (s / anchor - 1.0)}
+        name: {
+            "us_per_example": 1e6 * s / count,
+            "overhead_pct": 100.0 * (s / bare - 1.0),
+            "over_buffer_pct": 100.0 * (s / buffered - 1.0),
+        }
         for name, s in best.items()
     }
 
 
 def memory(count: int) -> dict[str, float]:
-    """Peak RSS (MB) of a fresh process that streams a quarter of ``count`` examples, and of
-    one that streams all of them (random mode, nothing decoded), and of one that only
-    imports what they import."""
+    """The peak RSS growth (MB) of a fresh process streaming a quarter of ``count`` examples,
+    and all of them (random mode, nothing decoded), from after its imports (the peak is
+    reset there: Linux's ``clear_refs``)."""
     code = (
-        "import resource, sys; sys.path.insert(0, {bench!r}); import bench_stream_batches as S; n = {n}\n"
-        "if n: S.stream_pass(S.StreamBatches(S.Examples(n, False), S.BATCH, buffer_size=S.BUFFER, "
-        "collate_fn=S.collate), 0)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+        "import sys; sys.path.insert(0, {bench!r}); import bench_stream_batches as S\n"
+        "def rss(field): return float(next(l.split()[1] for l in open('/proc/self/status') if l.startswith(field)))\n"
+        "base = rss('VmRSS:'); open('/proc/self/clear_refs', 'w').write('5')\n"
+        "S.stream_pass(S.StreamBatches(S.Examples({n}, False), S.BATCH, buffer_size=S.BUFFER, collate_fn=S.collate), 0)\n"
+        "print((rss('VmHWM:') - base) / 1024)"
     )
     out = {}
-    for key, n in (("imports", 0), ("0.25", count // 4), ("1", count)):
+    for key, n in (("0.25", count // 4), ("1", count)):
         done = subprocess.run(
             [sys.executable, "-c", code.format(bench=str(ROOT / "benchmarks"), n=n)],
             capture_output=True, text=True, check=True,
@@ -180,7 +215,7 @@ def run_overhead(count: int, repeats: int, quick: bool) -> str:
     lines = [
         "# StreamBatches over the bare stream: `benchmarks/bench_stream_batches.py --overhead`\n",
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} (batchsel {batchsel.__version__}), {count:,} examples "
-        f"(token arrays, median length 40), batches of {BATCH} padded by one collate, buffer {BUFFER}, best of "
+        f"(token arrays, median length 40), batches of {BATCH} padded by one collate, buffers of {BUFFER}, best of "
         f"{repeats} passes each, interleaved; load average before {load}.\n",
     ]
     for decoded, what in ((True, "JSON lines decoded as read"), (False, "numpy arrays, nothing decoded")):
@@ -191,21 +226,23 @@ def run_overhead(count: int, repeats: int, quick: bool) -> str:
         torch.set_num_threads(threads)
         lines += [
             f"\n## The stream: {what}\n",
-            f"| method | us / example ({threads} threads) | overhead | us / example (1 thread) | overhead |",
-            "| --- | --- | --- | --- | --- |",
+            f"| method | us / example ({threads} threads) | over the bare stream | over a shuffle buffer "
+            "| us / example (1 thread) | over the bare stream | over a shuffle buffer |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for name in rows[threads]:
             cells = []
             for t in (threads, 1):
                 row = rows[t][name]
-                anchor = name == "bare stream"
-                cells += [f"{row['us_per_example']:.2f}", "anchor" if anchor else f"{row['overhead_pct']:+.1f} %"]
+                cells.append(f"{row['us_per_example']:.2f}")
+                cells.append("anchor" if name == "bare stream" else f"{row['overhead_pct']:+.1f} %")
+                cells.append("anchor" if name == "plain shuffle buffer" else f"{row['over_buffer_pct']:+.1f} %")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     mem = memory(count)
     lines.append(
-        f"\nPeak RSS of a fresh process (random mode, arrays): {mem['0.25']:.0f} MB streaming {count // 4:,} "
-        f"examples, {mem['1']:.0f} MB streaming {count:,} ({mem['imports']:.0f} MB for its imports alone): "
-        "the buffer's, not the stream's. The feedback modes add one entry per id trained on. "
+        f"\nPeak RSS growth of a fresh process past its imports (random mode, arrays): {mem['0.25']:.0f} MB "
+        f"streaming {count // 4:,} examples, {mem['1']:.0f} MB streaming {count:,}: the buffer's, not the "
+        "stream's. The feedback modes add one entry per id trained on. "
         f"Load average after: {[round(v, 2) for v in os.getloadavg()]}.\n"
     )
     text = "\n".join(lines)

@@ -393,6 +393,12 @@ def _stateful() -> dict[str, object]:
         next(iter(loader))
         return loader
 
+    def stream():
+        examples = batchsel.StreamBatches(lambda: ({"id": f"e{i}", "x": float(i)} for i in range(40)), 8, buffer_size=16)
+        batch = next(iter(examples))
+        examples.observe(batch, losses=np.ones(8))
+        return examples
+
     def cluster_batches():
         from batchsel.integrations.pyg import ClusterBatchSelector
 
@@ -416,6 +422,7 @@ def _stateful() -> dict[str, object]:
         "ScorePruningSelector": lambda: observed(ScorePruningSelector(y, 8, epochs=4)),
         "SubmodularSelector": submodular,
         "SieveStreaming": lambda: batchsel.SieveStreaming("facility-location", 5).partial_fit(x[:30]),
+        "StreamBatches": stream,
         "BucketSelector": lambda: batchsel.BucketSelector(np.arange(1, 61), batch_size=8),
         "CostGroupedSelector": lambda: batchsel.CostGroupedSelector(
             observed(LossRankSelector(60, 8)), np.arange(1, 61), window=2

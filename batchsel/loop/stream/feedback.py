@@ -31,7 +31,7 @@ class LossTable:
     """
 
     def __init__(self) -> None:
-        self.entries: dict[Any, tuple[float, int, float]] = {}  # id -> (last loss, its epoch, loss before that epoch)
+        self.entries: dict[Any, tuple[float, int, float | None]] = {}  # id -> (last loss, its epoch, the one before)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -42,7 +42,7 @@ class LossTable:
         for example_id, loss in zip(ids, losses):
             last = entries.get(example_id)
             if last is None:
-                entries[example_id] = (loss, epoch, math.nan)
+                entries[example_id] = (loss, epoch, None)
             elif last[1] < epoch:
                 entries[example_id] = (loss, epoch, last[0])
             else:
@@ -63,11 +63,22 @@ class LossTable:
         entry = self.entries.get(example_id)
         if entry is None:
             return math.nan
-        return entry[0] if entry[1] < epoch else entry[2]
+        prior = entry[0] if entry[1] < epoch else entry[2]
+        return math.nan if prior is None else prior
+
+    def before_many(self, ids: list[Any], epoch: int) -> np.ndarray:
+        """:meth:`before` of every id, as a float64 array (one dict lookup each)."""
+        out = np.full(len(ids), np.nan)
+        for k, entry in enumerate(map(self.entries.get, ids)):
+            if entry is not None:
+                prior = entry[0] if entry[1] < epoch else entry[2]
+                if prior is not None:
+                    out[k] = prior
+        return out
 
     def known_before(self, epoch: int) -> int:
         """How many ids have a loss from before ``epoch``."""
-        return sum(1 for last, seen, prior in self.entries.values() if seen < epoch or not math.isnan(prior))
+        return sum(1 for _, seen, prior in self.entries.values() if seen < epoch or prior is not None)
 
     def mean_before(self, epoch: int) -> float | None:
         """The mean of the ids' losses before ``epoch``; None when there are none."""
@@ -75,13 +86,15 @@ class LossTable:
         values = values[~np.isnan(values)]
         return float(values.mean()) if len(values) else None
 
-    def state(self) -> dict[Any, tuple[float, int, float]]:
+    def state(self) -> dict[Any, tuple[float, int, float | None]]:
         """The entries (by reference: saving them copies them)."""
         return self.entries
 
     def load(self, entries: dict[Any, Any]) -> None:
         """Replace the entries with ``entries`` (:meth:`state`'s output)."""
-        self.entries = {key: (float(v[0]), int(v[1]), float(v[2])) for key, v in entries.items()}
+        self.entries = {
+            key: (float(v[0]), int(v[1]), None if v[2] is None else float(v[2])) for key, v in entries.items()
+        }
 
 
 class EpochRepeats:

@@ -94,7 +94,11 @@ class PoolReader:
             return None
         if callable(self.cost):
             return check_costs([self.cost(example) for example in examples], len(examples), "cost(example)")
-        return example_costs({"cost": [example[self.cost] for example in examples]}, column="cost")
+        values = list(map(itemgetter(self.cost), examples))
+        try:  # sequences (token ids): their lengths, in one pass
+            return check_costs(np.fromiter(map(len, values), dtype=np.float64, count=len(values)), name="cost")
+        except TypeError:  # numbers (a precomputed length)
+            return example_costs({"cost": values}, column="cost")
 
     def read(
         self,
@@ -138,7 +142,7 @@ class PoolReader:
             return None
         if len(set(ids)) != len(ids):
             self._repeated(ids, chunks, where_from)
-        losses = np.array([table.before(i, epoch) for i in ids]) if self.with_losses else None
+        losses = table.before_many(ids, epoch) if self.with_losses else None
         weight = np.ones(len(ids), dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
         return Pool(ids, examples, weight, losses, self.costs(examples), self.after)
 

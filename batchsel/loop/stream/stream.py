@@ -364,6 +364,7 @@ class StreamBatches(_TorchIterable):
                 f"rank {self.world.rank}'s source ended after {position['done']} of the {limit} batches of reader "
                 f"{reader} in epoch {epoch}: its shards hold fewer examples than batches_per_epoch asks of every "
                 "rank; lower batches_per_epoch, or give this rank more data"
+                + (" (mode='prune' skips learnt examples: size it for a pruned epoch)" if skipping.threshold else "")
             )
 
     def observe(self, batch: Any, losses: Any) -> None:
@@ -400,7 +401,8 @@ class StreamBatches(_TorchIterable):
         from torch.utils.data import get_worker_info
 
         state: dict[str, Any] = {"version": _STATE_VERSION, "config": self._config(), "epoch": self.epoch}
-        state["position"] = None if self._position is None else dict(self._position)
+        position = self._resume if self._resume is not None else self._position  # loaded, not iterated yet: as loaded
+        state["position"] = None if position is None else dict(position)
         state["losses"] = self._losses.state() if get_worker_info() is None else None
         return state
 
@@ -418,6 +420,7 @@ class StreamBatches(_TorchIterable):
             self._losses.load(state["losses"])
         position = state.get("position")
         self._resume = None if position is None else dict(position, start=tuple(position["start"]))
+        self._position = None
 
     def __repr__(self) -> str:
         return (
