@@ -331,6 +331,36 @@ def test_hugging_face_iterable_dataset_with_workers_and_resume():
     assert sorted(i for r in ranks for b in r for i in b) == list(range(400))
 
 
+@pytest.mark.parametrize("kind", ["generator", "hugging face", "webdataset"])
+def test_each_source_selects_by_loss_from_the_buffer(kind, tmp_path):
+    """Two epochs of a training loop in loss-rank mode: the second draws the examples whose
+    losses were high more often, whatever the source."""
+    if kind == "generator":
+        stream = make("loss-rank", source=all_examples, pressure=1000.0)
+    elif kind == "hugging face":
+        datasets = pytest.importorskip("datasets")
+        source = datasets.IterableDataset.from_generator(hf_rows, gen_kwargs={"shards": list(range(SHARDS))})
+        stream = make("loss-rank", source=source, pressure=1000.0)
+    else:
+        urls = write_tar_shards(tmp_path)
+        stream = StreamBatches(
+            urls, 8, open_shard=open_tar, id_key="__key__", collate_fn=tar_collate, buffer_size=40,
+            mode="loss-rank", pressure=1000.0,
+        )  # fmt: skip
+
+    def loss(example_id):  # the examples whose number is even are the hard ones
+        return 5.0 if int(str(example_id).rsplit("-", 1)[-1]) % 2 == 0 else 0.1
+
+    for epoch in range(2):
+        stream.set_epoch(epoch)
+        ids = []
+        for batch in stream:
+            ids += batch.ids
+            stream.observe(batch, losses=[loss(i) for i in batch.ids])
+        hard = np.mean([loss(i) == 5.0 for i in ids])
+        assert len(ids) == 400 and (hard == 0.5 if epoch == 0 else hard > 0.8)
+
+
 def write_tar_shards(folder: Path) -> list[str]:
     wds = pytest.importorskip("webdataset")
     urls = []
