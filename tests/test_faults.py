@@ -394,7 +394,9 @@ def _stateful() -> dict[str, object]:
         return loader
 
     def stream():
-        examples = batchsel.StreamBatches(lambda: ({"id": f"e{i}", "x": float(i)} for i in range(40)), 8, buffer_size=16)
+        examples = batchsel.StreamBatches(
+            lambda: ({"id": f"e{i}", "x": float(i)} for i in range(40)), 8, buffer_size=16
+        )
         batch = next(iter(examples))
         examples.observe(batch, losses=np.ones(8))
         return examples
