@@ -121,4 +121,14 @@ class EpochRepeats:
         self.last[epoch, reader] = number
 
 
-__all__ = ["EpochRepeats", "LossTable"]
+def warn_unfed(mode: str, epoch: int) -> None:
+    """Warn that a feedback mode starts an epoch with no loss observed (the loop forgot
+    ``observe``, or calls it in a process the stream does not read from)."""
+    warnings.warn(
+        f"StreamBatches(mode={mode!r}) starts epoch {epoch} without any loss observed, so it trains as "
+        "mode='random': call stream.observe(batch, losses) after each step, in the training process",
+        stacklevel=4,
+    )
+
+
+__all__ = ["EpochRepeats", "LossTable", "warn_unfed"]

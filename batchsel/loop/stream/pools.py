@@ -1,7 +1,16 @@
-"""How a pool of streamed examples becomes batches: the order of its examples (a shuffle,
-or rank-based draws by their last loss), InfoBatch-style skipping of learnt examples as
-they are read, and the grouping of the order by cost. Numpy in, index arrays out; no
-torch here.
+"""How a pool of streamed examples becomes batches (numpy in, index arrays out), by mode:
+
+- ``"random"``: the pool shuffled (a block shuffle: what a shuffle buffer of that size
+  gives, each example once an epoch);
+- ``"loss-rank"``: the never-trained examples of the pool once each, and the pool's
+  other slots drawn with replacement among the rest by rank: rank ``i`` of ``n`` by
+  last loss with probability proportional to ``pressure ** (-i / n)``;
+- ``"prune"``: InfoBatch's rule as examples are read (:class:`LearntSkipping`): one whose
+  last loss is below the mean of the last losses is skipped with probability
+  ``prune_ratio`` and, kept, weighted ``1 / (1 - prune_ratio)``.
+
+With costs the pool's order is sorted by cost and cut into batches that come in a random
+order (:func:`group_by_cost`): batches of similar length, the same examples.
 
 Every function is deterministic given its ``rng`` (a ``numpy.random.Generator`` seeded
 from seed, epoch, rank, worker and pool number by the caller), so a pool read again on

@@ -1,39 +1,18 @@
 """Batches chosen from a bounded buffer of a stream: :class:`StreamBatches`, a torch
 ``IterableDataset`` for ``DataLoader(stream, batch_size=None)``.
 
-The stream is read in pools of ``buffer_size`` examples; memory is the pool, and in
-the feedback modes one entry per id trained on. Each pool becomes its batches
-(:mod:`~batchsel.loop.stream.pools`):
-
-- ``"random"``: the pool shuffled (a block shuffle: what a shuffle buffer of that size
-  gives, each example once an epoch);
-- ``"loss-rank"``: the never-trained examples of the pool once each, and the pool's
-  other slots drawn with replacement among the rest by rank: rank ``i`` of ``n`` by
-  last loss with probability proportional to ``pressure ** (-i / n)``: as many
-  examples as the pool holds, high-loss ones several times;
-- ``"prune"``: InfoBatch's rule as examples are read: one whose last loss is below
-  the mean of the last losses (taken when the epoch starts) is skipped with
-  probability ``prune_ratio`` and, kept, weighted ``1 / (1 - prune_ratio)``; the first
-  epoch and the epochs after ``anneal * epochs`` skip nothing. A pruned epoch reads
-  further into the stream for the same number of batches, or has fewer.
+The stream is read in pools of ``buffer_size`` examples (where they come from and how the
+readers split them: :mod:`~batchsel.loop.stream.sources`; how a pool is read:
+:mod:`~batchsel.loop.stream.reader`); each pool becomes its batches by a shuffle,
+rank-based draws by last loss or InfoBatch-style skipping, grouped by cost or not
+(:mod:`~batchsel.loop.stream.pools`, which says how each mode works).
 
 A loss observed in one epoch orders its example the next time it is read (the next
-epoch: an example comes once an epoch), so the batches do not depend on when a worker
-ran ahead of the loop, and resume is exact. With ``cost`` the pool's order is sorted by
-cost and cut into batches that come in a random order: batches of similar length, less
-padding (the examples and their number unchanged).
-
-Ranks and workers: reader ``rank * num_workers + worker`` of ``world_size *
-num_workers`` reads every such-numbered shard (a reader's shards stay its own from
-epoch to epoch, shuffled in order each epoch), or, with fewer shards than readers
-(a Hugging Face dataset) or no shards, every such-numbered example. With
-``world_size > 1``, ``batches_per_epoch`` sets every rank's number of batches (as
-WebDataset's ``with_epoch``); a rank whose source ends first raises ``ValueError``
-naming it.
-
-A pool is a function of (seed, epoch, rank, worker, pool number) and of what the pool
-read, so the position to resume from is small: where the pool started in the source and
-how many of its batches were yielded. The pool is read again on resume.
+epoch: an example comes once an epoch; :mod:`~batchsel.loop.stream.feedback`), so the
+batches do not depend on when a worker ran ahead of the loop. A pool is a function of
+(seed, epoch, rank, worker, pool number) and of what the pool read, so the position to
+resume from is small: where the pool started in the source and how many of its batches
+were yielded; the pool is read again on resume.
 """
 
 from __future__ import annotations
@@ -41,7 +20,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import warnings
 from operator import itemgetter
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -50,7 +28,7 @@ import numpy as np
 from batchsel.core.checks import check_int, check_number
 from batchsel.core.world import World
 from batchsel.loop.sampler.world import torch_dist_world
-from batchsel.loop.stream.feedback import EpochRepeats, LossTable
+from batchsel.loop.stream.feedback import EpochRepeats, LossTable, warn_unfed
 from batchsel.loop.stream.pools import LearntSkipping, group_by_cost, pool_order, split_count
 from batchsel.loop.stream.reader import PoolReader
 from batchsel.loop.stream.sources import StreamSource
@@ -314,11 +292,7 @@ class StreamBatches(_TorchIterable):
             return dict(resume)
         known = self._losses.known_before(self.epoch)
         if self.mode != "random" and self.epoch >= 1 and not known:
-            warnings.warn(
-                f"StreamBatches(mode={self.mode!r}) starts epoch {self.epoch} without any loss observed, so it trains "
-                "as mode='random': call stream.observe(batch, losses) after each step, in the training process",
-                stacklevel=3,
-            )
+            warn_unfed(self.mode, self.epoch)
         pruning = self.mode == "prune" and 1 <= self.epoch and self.epoch + 1 <= self.anneal * (self.epochs or 0)
         threshold = self._losses.mean_before(self.epoch) if pruning else None
         return {
@@ -391,13 +365,10 @@ class StreamBatches(_TorchIterable):
         }  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch, the running iteration's position (where its pool started in the
-        source, how many of the pool's batches were yielded) and, in the training process,
-        the losses observed (by reference: saving it copies them).
-
-        torchdata's ``StatefulDataLoader`` calls it in each worker after each batch;
-        checkpoint the loader's state and this object's own (the losses live in the
-        training process) and load both, this one first."""
+        """The epoch, the running iteration's position and, in the training process, the
+        losses observed (by reference: saving copies them). torchdata's
+        ``StatefulDataLoader`` calls it in each worker: checkpoint its state and this
+        object's own (the losses live here) and load both, this one first."""
         from torch.utils.data import get_worker_info
 
         state: dict[str, Any] = {"version": _STATE_VERSION, "config": self._config(), "epoch": self.epoch}
