@@ -418,7 +418,9 @@ def point_key(fraction: float) -> str:
     return f"{fraction:g}"
 
 
-def run_task(task: Task, full: list[str], eq: list[str], budgets: list[float], seeds: int, split: str) -> dict:
+def run_task(
+    task: Task, full: list[str], eq: list[str], budgets: list[float], seeds: int, split: str, first_seed: int = 0
+) -> dict:
     """Every run of one task: equal-epoch runs of every method, wall budgets of ``full``'s;
     seed 0's equal-epoch runs calibrate the budgets; methods interleaved within a seed."""
     lengths = load(task)["train"].lengths
@@ -435,7 +437,7 @@ def run_task(task: Task, full: list[str], eq: list[str], budgets: list[float], s
         log_run(task.name, m, point, seed, run)
 
     for m in methods:
-        record(m, "eq", 0, eq_steps[m])
+        record(m, "eq", first_seed, eq_steps[m])
     calib = {
         m: {
             "setup_seconds": runs[m]["eq"][0]["setup_seconds"],
@@ -452,12 +454,12 @@ def run_task(task: Task, full: list[str], eq: list[str], budgets: list[float], s
         for m in full
     }
     plan["shuffle"] = {k: max(1, round(float(k) * eq_steps["shuffle"])) for k in plan["shuffle"]}
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         for f in budgets:
             for m in full:
                 if point_key(f) in plan[m]:
                     record(m, point_key(f), seed, plan[m][point_key(f)])
-        if seed > 0:
+        if seed > first_seed:
             for m in methods:
                 record(m, "eq", seed, eq_steps[m])
     return {
@@ -842,6 +844,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tune", action="store_true", help="the learning-rate sweep on the validation split")
     parser.add_argument("--split", choices=("val", "test"), default="test")
     parser.add_argument("--seeds", type=int, default=None, help="default 5 (--quick: 2)")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. (fresh seeds: a replication)")
     parser.add_argument("--budgets", default="0.5,1.0", help="fractions of random's full wall")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--tasks", default=None, help="comma-separated (default: all)")
@@ -919,7 +922,7 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     for name, task in tasks.items():
         print(f"\n{name}: {task.sizes} train/val/test, B={task.batch_size}, lr {task.lr:g}", flush=True)
-        res = run_task(task, full, eq, budgets, seeds, args.split)
+        res = run_task(task, full, eq, budgets, seeds, args.split, args.first_seed)
         res["epochs"] = task.epochs
         res["one_thread"] = one_thread_walls(
             task, full + eq, args.split, 0.15 if args.quick else ONE_THREAD_SHARE, 3 if args.quick else 10

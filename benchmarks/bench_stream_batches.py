@@ -30,6 +30,9 @@ length), ``stream-loss-rank``, ``stream-loss-rank-grouped``, and ``shuffle-aa`` 
 control). The table prints each method's paired difference to ``shuffle``; the summary below
 it to ``stream-shuffle``.
 
+``--quality --first-seed 5 --seeds 10 --methods stream-shuffle,stream-loss-rank`` replicates
+cells on fresh seeds (into ``bench_stream_quality_replication.*``).
+
 Run ``python benchmarks/bench_stream_batches.py --overhead`` (about 3 min on 2 idle cores)
 and ``--quality`` (about 12 min); ``--quick`` runs both small. Writes
 ``benchmarks/results/speed/bench_stream_batches.md`` and
@@ -298,15 +301,18 @@ STREAM_METHODS = {
 }
 
 
-def run_quality(quick: bool, seeds: int | None) -> dict:
+def run_quality(quick: bool, seeds: int | None, first_seed: int = 0, methods: str | None = None) -> dict:
     for name, (mode, grouped) in STREAM_METHODS.items():
         BB.BATCH_SOURCES[name] = lambda train, b, seed, m=mode, g=grouped: StreamMethod(train, b, seed, m, g)
     BB.FULL_METHODS = ("shuffle", *STREAM_METHODS)
     BB.EQ_METHODS = ("shuffle-aa",)
     BB.TITLE = "# Streaming batches (issue #52): `benchmarks/bench_stream_batches.py --quality`\n"
     stem = ROOT / "benchmarks" / "out" / "bench_stream_quality_quick" if quick else QUALITY
-    argv = ["--tasks", "t1-transformer", "--rank-steps", "0", "--out", str(stem)]
+    if first_seed:
+        stem = stem.with_name(f"{stem.name}_replication")
+    argv = ["--tasks", "t1-transformer", "--rank-steps", "0", "--out", str(stem), "--first-seed", str(first_seed)]
     argv += ["--quick"] if quick else ["--seeds", str(seeds or 5)]
+    argv += ["--methods", methods] if methods else []
     payload = BB.main(argv)
     summary = against_shuffle_buffer(payload)
     print(summary)
@@ -324,7 +330,7 @@ def against_shuffle_buffer(payload: dict) -> str:
     for task, res in payload["results"].items():
         rows = res["summary"]["rows"]
         base = rows["stream-shuffle"]["points"]
-        for method in STREAM_METHODS:
+        for method in (m for m in STREAM_METHODS if m in rows):
             for key, point in sorted(rows[method]["points"].items(), key=lambda kv: kv[1]["wall_fraction"]):
                 anchor = base.get(key)
                 if anchor is None:
@@ -344,13 +350,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small: 50k examples, the quality protocol's --quick")
     parser.add_argument("--examples", type=int, default=None, help="(a)'s stream length (default 1M; --quick 50k)")
     parser.add_argument("--seeds", type=int, default=None, help="(b)'s seeds (default 5)")
+    parser.add_argument("--first-seed", type=int, default=0, help="(b): fresh seeds from here (a replication)")
+    parser.add_argument("--methods", default=None, help="(b): a subset (shuffle is always run)")
     args = parser.parse_args(argv)
     if not (args.overhead or args.quality):
         parser.error("give --overhead, --quality or both")
     if args.overhead:
         run_overhead(args.examples or (50_000 if args.quick else 1_000_000), 1 if args.quick else 3, args.quick)
     if args.quality:
-        run_quality(args.quick, args.seeds)
+        run_quality(args.quick, args.seeds, args.first_seed, args.methods)
 
 
 if __name__ == "__main__":

@@ -179,6 +179,13 @@ def test_cost_grouping_cuts_padding():
     assert grouped == by_function and grouped < 0.75 * plain
 
 
+@pytest.mark.parametrize("cost", [None, "tokens"])
+def test_drop_last_drops_the_short_batch_wherever_it_is(cost):
+    stream = make(source=lambda: (e for e in all_examples() if e["id"] < 396), cost=cost, drop_last=True)
+    batches = train(stream, 0)
+    assert len(batches) == 49 and all(len(b) == 8 for b in batches)
+
+
 def test_pad_collate_batches_from_a_stream():
     stream = make(collate_fn=lambda ex: pad_collate([{"input_ids": e["tokens"]} for e in ex]), cost="tokens")
     stream.set_epoch(0)

@@ -111,7 +111,7 @@ class StreamBatches(_TorchIterable):
 
     The stream is read in pools of ``buffer_size`` examples (memory: the pool, and in
     the feedback modes one entry per id trained on); each pool becomes batches by
-    ``mode``, grouped by ``cost`` when given (the module's page says how). A loss observed
+    ``mode``, grouped by ``cost`` when given (:mod:`~batchsel.loop.stream.pools` says how). A loss observed
     in one epoch orders its example the next time it is read (the next epoch), so the
     batches do not depend on when a worker ran ahead of the loop, and resume is exact.
     Reader ``rank * num_workers + worker`` reads every such-numbered shard (its own from
@@ -318,8 +318,8 @@ class StreamBatches(_TorchIterable):
             rng = np.random.default_rng([self.seed, epoch, reader, readers, position["pool"]])
             order = pool_order(len(ids), losses if self.mode == "loss-rank" else None, self.pressure, rng)
             batches = group_by_cost(order, costs, self.batch_size, rng)
-            if self.drop_last and batches and len(batches[-1]) < self.batch_size:
-                batches.pop()
+            if self.drop_last:  # the pool's short batch, wherever grouping put it
+                batches = [b for b in batches if len(b) == self.batch_size]
             for number in range(position["batch"], len(batches)):
                 if limit is not None and position["done"] >= limit:
                     return
