@@ -98,8 +98,9 @@ class LossTable:
 
 
 class EpochRepeats:
-    """Warns when a reader's epoch starts over (batch 0 of an epoch observed again): the
-    loop forgot ``set_epoch``, and every epoch reads the same order.
+    """Warns, once per epoch, when an epoch starts over (iterated again in the training
+    process, or batch 0 of a reader's epoch observed again): the loop forgot
+    ``set_epoch``, and every epoch reads the same order.
 
     Example
     -------
@@ -109,16 +110,24 @@ class EpochRepeats:
 
     def __init__(self) -> None:
         self.last: dict[tuple[int, int], int] = {}  # (epoch, reader) -> last batch number observed
+        self.warned: set[int] = set()
 
     def check(self, epoch: int, reader: int, number: int) -> None:
         """Note batch ``number`` of ``reader``'s ``epoch``; warn if the epoch restarted."""
         if number == 0 and (epoch, reader) in self.last:
+            self.repeated(epoch, stacklevel=4)  # the loop's observe call
+        self.last[epoch, reader] = number
+
+    def repeated(self, epoch: int, stacklevel: int = 3) -> None:
+        """Warn (once for ``epoch``) that it is read again; ``stacklevel`` as ``warnings.warn``'s,
+        counted from here."""
+        if epoch not in self.warned:
+            self.warned.add(epoch)
             warnings.warn(
                 f"StreamBatches yielded epoch {epoch} again: call stream.set_epoch(epoch) before each epoch, "
                 "or every epoch reads the same order",
-                stacklevel=4,
+                stacklevel=stacklevel,
             )
-        self.last[epoch, reader] = number
 
 
 def warn_unfed(mode: str, epoch: int) -> None:

@@ -54,8 +54,10 @@ class StreamSource:
     Example
     -------
     >>> source = StreamSource(["a", "b", "c"], open_shard=lambda s: [s + "0", s + "1"])
-    >>> list(source.examples(1, 2, order_seed=[0]))
+    >>> [e for _, _, _, part in source.read(1, 2, order_seed=[0]) for e in part]
     ['b0', 'b1']
+    >>> [e for _, _, _, part in StreamSource(range(10)).read(1, 3, order_seed=[0]) for e in part]
+    [1, 4, 7]
     """
 
     def __init__(self, source: Any, open_shard: Callable[[Any], Any] | None = None) -> None:
@@ -135,15 +137,6 @@ class StreamSource:
             assert self._open is not None and self.shards is not None
             examples = iter(self._open(self.shards[pieces[number]]))
             yield number, skip, 1, itertools.islice(examples, skip, None)
-
-    def examples(self, reader: int, readers: int, order_seed: Sequence[int]) -> Iterator[Any]:
-        """Reader ``reader``'s examples of an epoch, one after the other.
-
-        >>> list(StreamSource(range(10)).examples(1, 3, order_seed=[0]))
-        [1, 4, 7]
-        """
-        for _, _, _, examples in self.read(reader, readers, order_seed):
-            yield from examples
 
     def describe(self, piece: int, offset: int, reader: int, readers: int, order_seed: Sequence[int]) -> str:
         """Where an example was read, for messages: ``shard 'x' #12`` or ``example 12``."""

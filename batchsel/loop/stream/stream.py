@@ -24,10 +24,11 @@ from operator import itemgetter
 from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
+from torch.utils.data import IterableDataset
 
 from batchsel.core.checks import check_int, check_number
 from batchsel.core.world import World
-from batchsel.loop.sampler.world import torch_dist_world
+from batchsel.loop.sampler.world import RankWorld
 from batchsel.loop.stream.feedback import EpochRepeats, LossTable, warn_unfed
 from batchsel.loop.stream.pools import LearntSkipping, group_by_cost, pool_order, split_count
 from batchsel.loop.stream.reader import PoolReader
@@ -38,11 +39,6 @@ logger = logging.getLogger(__name__)
 MODES = ("random", "loss-rank", "prune")
 _STATE_VERSION = 1
 _ORDER = 1 << 20  # the substream that orders a reader's shards (pools use 0, 1, ...)
-
-try:  # torch is a dependency of the loop floor; the base class makes DataLoader treat it as a stream
-    from torch.utils.data import IterableDataset as _TorchIterable
-except ImportError:  # pragma: no cover - torch is installed with batchsel
-    _TorchIterable = object  # type: ignore[assignment,misc]
 
 
 class StreamBatch(NamedTuple):
@@ -77,20 +73,24 @@ def _default_collate(examples: list[Any]) -> Any:
     return default_collate(examples)
 
 
+_PERSISTENT = (
+    "StreamBatches iterated twice in one DataLoader worker: persistent_workers=True keeps the first epoch's copy "
+    "(its epoch and losses); use persistent_workers=False"
+)
+
+
 def _raising(error: Exception) -> Iterator[Any]:
+    # raised from the iterator, not when it is made: torch reports a worker's error then,
+    # but loses one raised while a persistent worker builds its iterator
     raise error
     yield  # a generator: the error comes with the first batch asked for
 
 
 def _world(rank: int | None, world_size: int | None, batches_per_epoch: int | None) -> World:
-    """Explicit values, else torch.distributed's, else torchrun's variables, else one
-    process; several ranks need ``batches_per_epoch``."""
-    if rank is None or world_size is None:
-        found = torch_dist_world()
-        if found is None:
-            found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-        rank = found[0] if rank is None else rank
-        world_size = found[1] if world_size is None else world_size
+    """Explicit values, else the job's (the sampler's lookup: torch.distributed, MPI under
+    mpiexec, torchrun's variables, else one process); several ranks need
+    ``batches_per_epoch``."""
+    _, rank, world_size = RankWorld.lookup(rank, world_size, None)
     world = World(rank, world_size)
     if world.size > 1 and batches_per_epoch is None:
         raise ValueError(
@@ -100,7 +100,7 @@ def _world(rank: int | None, world_size: int | None, batches_per_epoch: int | No
     return world
 
 
-class StreamBatches(_TorchIterable):
+class StreamBatches(IterableDataset):
     """Batches of a stream chosen from a bounded buffer: a shuffle, loss-rank or
     InfoBatch-style skipping by example id, optionally grouped by cost; split across ranks
     and DataLoader workers by shard; resumable mid-epoch.
@@ -165,8 +165,8 @@ class StreamBatches(_TorchIterable):
         Drop a reader's short last batch.
     seed : int, default 0
     rank, world_size : int or None, default None
-        This process's rank and the number of ranks; None: torch.distributed's, else
-        torchrun's ``RANK`` / ``WORLD_SIZE``, else one process. Fixed here.
+        This process's rank and the number of ranks; None: torch.distributed's, else MPI's
+        under mpiexec, else torchrun's ``RANK`` / ``WORLD_SIZE``, else one process. Fixed here.
 
     Raises
     ------
@@ -241,11 +241,13 @@ class StreamBatches(_TorchIterable):
         self._position: dict[str, Any] | None = None  # the running iteration's position
         self._worker_pid: int | None = None  # the worker process that iterated this copy (persistent workers: twice)
         self._repeats = EpochRepeats()
+        self._epoch_set = True  # set_epoch (or a load) since this copy's last iteration started
         self._pools = PoolReader(self.source, self.buffer_size, id_key, cost, with_losses=mode == "loss-rank")
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration reads (the order of shards and pools)."""
         self.epoch = check_int(epoch, "epoch", minimum=0)
+        self._epoch_set = True
 
     def __len__(self) -> int:
         """This rank's batches per epoch (``batches_per_epoch``; ``TypeError`` without it,
@@ -260,18 +262,14 @@ class StreamBatches(_TorchIterable):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is not None and self._worker_pid == os.getpid():
-            # raised from the iterator, not here: torch reports a worker's error then, but
-            # loses one raised while it builds the iterator of a persistent worker
-            return _raising(
-                ValueError(
-                    "StreamBatches iterated twice in one DataLoader worker: persistent_workers=True keeps the "
-                    "first epoch's copy (its epoch and losses); use persistent_workers=False"
-                )
-            )
+            return _raising(ValueError(_PERSISTENT))
         if info is not None:
             self._worker_pid = os.getpid()
         reader, readers = self.world.rank * workers + worker, self.world.size * workers
         limit = None if self.batches_per_epoch is None else split_count(self.batches_per_epoch, workers, worker)
+        if info is None and not self._epoch_set and self._resume is None:
+            self._repeats.repeated(self.epoch)  # iterated here again without set_epoch
+        self._epoch_set = False
         position = self._position = self._start(reader, readers)
         return self._batches(position, limit)
 
@@ -392,6 +390,7 @@ class StreamBatches(_TorchIterable):
         position = state.get("position")
         self._resume = None if position is None else dict(position, start=tuple(position["start"]))
         self._position = None
+        self._epoch_set = True
 
     def __repr__(self) -> str:
         return (
