@@ -25,9 +25,10 @@ demo-quick: $(STAMP)
 # CI (.ci/run) runs exactly this: lint, the strict docs build, then the tests
 test: lint docs pytest
 
-# two workers, a test file each at a time (module fixtures run once); `pytest tests` alone runs serially
+# two workers, a test file each at a time (module fixtures run once); `pytest tests` alone runs serially.
+# Skips are listed with their reasons (-rs) and fail the run, but for a test marked gpu (tests/conftest.py)
 pytest: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadfile tests
+	BATCHSEL_NO_SKIPS=1 $(PY) -m pytest -n 2 --dist loadfile -rs tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

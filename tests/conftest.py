@@ -6,3 +6,40 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "mp_scripts")]
+
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+# `make test` (CI) sets BATCHSEL_NO_SKIPS=1: a missing dependency or tool must not drop tests
+# without a word. The one skip accepted is a test marked `gpu` on a machine without CUDA.
+STRICT_SKIPS = os.environ.get("BATCHSEL_NO_SKIPS") == "1"
+_unexpected_skips: list[tuple[str, str]] = []
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    """The reason pytest gives for a skipped test's report."""
+    longrepr = report.longrepr
+    return str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail") and "gpu" not in report.keywords:
+        _unexpected_skips.append((report.nodeid, skip_reason(report)))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if STRICT_SKIPS and _unexpected_skips and not hasattr(config, "workerinput"):
+        terminalreporter.section("skips CI does not accept (BATCHSEL_NO_SKIPS=1)", red=True)
+        for nodeid, reason in _unexpected_skips:
+            terminalreporter.write_line(f"{nodeid}: {reason}")
+        terminalreporter.write_line(
+            f"{len(_unexpected_skips)} tests skipped: install what they need (make venv installs '.[dev]', "
+            "mpiexec among it) or mark a test that needs a GPU with @pytest.mark.gpu"
+        )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if STRICT_SKIPS and _unexpected_skips and not hasattr(session.config, "workerinput") and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

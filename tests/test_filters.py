@@ -706,6 +706,7 @@ def test_device_path_names_bad_input_as_the_host_path_does():
         filt._call_on_device(np.arange(8), z, y.float(), None)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_logits_are_filtered_on_the_device():
     import torch

@@ -717,3 +717,57 @@ def test_weighted_batches_into_an_unwrapped_dataset_are_warned():
         next(iter(DataLoader(data, batch_sampler=sampler)))
     x, i, w = _no_warning(lambda: next(iter(DataLoader(WeightedDataset(data), batch_sampler=sampler))))
     assert w.dtype == torch.float32 and len(w) == 8
+
+
+# -- the README's checkpoint, sampler.state_dict() in a loop with DataLoader workers --------
+def _checkpointed_run(make, workers, stop=None, state=None, prefetch=0):
+    """The README's loop over two epochs; ``stop``: checkpoint with the plain
+    ``sampler.state_dict()`` after that many steps of epoch 1 and end there."""
+    data = TensorDataset(torch.arange(104))
+    sampler = SelectionBatchSampler(make(), rank=0, world_size=1, prefetch=prefetch)
+    first = 0 if state is None else int(state["epoch"])
+    if state is not None:
+        sampler.load_state_dict(state)
+    got = []
+    for epoch in range(first, 2):
+        sampler.set_epoch(epoch)
+        for step, (idx,) in enumerate(DataLoader(data, batch_sampler=sampler, num_workers=workers)):
+            got.append(idx.tolist())
+            sampler.observe(idx, losses=torch.as_tensor(fake_loss(idx.numpy(), epoch)))
+            if epoch == 1 and step + 1 == stop:
+                return got, sampler.state_dict()
+    return got, None
+
+
+@pytest.mark.parametrize(
+    "make, prefetch",
+    [
+        (lambda: RandomSelector(104, 8, seed=0), 0),
+        (lambda: AutoSelector(104, 8, labels=np.arange(104) % 3, seed=0), 4),
+        (lambda: LossRankSelector(104, 8, seed=0), 4),
+    ],
+    ids=["random", "auto-prefetch4", "loss-rank-prefetch4"],
+)
+def test_plain_state_dict_with_workers_resumes_the_batches_still_to_train(make, prefetch):
+    """Before: the state counted the 4 batches the workers had fetched ahead as trained, so
+    the resumed run skipped them (5 + 4 of 13, silently)."""
+    full, _ = _checkpointed_run(make, 2, prefetch=prefetch)
+    before, state = _checkpointed_run(make, 2, stop=5, prefetch=prefetch)
+    after, _ = _checkpointed_run(make, 2, state=state, prefetch=prefetch)
+    assert len(before) == 13 + 5 and len(full) == 26
+    assert before + after == full
+
+
+def test_plain_state_dict_is_refused_where_the_loader_cannot_tell_its_look_ahead():
+    sampler = SelectionBatchSampler(RandomSelector(40, 4, seed=0), rank=0, world_size=1)
+
+    class Opaque:  # a loader iterator that keeps no count of the batches it returned
+        pass
+
+    loader = Opaque()
+    batches = iter(sampler)
+    next(batches)
+    sampler._record.attach(loader, window=4)
+    with pytest.raises(ValueError, match=r"state_dict\(batches_done=step\)"):
+        sampler.state_dict()
+    assert sampler.state_dict(batches_done=1)["position"] == 1

@@ -3,7 +3,7 @@
 Shared by ``make_golden.py`` (which records ``golden.json``) and ``tests/test_golden.py``
 (which recomputes every recorded case and compares). Each case is a zero-argument function
 returning a JSON-ready summary; :func:`compare` checks a recomputed summary against the
-recorded one: integers, strings and hashes exactly, floats to 1e-6 relative.
+recorded one: integers, strings and hashes exactly, floats to float32's rounding (``REL``).
 
 Only names that survive a re-layering are used: the ``batchsel`` namespace (set functions,
 optimizers, streaming, selectors), ``batchsel.selectors.partition_values``,
@@ -31,7 +31,10 @@ EPOCHS = 3  # epochs 0..2 of every selector case
 WORLD_SIZES = (1, 2)
 K = 8  # picks of the optimizer cases
 N_FN = 80  # ground set of the set-function cases
-REL = 1e-6  # relative tolerance of floats
+# relative tolerance of floats: the cases compute in float32, whose sums' last bits differ
+# with the CPU and BLAS (a sum's summation order); 2e-5 is about 168 float32 ulps, the
+# worst-case rounding of the longest sums here (N, N_FN terms). Picks and orders stay exact.
+REL = 2e-5
 ABS = 1e-9  # absolute tolerance of floats (values near 0)
 
 

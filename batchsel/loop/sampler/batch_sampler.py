@@ -237,12 +237,14 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         self._world.refresh()
         caller = sys._getframe(1)
         check_not_resharded(caller, self)
-        window = self._checks.loader(loader_iterator(caller, self), self.weighted, self.prefetch)
+        loader = loader_iterator(caller, self)
+        window = self._checks.loader(loader, self.weighted, self.prefetch)
         feedback, record = self._feedback, self._record
         feedback.background.stop()  # an earlier iteration left unfinished: its selection ends first
         epoch = self.epoch
         self._checks.previous_pass(record, epoch, feedback.fed)
         start, pending, skip = record.begin(epoch)
+        record.attach(loader, window)
         feedback.restart()
         unfed_after = feedback.unfed_after(self.prefetch, window)  # observe() forgotten after these
         for _ in range(skip):  # finished batches that the framework skips itself, unseen
@@ -280,10 +282,12 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         ``torch.save`` / ``torch.load`` handle it with the model's state).
 
         ``batches_done``: how many batches of the current epoch the training loop has
-        finished. The default, all batches handed out so far, is exact with
-        ``num_workers=0``; a DataLoader with workers fetches a few batches ahead, so pass
-        your step count there. Batches an online selector drew ahead of that point are
-        stored and replayed first on resume.
+        finished. The default is the batches the training loop has received from the
+        DataLoader (a loader with workers fetches a few ahead; those are not counted), so
+        a checkpoint taken after a step is exact; pass your step count where the loop
+        checkpoints at another point (or where the loader cannot tell: then the default is
+        a ``ValueError`` naming this form). Batches an online selector drew ahead of that
+        point are stored and replayed first on resume.
 
         ``all_ranks=True`` (collective) returns every rank's state in one dict, so that
         rank 0 alone can save the checkpoint; :meth:`load_state_dict` picks its own part.

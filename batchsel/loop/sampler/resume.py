@@ -8,6 +8,7 @@ and whether it was saved by the same data and settings.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,11 @@ class IterationRecord:
         self.history: list[np.ndarray] = []  # batches handed out by the latest iteration (online / feedback)
         self.pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         self.passed = False  # whether the latest iteration ran to its end
+        # the DataLoader iterator running the latest iteration (not pickled: a new one
+        # attaches itself), its look-ahead, and how many batches were handed out before it
+        self.loader: weakref.ref[Any] | None = None
+        self.window = 0
+        self.attached_at = 0
 
     def begin(self, epoch: int) -> tuple[int, list[np.ndarray], int]:
         """Start an iteration over ``epoch``, from the restart point when it is that epoch's.
@@ -69,6 +75,37 @@ class IterationRecord:
         self.yielded, self.history = self.base - skip, []
         self.passed = False
         return start, pending, skip
+
+    def attach(self, loader: Any, window: int) -> None:
+        """Note the DataLoader iterator that runs this iteration (None: a loop of its own)
+        and how many batches it asks for ahead of the training loop.
+
+        Parameters
+        ----------
+        loader : DataLoader iterator or None
+            The iterator asking for the batches.
+        window : int
+            Its look-ahead, ``num_workers * prefetch_factor``.
+        """
+        self.loader = None if loader is None else weakref.ref(loader)
+        self.window, self.attached_at = window, self.yielded
+
+    def in_flight(self) -> int | None:
+        """Batches handed to the DataLoader that its training loop has not received yet:
+        0 for a loop of its own, None where a loader with workers cannot tell.
+
+        Returns
+        -------
+        int or None
+            The batches the workers hold, which a checkpoint taken now must not count.
+        """
+        if self.loader is None or self.window == 0:
+            return 0
+        loader = self.loader()
+        if loader is None:  # the loop dropped its iterator: it ended, or left the epoch
+            return 0 if self.passed else None
+        received = getattr(loader, "_num_yielded", None)  # torch's count of the batches returned
+        return max(self.yielded - self.attached_at - received, 0) if isinstance(received, int) else None
 
     def handed(self, batch: np.ndarray, keep: bool) -> None:
         """Count a batch handed out; ``keep`` it where the selector's batches are recorded."""
@@ -105,7 +142,8 @@ class IterationRecord:
         epoch : int
             The sampler's epoch.
         batches_done : int or None
-            Batches of the epoch the loop finished; None: all handed out.
+            Batches of the epoch the loop finished; None: those the training loop received
+            (handed out, less those a DataLoader's workers still hold).
         ahead : list
             ``(batch, weights)`` items selected ahead and not handed out yet.
         online : bool
@@ -121,7 +159,19 @@ class IterationRecord:
             return {k: v for k, v in self.resume.items() if k != "placeholders"}
         active = self.epoch == epoch
         yielded = self.yielded if active else 0
-        done = yielded if batches_done is None else check_int(batches_done, "batches_done", minimum=0)
+        if batches_done is not None:
+            done = check_int(batches_done, "batches_done", minimum=0)
+        elif not active:
+            done = yielded
+        else:
+            held = self.in_flight()
+            if held is None:
+                raise ValueError(
+                    f"sampler.state_dict() cannot tell how many of the {yielded} batches handed to the DataLoader "
+                    f"(num_workers fetching {self.window} ahead) the training loop has finished: pass your step "
+                    "count, sampler.state_dict(batches_done=step)"
+                )
+            done = yielded - held
         if done > yielded:
             raise ValueError(f"batches_done={done} but only {yielded} batches of epoch {epoch} were handed out")
         pending: list[np.ndarray] = []
