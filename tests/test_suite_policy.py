@@ -11,7 +11,7 @@ import pytest
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 
-TESTS = '''
+TESTS = """
 import pytest
 
 def test_runs():
@@ -20,7 +20,7 @@ def test_runs():
 @pytest.mark.gpu
 def test_needs_a_gpu():
     pytest.skip("needs a CUDA device")
-'''
+"""
 
 
 def run_suite(folder: Path, strict: bool) -> subprocess.CompletedProcess:

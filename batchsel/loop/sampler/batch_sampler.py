@@ -24,7 +24,12 @@ from batchsel.core.state import to_portable
 from batchsel.distributed.comm import Communicator
 from batchsel.loop.sampler.agreement import PlanAgreement
 from batchsel.loop.sampler.exchange import FeedbackExchange, FeedbackMethods, gather_timeout
-from batchsel.loop.sampler.frameworks import EpochSetter, check_not_resharded, loader_iterator
+from batchsel.loop.sampler.frameworks import (
+    EpochSetter,
+    check_not_resharded,
+    loader_iterator,
+    saves_sampler_at_dispatch,
+)
 from batchsel.loop.sampler.lengths import EpochLengths
 from batchsel.loop.sampler.mistakes import LoopChecks
 from batchsel.loop.sampler.pickled import from_pickled, to_pickled
@@ -244,7 +249,8 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         epoch = self.epoch
         self._checks.previous_pass(record, epoch, feedback.fed)
         start, pending, skip = record.begin(epoch)
-        record.attach(loader, window)
+        # a loader that saves the sampler at dispatch counts the dispatched batches itself
+        record.attach(None if loader is None or saves_sampler_at_dispatch(loader) else loader, window)
         feedback.restart()
         unfed_after = feedback.unfed_after(self.prefetch, window)  # observe() forgotten after these
         for _ in range(skip):  # finished batches that the framework skips itself, unseen

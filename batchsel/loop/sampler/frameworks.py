@@ -70,6 +70,24 @@ def loader_iterator(caller: Any, sampler: Any) -> Any:
     return owner if getattr(owner, "_index_sampler", None) is sampler else None
 
 
+def saves_sampler_at_dispatch(loader: Any) -> bool:
+    """Whether ``loader`` (a DataLoader iterator) saves the sampler's state itself when it
+    sends a batch to a worker, as torchdata's ``StatefulDataLoader`` does: that state must
+    count the batches dispatched, not those the training loop received.
+
+    Parameters
+    ----------
+    loader : DataLoader iterator
+        The iterator asking for batches.
+
+    Returns
+    -------
+    bool
+        True for torchdata's iterators.
+    """
+    return type(loader).__module__.startswith("torchdata")
+
+
 def check_not_resharded(caller: Any, sampler: Any) -> None:
     """Refuse to be iterated by accelerate's ``BatchSamplerShard`` over several ranks
     (``accelerator.prepare(DataLoader(batch_sampler=sampler))``): it would keep every

@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from batchsel.loop.sampler.frameworks import saves_sampler_at_dispatch
 from batchsel.loop.sampler.profile import SelectorProfile
 from batchsel.loop.sampler.resume import IterationRecord
 
@@ -150,7 +151,7 @@ class LoopChecks:
             )
         workers = int(getattr(loader, "_num_workers", 0) or 0)
         window = workers * int(getattr(loader, "_prefetch_factor", None) or 0)
-        if workers and self.profile.uses_feedback and type(loader).__module__.startswith("torchdata"):
+        if workers and self.profile.uses_feedback and saves_sampler_at_dispatch(loader):
             # it snapshots the sampler when a batch is dispatched, before the losses of the
             # batches in flight are observed: those losses are missing from the checkpoint
             self.warn_once(
