@@ -10,7 +10,10 @@ reducible loss, optionally diverse). Adapters for torch and MPI live in
 ``batchsel.integrations``.
 """
 
-from batchsel import _compat
+from batchsel import (
+    _compat,
+    _numba_colour,  # noqa: F401 - before numba loads
+)
 from batchsel.core.version import __version__
 from batchsel.data.audit import Audit, audit
 from batchsel.data.dedup import Deduplication, deduplicate

@@ -771,3 +771,12 @@ def test_plain_state_dict_is_refused_where_the_loader_cannot_tell_its_look_ahead
     with pytest.raises(ValueError, match=r"state_dict\(batches_done=step\)"):
         sampler.state_dict()
     assert sampler.state_dict(batches_done=1)["position"] == 1
+
+
+def test_the_window_warning_points_at_the_users_loop_not_at_torch():
+    data = TensorDataset(torch.randn(160, 4), torch.arange(160))
+    sampler = SelectionBatchSampler(LossRankSelector(160, 8, seed=0), rank=0, world_size=1)
+    with pytest.warns(UserWarning, match="asks for batches 4 ahead") as seen:
+        _loader_epoch(sampler, data, num_workers=2)
+    (warning,) = [w for w in seen if "ahead" in str(w.message)]
+    assert warning.filename == _loader_epoch.__code__.co_filename, warning.filename  # before: dataloader.py

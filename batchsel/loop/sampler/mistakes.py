@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from batchsel.core.callers import user_stacklevel
 from batchsel.loop.sampler.frameworks import saves_sampler_at_dispatch
 from batchsel.loop.sampler.profile import SelectorProfile
 from batchsel.loop.sampler.resume import IterationRecord
@@ -53,8 +54,8 @@ class LoopChecks:
         """
         if kind not in self.warned:
             self.warned.add(kind)
-            # this method, the check, the sampler's __iter__: the level above is the loop
-            warnings.warn(f"SelectionBatchSampler: {message}", UserWarning, stacklevel=4)
+            # the user's loop, also where a DataLoader drives the sampler
+            warnings.warn(f"SelectionBatchSampler: {message}", UserWarning, stacklevel=user_stacklevel())
 
     def weights_dropped(self, weighted: bool | None) -> None:
         """At construction: a selector whose plans carry weights, and a sampler not told
