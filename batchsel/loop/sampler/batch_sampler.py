@@ -249,7 +249,6 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         epoch = self.epoch
         self._checks.previous_pass(record, epoch, feedback.fed)
         start, pending, skip = record.begin(epoch)
-        # a loader that saves the sampler at dispatch counts the dispatched batches itself
         record.attach(None if loader is None or saves_sampler_at_dispatch(loader) else loader, window)
         feedback.restart()
         unfed_after = feedback.unfed_after(self.prefetch, window)  # observe() forgotten after these
@@ -287,13 +286,10 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         """Everything needed to resume this rank mid-epoch (arrays as torch tensors, so
         ``torch.save`` / ``torch.load`` handle it with the model's state).
 
-        ``batches_done``: how many batches of the current epoch the training loop has
-        finished. The default is the batches the training loop has received from the
-        DataLoader (a loader with workers fetches a few ahead; those are not counted), so
-        a checkpoint taken after a step is exact; pass your step count where the loop
-        checkpoints at another point (or where the loader cannot tell: then the default is
-        a ``ValueError`` naming this form). Batches an online selector drew ahead of that
-        point are stored and replayed first on resume.
+        ``batches_done``: the batches of the current epoch the loop has finished. The
+        default, the batches it received from the DataLoader (not those workers fetched
+        ahead), is exact for a checkpoint taken after a step; else pass your step count.
+        Batches an online selector drew ahead of that point are replayed first on resume.
 
         ``all_ranks=True`` (collective) returns every rank's state in one dict, so that
         rank 0 alone can save the checkpoint; :meth:`load_state_dict` picks its own part.

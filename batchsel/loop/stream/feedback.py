@@ -50,13 +50,20 @@ class LossTable:
 
     def record_batch(self, ids: list[Any], losses: Any, epoch: int) -> None:
         """:meth:`record` of a batch's losses as the loop hands them (a tensor or an array),
-        checked: one finite loss per id; tensor or numpy ids are stored as Python ints."""
-        values = np.asarray(tensor_to_numpy(losses), dtype=np.float64).reshape(-1)
+        checked: one finite loss per id; tensor or numpy ids are stored as Python ints
+        (:func:`plain_ids`)."""
+        values = np.asarray(tensor_to_numpy(losses), dtype=np.float64)
+        if values.ndim > 1:  # as the map-style selectors: a (B, T) loss is not one loss per example
+            raise ValueError(
+                f"losses must be 1-D (one unweighted loss per example), got shape {values.shape}: reduce the loss "
+                "over each example's other dimensions first"
+            )
+        values = values.reshape(-1)
         if len(values) != len(ids):
             raise ValueError(f"losses has {len(values)} values for a batch of {len(ids)} ids")
         if not np.all(np.isfinite(values)):
             raise ValueError(f"losses must be finite, got {values[~np.isfinite(values)][0]!r}")
-        self.record([i.item() if hasattr(i, "item") else i for i in ids], values.tolist(), epoch)
+        self.record(plain_ids(ids), values.tolist(), epoch)
 
     def before(self, example_id: Any, epoch: int) -> float:
         """The id's last loss observed before ``epoch`` (``nan``: none)."""
@@ -95,6 +102,50 @@ class LossTable:
         self.entries = {
             key: (float(v[0]), int(v[1]), None if v[2] is None else float(v[2])) for key, v in entries.items()
         }
+
+
+_PLAIN = frozenset({int, str, bytes})
+
+
+def plain_ids(ids: list[Any]) -> list[Any]:
+    """Example ids as the Python values the loss table is keyed by: a 0-d tensor or a
+    numpy scalar (ids read from a dataset in torch or numpy format) as its ``item()``, so
+    an id read and the same id handed back to ``observe`` are one key.
+
+    Raises
+    ------
+    TypeError
+        An id that is a tensor or array of several values, or unhashable.
+
+    Example
+    -------
+    >>> import torch
+    >>> plain_ids([torch.tensor(3), np.int64(4), "a"])
+    [3, 4, 'a']
+    """
+    if set(map(type, ids)) <= _PLAIN:  # the usual case: nothing to convert
+        return ids
+    return [_plain(example_id) for example_id in ids]
+
+
+def _plain(example_id: Any) -> Any:
+    """One id as :func:`plain_ids` makes it."""
+    if type(example_id) in _PLAIN:
+        return example_id
+    if isinstance(example_id, np.generic):
+        return example_id.item()
+    shape = getattr(example_id, "shape", None)
+    if shape is not None:  # a tensor or an array: hashed by identity, not by value
+        if len(shape) == 0 and hasattr(example_id, "item"):
+            return example_id.item()
+        raise TypeError(
+            f"an id must be a number or a string, got a {type(example_id).__name__} of shape {tuple(shape)}"
+        )
+    try:
+        hash(example_id)
+    except TypeError:
+        raise TypeError(f"an id must be hashable (a number or a string), got {example_id!r}") from None
+    return example_id
 
 
 class EpochRepeats:
@@ -140,4 +191,4 @@ def warn_unfed(mode: str, epoch: int) -> None:
     )
 
 
-__all__ = ["EpochRepeats", "LossTable", "warn_unfed"]
+__all__ = ["EpochRepeats", "LossTable", "plain_ids", "warn_unfed"]

@@ -19,7 +19,7 @@ resume gives the same batches.
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -120,13 +120,28 @@ def id_uniform(example_id: Any, seed: int, epoch: int) -> float:
     """A uniform number in [0, 1) fixed by (id, seed, epoch): whether a learnt example is
     skipped is decided where it is read, identically on resume, in any worker.
 
+    The id's ``repr`` is hashed by BLAKE2b keyed by seed and epoch, so the numbers of one
+    id in two epochs (or two seeds) are independent, as are those of two ids. (A CRC is
+    affine in its input: every seed and epoch then skipped one of two complementary sets.)
+
     Example
     -------
     >>> id_uniform("shard-3/17", 0, 1) == id_uniform("shard-3/17", 0, 1)
     True
+    >>> id_uniform("shard-3/17", 0, 1) == id_uniform("shard-3/17", 0, 2)
+    False
     """
-    text = f"{seed}:{epoch}:{example_id!r}".encode()
-    return zlib.crc32(text) / 4294967296.0
+    return _uniform(example_id, _key(seed, epoch))
+
+
+def _key(seed: int, epoch: int) -> bytes:
+    """The hash key of (seed, epoch): 32 bytes whatever the seed's size."""
+    return hashlib.blake2b(f"{seed}:{epoch}".encode(), digest_size=32).digest()
+
+
+def _uniform(example_id: Any, key: bytes) -> float:
+    digest = hashlib.blake2b(repr(example_id).encode(), digest_size=8, key=key).digest()
+    return int.from_bytes(digest, "little") * 2.0**-64
 
 
 class LearntSkipping:
@@ -156,12 +171,13 @@ class LearntSkipping:
 
     def __init__(self, threshold: float | None, prune_ratio: float, seed: int, epoch: int) -> None:
         self.threshold, self.prune_ratio, self.seed, self.epoch = threshold, prune_ratio, seed, epoch
+        self._key = _key(seed, epoch)
 
     def weight(self, example_id: Any, loss: float) -> float:
         """0.0 for an example skipped, its training weight otherwise."""
         if self.threshold is None or not loss < self.threshold:  # nan (never trained): kept
             return 1.0
-        if id_uniform(example_id, self.seed, self.epoch) < self.prune_ratio:
+        if _uniform(example_id, self._key) < self.prune_ratio:
             return 0.0
         return 1.0 / (1.0 - self.prune_ratio)
 

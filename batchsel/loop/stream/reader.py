@@ -10,10 +10,10 @@ from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from batchsel.loop.stream.feedback import LossTable
+from batchsel.loop.stream.feedback import LossTable, plain_ids
 from batchsel.loop.stream.pools import LearntSkipping, first_repeat
-from batchsel.loop.stream.sources import StreamSource
-from batchsel.selectors.buckets.costs import check_costs, example_costs
+from batchsel.loop.stream.sources import StreamSource, reraise
+from batchsel.selectors.buckets.costs import check_costs
 
 
 class Pool(NamedTuple):
@@ -69,10 +69,11 @@ class PoolReader:
         self._piece, self.after = None, position
 
     def ids_of(self, examples: list[Any]) -> list[Any]:
-        """The examples' ids; ``ValueError`` naming the key when one has none."""
+        """The examples' ids as Python values (:func:`plain_ids`: a 0-d tensor id as its
+        int); ``ValueError`` naming the key when one has none."""
         key = self.id_key
         try:
-            return list(map(key if callable(key) else itemgetter(key), examples))
+            ids = list(map(key if callable(key) else itemgetter(key), examples))
         except (KeyError, IndexError, TypeError) as error:
             example = next(e for e in examples if not self._has_id(e))
             keys = f" with keys {sorted(example)}" if isinstance(example, dict) else ""
@@ -80,6 +81,7 @@ class PoolReader:
                 f"an example has no id {self.id_key!r} ({type(example).__name__}{keys}): give id_key= its field, "
                 "tuple position or a function"
             ) from error
+        return plain_ids(ids)
 
     def _has_id(self, example: Any) -> bool:
         try:
@@ -96,9 +98,14 @@ class PoolReader:
             return check_costs([self.cost(example) for example in examples], len(examples), "cost(example)")
         values = list(map(itemgetter(self.cost), examples))
         try:  # sequences (token ids): their lengths, in one pass
-            return check_costs(np.fromiter(map(len, values), dtype=np.float64, count=len(values)), name="cost")
-        except TypeError:  # numbers (a precomputed length)
-            return example_costs({"cost": values}, column="cost")
+            sizes = np.fromiter(map(len, values), dtype=np.float64, count=len(values))
+        except TypeError:  # numbers (a precomputed length), 0-d tensors and numpy scalars included
+            try:
+                sizes = np.fromiter(map(_size, values), dtype=np.float64, count=len(values))
+            except (TypeError, ValueError) as error:
+                bad = type(next(v for v in values if not _sized(v))).__name__
+                raise TypeError(f"cost {self.cost!r} must be a sequence or a number, got a {bad}") from error
+        return check_costs(sizes, name=f"cost {self.cost!r}")
 
     def read(
         self,
@@ -122,7 +129,13 @@ class PoolReader:
                 if self._piece is None:
                     break
             piece, offset, step, source = self._piece
-            got = list(itertools.islice(source, self.buffer_size - len(examples)))
+            got: list[Any] = []
+            try:  # extend keeps the examples read before an error: its count says where it came
+                got.extend(itertools.islice(source, self.buffer_size - len(examples)))
+            except Exception as error:
+                order_seed, reader, readers = where_from
+                place = self.source.describe(piece, offset + step * len(got), reader, readers, order_seed)
+                reraise(error, f"reading {place} (reader {reader} of {readers})")
             if not got:
                 self._piece, self.after = None, (piece + 1, 0)
                 continue
@@ -163,6 +176,25 @@ class PoolReader:
         if weight:
             weights.append(weight)
         return bool(weight)
+
+
+def _size(value: Any) -> float:
+    """A cost field's value as a cost: a sequence's length, a number itself (a 0-d tensor
+    or array too, which have a ``shape`` and a ``__len__`` that raises)."""
+    if isinstance(value, (str, bytes)):
+        return float(len(value))
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return float(shape[0]) if len(shape) else float(value)
+    return float(len(value)) if hasattr(value, "__len__") else float(value)
+
+
+def _sized(value: Any) -> bool:
+    try:
+        _size(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 __all__ = ["Pool", "PoolReader"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterator
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -134,9 +134,28 @@ class StreamSource:
                 first = skip + (reader - skip) % readers  # the reader's first example at or after skip
                 yield number, first, readers, itertools.islice(iter(whole), first, None, readers)
                 continue
-            assert self._open is not None and self.shards is not None
-            examples = iter(self._open(self.shards[pieces[number]]))
+            assert self.shards is not None
+            examples = self._opened(self.shards[pieces[number]], f"reader {reader} of {readers}")
             yield number, skip, 1, itertools.islice(examples, skip, None)
+
+    def _opened(self, shard: Any, reader: str) -> Iterator[Any]:
+        """``iter(open_shard(shard))``, its errors naming the shard and the reader."""
+        assert self._open is not None
+        try:
+            opened = self._open(shard)
+        except Exception as error:
+            reraise(error, f"open_shard({shard!r}) for {reader}")
+        if opened is None:
+            raise TypeError(
+                f"open_shard({shard!r}) returned None for {reader}: it must return an iterable of the shard's "
+                "examples (a generator, a list, a WebDataset)"
+            )
+        try:
+            return iter(opened)
+        except TypeError as error:
+            raise TypeError(
+                f"open_shard({shard!r}) returned a {type(opened).__name__} for {reader}, not an iterable of examples"
+            ) from error
 
     def describe(self, piece: int, offset: int, reader: int, readers: int, order_seed: Sequence[int]) -> str:
         """Where an example was read, for messages: ``shard 'x' #12`` or ``example 12``."""
@@ -145,6 +164,30 @@ class StreamSource:
             return f"example {offset}"
         assert self.shards is not None
         return f"shard {self.shards[pieces[piece]]!r} #{offset}"
+
+
+def reraise(error: Exception, where: str) -> NoReturn:
+    """Raise ``error`` again, saying ``where`` it came from: an ``OSError`` as one of its
+    type whose message starts with ``where`` (``from error``), any other with ``where``
+    as a note (Python 3.11+; as it is before).
+
+    Example
+    -------
+    >>> try:
+    ...     reraise(FileNotFoundError("no such file"), "open_shard('a.tar') for reader 0 of 1")
+    ... except FileNotFoundError as error:
+    ...     print(error)
+    open_shard('a.tar') for reader 0 of 1: no such file
+    """
+    if isinstance(error, OSError):
+        try:
+            again = type(error)(f"{where}: {error}")
+        except Exception:  # a subclass that needs other arguments
+            again = OSError(f"{where}: {error}")
+        raise again from error
+    if hasattr(error, "add_note"):
+        error.add_note(f"while {where}" if where.startswith("reading") else f"in {where}")
+    raise error
 
 
 def _rows(dataset: Any) -> Iterator[dict[str, Any]]:
@@ -156,4 +199,4 @@ def _rows(dataset: Any) -> Iterator[dict[str, Any]]:
             yield {column: batch[column][j] for column in columns}
 
 
-__all__ = ["StreamSource"]
+__all__ = ["StreamSource", "reraise"]

@@ -29,6 +29,7 @@ from torch.utils.data import IterableDataset
 from batchsel.core.checks import check_int, check_number
 from batchsel.core.world import World
 from batchsel.loop.sampler.world import RankWorld
+from batchsel.loop.stream.checkpoint import STATE_VERSION, check_resume, check_state
 from batchsel.loop.stream.feedback import EpochRepeats, LossTable, warn_unfed
 from batchsel.loop.stream.pools import LearntSkipping, group_by_cost, pool_order, split_count
 from batchsel.loop.stream.reader import PoolReader
@@ -37,7 +38,6 @@ from batchsel.loop.stream.sources import StreamSource
 logger = logging.getLogger(__name__)
 
 MODES = ("random", "loss-rank", "prune")
-_STATE_VERSION = 1
 _ORDER = 1 << 20  # the substream that orders a reader's shards (pools use 0, 1, ...)
 
 
@@ -84,6 +84,33 @@ def _raising(error: Exception) -> Iterator[Any]:
     # but loses one raised while a persistent worker builds its iterator
     raise error
     yield  # a generator: the error comes with the first batch asked for
+
+
+def _check_uncollated(batch: Any) -> None:
+    """``ValueError`` when ``batch`` went through a DataLoader's collation again
+    (``DataLoader(stream)`` batches the batches: a :class:`StreamBatch` with a tensor epoch
+    and ids of 1-tuples or 1-element tensors), or is a list of StreamBatches: its losses
+    would not match its ids, or be keyed by values no example has."""
+    if isinstance(batch, StreamBatch):
+        again, first = not isinstance(batch.epoch, int), batch.ids[:1]
+        what = f"a StreamBatch of epoch {batch.epoch!r}"
+    else:
+        first = batch[:1] if isinstance(batch, (list, tuple)) or hasattr(batch, "shape") else []
+        again, what = any(isinstance(b, StreamBatch) for b in first), f"a {type(batch).__name__} of StreamBatches"
+    if not again and any(_collated_id(i) for i in first):
+        again, what = True, f"ids like {first!r}"
+    if again:
+        raise ValueError(
+            f"observe got {what}: the DataLoader collated the stream's batches again (each StreamBatch is a batch "
+            "already): use DataLoader(stream, batch_size=None)"
+        )
+
+
+def _collated_id(example_id: Any) -> bool:
+    """Whether an id looks collated: a list, a 1-tuple (strings) or a tensor of ``shape
+    (1,)`` (numbers) are no ids :class:`StreamBatches` yields."""
+    one_tuple = isinstance(example_id, tuple) and len(example_id) == 1
+    return isinstance(example_id, list) or one_tuple or len(getattr(example_id, "shape", ())) > 0
 
 
 def _world(rank: int | None, world_size: int | None, batches_per_epoch: int | None) -> World:
@@ -238,6 +265,7 @@ class StreamBatches(IterableDataset):
         self.epoch = 0
         self._losses = LossTable()  # the training process's copy is the one observe() fills
         self._resume: dict[str, Any] | None = None  # a loaded position, used by the next iteration of its epoch
+        self._own_state = False  # a state with the losses (the training process's) was loaded
         self._position: dict[str, Any] | None = None  # the running iteration's position
         self._worker_pid: int | None = None  # the worker process that iterated this copy (persistent workers: twice)
         self._repeats = EpochRepeats()
@@ -277,16 +305,7 @@ class StreamBatches(IterableDataset):
         """The iteration's position: the loaded one when it is this epoch's, else a new one."""
         resume, self._resume = self._resume, None
         if resume is not None and resume["epoch"] == self.epoch:
-            if (resume["reader"], resume["readers"]) != (reader, readers):
-                raise ValueError(
-                    f"the state was saved by reader {resume['reader']} of {resume['readers']} (rank x workers), "
-                    f"this is reader {reader} of {readers}: resume with the same world_size and num_workers"
-                )
-            if self._losses.known_before(self.epoch) < resume["known"]:
-                raise ValueError(
-                    f"the state's epoch started with losses of {resume['known']} examples, this copy has "
-                    f"{self._losses.known_before(self.epoch)}: load the stream's own state (stream.load_state_dict) before the loader's"
-                )
+            check_resume(resume, (reader, readers), self._losses, self.mode, self._own_state)
             return dict(resume)
         known = self._losses.known_before(self.epoch)
         if self.mode != "random" and self.epoch >= 1 and not known:
@@ -348,8 +367,15 @@ class StreamBatches(IterableDataset):
         batch : StreamBatch or sequence
             The batch trained on, or its ids.
         losses : array-like or torch.Tensor
-            One unweighted loss per example, finite.
+            One unweighted loss per example, finite, 1-D.
+
+        Raises
+        ------
+        ValueError
+            A batch collated again by the loader (``DataLoader(stream)`` without
+            ``batch_size=None``), 2-D losses, or not one finite loss per id.
         """
+        _check_uncollated(batch)
         if isinstance(batch, StreamBatch):
             self._repeats.check(batch.epoch, batch.reader, batch.number)
             self._losses.record_batch(batch.ids, losses, batch.epoch)
@@ -369,7 +395,7 @@ class StreamBatches(IterableDataset):
         object's own (the losses live here) and load both, this one first."""
         from torch.utils.data import get_worker_info
 
-        state: dict[str, Any] = {"version": _STATE_VERSION, "config": self._config(), "epoch": self.epoch}
+        state: dict[str, Any] = {"version": STATE_VERSION, "config": self._config(), "epoch": self.epoch}
         position = self._resume if self._resume is not None else self._position  # loaded, not iterated yet: as loaded
         state["position"] = None if position is None else dict(position)
         state["losses"] = self._losses.state() if get_worker_info() is None else None
@@ -378,16 +404,12 @@ class StreamBatches(IterableDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output: the next iteration of the saved epoch
         yields exactly the batches still to come."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ValueError("not a StreamBatches state (state_dict's output)")
-        mine = self._config()
-        for key, value in state["config"].items():
-            if mine.get(key) != value:
-                raise ValueError(f"the state was saved with {key}={value!r}, this stream has {key}={mine.get(key)!r}")
+        check_state(state, self._config())
         self.epoch = check_int(state["epoch"], "epoch", minimum=0)
-        if state.get("losses") is not None:
+        if state["losses"] is not None:  # the training process's state (a worker's has none)
             self._losses.load(state["losses"])
-        position = state.get("position")
+            self._own_state = True
+        position = state["position"]
         self._resume = None if position is None else dict(position, start=tuple(position["start"]))
         self._position = None
         self._epoch_set = True
