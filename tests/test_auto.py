@@ -199,3 +199,69 @@ def test_feedback_before_the_first_batch_or_nan_losses_is_an_error():
     batch = next(sel.iter_batches(0))
     with pytest.raises(ValueError, match="NaN"):
         sel.observe(batch, losses=np.full(len(batch), np.nan))
+
+
+def test_the_switch_to_random_batches_is_one_warning_at_the_default_level_and_a_property(caplog):
+    # no caplog.at_level: what a run with logging left as it is shows (WARNING and above)
+    sel = AutoSelector(N, B, labels=LABELS)
+    _epoch(sel, _noisy(0.25))
+    assert (sel.mode, sel.pressure_now) == ("select", 1.0) and sel.pressure == 100.0
+    for epoch in range(1, 6):
+        _epoch(sel, _noisy(0.25), epoch)
+    assert (sel.mode, sel.pressure_now) == ("noisy", 1.0)  # while `pressure` still reads the most, 100
+    assert (sel.mode_, sel.pressure_now_) == (sel.mode, sel.pressure_now)
+    shown = [r for r in caplog.records if r.name == "batchsel.selectors.auto" and r.levelno >= logging.WARNING]
+    assert len(shown) == 1 and "wrong labels" in shown[0].getMessage()
+    assert "setLevel" in shown[0].getMessage()  # it says how to silence it
+    with pytest.raises(AttributeError):
+        sel.mode = "select"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        sel.pressure_now = 100.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_unpressured_epochs_are_random_selectors_batches_with_its_short_last_batch(world_size, drop_last):
+    n, b = 100, 32  # shards of 100, 50 or 34 (33 dropped) examples: not multiples of B
+    sels = [AutoSelector(n, b, labels=np.arange(n) % C, seed=7, drop_last=drop_last) for _ in range(world_size)]
+    baseline = batchsel.RandomSelector(n, b, seed=7, drop_last=drop_last)
+    for epoch in range(3):  # the warm-up, then a model that fits nothing yet: pressure 1
+        for rank, sel in enumerate(sels):
+            ours = []
+            for batch in sel.iter_batches(epoch, rank=rank, world_size=world_size):
+                sel.observe(batch, losses=np.full(len(batch), 3.0))
+                ours.append(batch)
+            theirs = list(baseline.iter_batches(epoch, rank=rank, world_size=world_size))
+            assert [len(x) for x in ours] == [len(x) for x in theirs]
+            assert all(np.array_equal(x, y) for x, y in zip(ours, theirs))
+            assert sel.pressure_now == 1.0
+    assert len({s.num_batches(world_size) for s in sels} | {baseline.num_batches(world_size)}) == 1
+
+
+def test_negative_losses_without_labels_count_as_misfit_or_fitted_never_both():
+    # a loss that goes below 0 (a log-likelihood ratio, a shifted loss): the first batch's
+    # mean is the threshold; half of a negative mean lies above it
+    rng = np.random.default_rng(0)
+    sel = AutoSelector(N, B)
+    stuck = lambda batch: rng.uniform(-1.2, -0.8, len(batch))  # noqa: E731 - an untrained model's losses
+    for epoch in range(5):
+        for batch in sel.iter_batches(epoch):
+            sel.observe(batch, losses=stuck(batch))
+            assert sel.misfit_share_ + sel.fitted_share_ <= 1.0
+    assert sel.threshold_ == pytest.approx(-1.0, abs=0.1) and sel.fitted_below_ < sel.threshold_
+    assert (sel.mode, sel.pressure_now) == ("select", 1.0)  # nothing fitted: random batches, no latch
+    for epoch in range(5, 7):  # then it fits every example
+        _epoch(sel, lambda batch: np.full(len(batch), -3.0), epoch)
+    assert (sel.mode, sel.pressure_now) == ("select", pytest.approx(100.0))
+    resumed = AutoSelector(N, B)
+    resumed.load_state_dict(sel.state_dict())
+    assert (resumed.fitted_below_, resumed.fitted_share_) == (sel.fitted_below_, sel.fitted_share_)
+
+
+def test_negative_losses_still_tell_wrong_labels():
+    sel = AutoSelector(N, B)
+    wrong = np.arange(N) < N // 4
+    _epoch(sel, lambda batch: np.full(len(batch), -1.0))
+    for epoch in range(1, 5):  # the wrong labels stay at the untrained loss, the rest is fitted
+        _epoch(sel, lambda batch: np.where(wrong[batch], -0.9, -3.0), epoch)
+    assert (sel.mode, sel.pressure_now) == ("noisy", 1.0)

@@ -11,7 +11,7 @@ guess, ``ln C``) and sets the pressure from it, every batch:
   geometrically from 1 to ``pressure``;
 - once the model fits most examples (``fitted_share`` of them below half the guess's loss)
   and the misfit share stays at least ``noise_high`` over two passes' worth of feedback
-  (``2 N`` losses), the misfit is taken for wrong labels
+  (``2 N`` losses), the misfit is taken for wrong labels (logged once, at WARNING)
   and the run stays at ``noisy_pressure`` (random batches by default) to its end; above 1,
   the misfit examples are ranked as learnt (the small-loss trick).
 
@@ -66,6 +66,38 @@ def _ramp(value: float, zero: float, one: float) -> float:
     return min(1.0, max(0.0, (value - zero) / (one - zero)))
 
 
+def _first_batch_cuts(losses: np.ndarray) -> tuple[float, float]:
+    """The misfit threshold and the fitted cut from the first batch's losses (an untrained
+    model's): their mean, and half of it where the losses are >= 0 (as ``ln C / 2``). A loss
+    that goes below 0 has no floor at 0, so half the mean means nothing (at a negative mean
+    it lies above it and a loss would count as misfit and fitted at once): the cut is then
+    as far below the mean as half its size, and at least two of the batch's standard
+    deviations, so an untrained model's spread is not taken for fitted examples."""
+    mean = float(losses.mean())
+    if losses.min() >= 0.0:
+        return mean, mean / 2
+    return mean, mean - max(abs(mean) / 2, 2 * float(losses.std()))
+
+
+def _shuffled_batch(run: AutoRun, size: int) -> np.ndarray:
+    """The next ``size`` examples of the run's shuffle that no batch of the epoch drew
+    yet, so random batches are a shuffle's: each example once an epoch."""
+    taken: list[np.ndarray] = []
+    while size > 0:
+        if run.cursor >= len(run.shuffled):  # pressured batches drew the rest: a new pass
+            run.used[run.shard] = False
+            run.cursor = 0
+        chunk = run.shuffled[run.cursor : run.cursor + 2 * size]
+        unused = np.flatnonzero(~run.used[chunk])
+        fresh = chunk[unused[:size]]
+        # the cursor passes the examples taken and the used ones before them
+        run.cursor += int(unused[size - 1]) + 1 if len(unused) >= size else len(chunk)
+        run.used[fresh] = True
+        taken.append(fresh)
+        size -= len(fresh)
+    return np.concatenate(taken)
+
+
 class AutoSelector(LossRankSelector):
     """Loss-rank batches at a pressure the run's losses choose; random batches where they point to wrong labels.
 
@@ -86,7 +118,7 @@ class AutoSelector(LossRankSelector):
         Seeds the per-epoch shards and every draw.
     pressure : float, default 100
         The most selection pressure (loss-rank's ``s_e``), applied once the misfit share is
-        at most ``noise_low``.
+        at most ``noise_low``; the pressure in use is :attr:`pressure_now`.
     noise_low, noise_high : float, default 0.05 and 0.15
         Misfit shares between which the pressure falls from ``pressure`` to 1.
     fitted_share : float, default 0.5
@@ -109,14 +141,14 @@ class AutoSelector(LossRankSelector):
 
     Attributes
     ----------
-    mode_ : str
-        ``"warm-up"``, ``"select"`` or ``"noisy"``.
-    pressure_now_ : float
-        The pressure of the next batch.
+    mode, pressure_now : str and float
+        Read-only: the phase (``"warm-up"``, ``"select"`` or ``"noisy"``) and the pressure
+        of the next batch (1: random batches). ``mode_`` and ``pressure_now_`` are the same.
     misfit_share_, fitted_share_ : float
-        The shares of examples with a loss above the threshold, and below half of it.
-    threshold_ : float or None
-        The misfit threshold (None until it is known).
+        The shares of examples with a loss above the threshold, and below the fitted cut.
+    threshold_, fitted_below_ : float or None
+        The misfit threshold and the fitted cut (None until they are known); the cut is half
+        the threshold, lower for losses below 0 (see the design page).
 
     Raises
     ------
@@ -135,7 +167,7 @@ class AutoSelector(LossRankSelector):
     >>> sel = AutoSelector(100, batch_size=10, labels=np.arange(100) % 10)
     >>> batch = next(sel.iter_batches(epoch=0))
     >>> sel.observe(batch, losses=np.full(10, 0.1))
-    >>> sel.mode_, sel.pressure_now_
+    >>> sel.mode, sel.pressure_now
     ('warm-up', 1.0)
     """
 
@@ -169,14 +201,44 @@ class AutoSelector(LossRankSelector):
         self.noisy_pressure = check_number(noisy_pressure, "noisy_pressure", 1.0)
         classes = None if self.labels is None else int(self.labels.max()) + 1
         self.threshold_: float | None = math.log(classes) if classes and classes > 1 else None
+        self.fitted_below_: float | None = None if self.threshold_ is None else self.threshold_ / 2
         self.raw_losses_ = np.full(self.num_examples, np.inf)  # the losses as observed (+inf: unseen)
-        self.mode_ = "warm-up"
-        self.pressure_now_ = 1.0
+        self._mode = "warm-up"
+        self._pressure_now = 1.0
         self._started = False
         self._counts = np.zeros(3, np.int64)  # seen, misfit, fitted
         self._suspect_seen = 0  # losses observed since the wrong-label signal holds
 
     # -- the signal -------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """The phase the next batch is drawn in (read-only).
+
+        Returns
+        -------
+        str
+            ``"warm-up"`` (random batches until nearly every example has a loss),
+            ``"select"`` (the pressure the shares set, :attr:`pressure_now`; 1 where they
+            point to wrong labels not confirmed yet) or ``"noisy"`` (taken for wrong labels:
+            ``noisy_pressure``, random batches by default, to the run's end).
+        """
+        return self._mode
+
+    @property
+    def pressure_now(self) -> float:
+        """The pressure the next batch is drawn at (read-only).
+
+        Returns
+        -------
+        float
+            Loss-rank's ``s_e`` for the next batch: 1 is random batches (the warm-up, wrong
+            labels); ``pressure`` is only the most it may reach.
+        """
+        return self._pressure_now
+
+    mode_ = mode
+    pressure_now_ = pressure_now
+
     @property
     def misfit_share_(self) -> float:
         return float(self._counts[1] / max(self._counts[0], 1))
@@ -187,9 +249,10 @@ class AutoSelector(LossRankSelector):
 
     def _recount(self) -> None:
         tau = self.threshold_ if self.threshold_ is not None else np.inf
+        below = self.fitted_below_ if self.fitted_below_ is not None else -np.inf
         seen = np.isfinite(self.raw_losses_)
         self._counts = np.array(
-            [seen.sum(), (seen & (self.raw_losses_ > tau)).sum(), (seen & (self.raw_losses_ < tau / 2)).sum()],
+            [seen.sum(), (seen & (self.raw_losses_ > tau)).sum(), (seen & (self.raw_losses_ < below)).sum()],
             dtype=np.int64,
         )
 
@@ -213,30 +276,38 @@ class AutoSelector(LossRankSelector):
         values = check_rows(losses, len(idx), "losses", ndim=1)
         if self.threshold_ is None:
             width = None if logits is None else np.shape(logits)[-1]
-            self.threshold_ = math.log(width) if width and width > 1 else float(values.mean())
+            if width and width > 1:
+                self.threshold_ = math.log(width)
+                self.fitted_below_ = self.threshold_ / 2
+            else:
+                self.threshold_, self.fitted_below_ = _first_batch_cuts(values)
             self._recount()
-        cut = self.mode_ == "noisy" and self.noisy_pressure > 1.0
-        record_losses(self.raw_losses_, self.losses_, self._pending, self._counts, idx, values, self.threshold_, cut)
+        cut = self._mode == "noisy" and self.noisy_pressure > 1.0
+        tau, below = self.threshold_, self.fitted_below_
+        record_losses(self.raw_losses_, self.losses_, self._pending, self._counts, idx, values, tau, below, cut)
         self._decide(len(idx))
 
     def _decide(self, observed: int) -> None:
-        if self.mode_ == "noisy":
+        if self._mode == "noisy":
             return
         seen, misfit, fitted = self._counts[0] / self.num_examples, self.misfit_share_, self.fitted_share_
         if seen < 0.95:  # the first epoch: random batches, the shares would speak for part of the data
-            self.mode_, self.pressure_now_ = "warm-up", 1.0
+            self._mode, self._pressure_now = "warm-up", 1.0
             return
         # a model that learns fast passes through "half fitted, the rest still stale": wrong
         # labels are the misfit that stays over _LATCH_PASSES passes' worth of feedback
         suspect = fitted >= self.fitted_share and misfit >= self.noise_high
         self._suspect_seen = self._suspect_seen + observed if suspect else 0
         if self._suspect_seen >= _LATCH_PASSES * self.num_examples:
-            self.mode_, self.pressure_now_ = "noisy", self.noisy_pressure
+            self._mode, self._pressure_now = "noisy", self.noisy_pressure
             if self.noisy_pressure > 1.0:  # the misfit examples rank as learnt from now on
                 self.losses_[np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_)] = 0.0
-            logger.info(
+            # WARNING: the run gives up loss-rank for good, a user should see it without
+            # configuring logging; it happens once (the mode never leaves "noisy")
+            logger.warning(
                 "AutoSelector: %.0f %% of the examples are fitted and %.0f %% stay above the loss of a guess "
-                "(%.3g): taken for wrong labels, pressure %g from now on",
+                "(%.3g): taken for wrong labels, pressure %g (1: random batches) to the run's end; "
+                "silence with logging.getLogger('batchsel.selectors.auto').setLevel(logging.ERROR)",
                 100 * fitted,
                 100 * misfit,
                 self.threshold_,
@@ -248,9 +319,9 @@ class AutoSelector(LossRankSelector):
             _ramp(fitted, self.fitted_share, self.fitted_full),  # and most of them fitted
         )
         now = float(self.pressure**gain)
-        if self.mode_ != "select" or abs(math.log(now / self.pressure_now_)) > math.log(2):
+        if self._mode != "select" or abs(math.log(now / self._pressure_now)) > math.log(2):
             logger.info("AutoSelector: misfit share %.3f, fitted share %.3f, pressure %.3g", misfit, fitted, now)
-        self.mode_, self.pressure_now_ = "select", now
+        self._mode, self._pressure_now = "select", now
 
     # -- drawing ----------------------------------------------------------------------
     def _next_batch(self, run: AutoRun, rng: Any) -> np.ndarray:  # type: ignore[override]
@@ -259,10 +330,10 @@ class AutoSelector(LossRankSelector):
             run.used = np.zeros(self.num_examples, np.bool_)
             for batch in run.drawn:
                 run.used[batch] = True
-        if self.pressure_now_ > 1.0:
+        if self._pressure_now > 1.0:
             batch = super()._next_batch(run, rng)
-        else:
-            batch = self._shuffled_batch(run)
+        else:  # random's size too: B but the epoch's last, which holds the rest
+            batch = _shuffled_batch(run, int(run.sizes[len(run.drawn)]))
             self._pending_marks(run)[batch] = True
         run.used[batch] = True
         return batch
@@ -276,33 +347,15 @@ class AutoSelector(LossRankSelector):
         run.shuffled = self._rank_shards(epoch, World(rank, world_size))[rank]
         return run
 
-    def _shuffled_batch(self, run: AutoRun) -> np.ndarray:
-        """The next B examples of the run's shuffle that no batch of the epoch drew yet, so
-        random batches are a shuffle's: each example once an epoch."""
-        size = min(self.batch_size, len(run.shard))
-        taken: list[np.ndarray] = []
-        while size > 0:
-            if run.cursor >= len(run.shuffled):  # pressured batches drew the rest: a new pass
-                run.used[run.shard] = False
-                run.cursor = 0
-            chunk = run.shuffled[run.cursor : run.cursor + 2 * size]
-            unused = np.flatnonzero(~run.used[chunk])
-            fresh = chunk[unused[:size]]
-            # the cursor passes the examples taken and the used ones before them
-            run.cursor += int(unused[size - 1]) + 1 if len(unused) >= size else len(chunk)
-            run.used[fresh] = True
-            taken.append(fresh)
-            size -= len(fresh)
-        return np.concatenate(taken)
-
     # -- state ------------------------------------------------------------------------
     def _scores_state(self) -> dict[str, Any]:
         return {
             **super()._scores_state(),
             "raw_losses": self.raw_losses_.copy(),
-            "mode": self.mode_,
-            "pressure_now": self.pressure_now_,
+            "mode": self._mode,
+            "pressure_now": self._pressure_now,
             "threshold": self.threshold_,
+            "fitted_below": self.fitted_below_,
             "started": self._started,
             "suspect_seen": self._suspect_seen,
         }
@@ -315,9 +368,14 @@ class AutoSelector(LossRankSelector):
         if state["mode"] not in MODES:
             raise ValueError(f"state has mode {state['mode']!r}; expected one of {MODES}")
         self.raw_losses_ = raw.copy()
-        self.mode_ = state["mode"]
-        self.pressure_now_ = float(state["pressure_now"])
+        self._mode = state["mode"]
+        self._pressure_now = float(state["pressure_now"])
         self.threshold_ = None if state["threshold"] is None else float(state["threshold"])
+        self.fitted_below_ = None
+        if self.threshold_ is not None:  # (older states have no cut: half the threshold, below it)
+            below = state.get("fitted_below")
+            below = _first_batch_cuts(np.array([self.threshold_]))[1] if below is None else float(below)
+            self.fitted_below_ = min(below, self.threshold_)
         self._started = bool(state["started"])
         self._suspect_seen = int(state["suspect_seen"])
         self._recount()
@@ -325,7 +383,7 @@ class AutoSelector(LossRankSelector):
     def __repr__(self) -> str:
         return (
             f"AutoSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
-            f"pressure={self.pressure:g}, mode={self.mode_!r}, seed={self.seed})"
+            f"pressure={self.pressure:g}, mode={self._mode!r}, seed={self.seed})"
         )
 
 

@@ -7,7 +7,7 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def record_losses(raw, ranking, pending, counts, idx, values, threshold, cut):  # pragma: no cover - numba
+def record_losses(raw, ranking, pending, counts, idx, values, threshold, fitted_below, cut):  # pragma: no cover - numba
     """Store ``values`` at ``idx`` and keep ``counts`` (seen, misfit, fitted) exact.
 
     Parameters
@@ -20,13 +20,17 @@ def record_losses(raw, ranking, pending, counts, idx, values, threshold, cut):  
     pending : numpy.ndarray of bool, shape (N,)
         Loss-rank's pending marks; cleared at ``idx``.
     counts : numpy.ndarray of int64, shape (3,)
-        Examples seen, misfit (raw loss above ``threshold``) and fitted (below half of it).
+        Examples seen, misfit (raw loss above ``threshold``) and fitted (below
+        ``fitted_below``).
     idx : numpy.ndarray of int64
         The examples, in the order observed (a repeated index: its last loss counts).
     values : numpy.ndarray of float64
         Their losses.
     threshold : float
-        The misfit threshold (+inf while unknown: nothing is misfit, nothing fitted).
+        The misfit threshold (+inf while unknown: nothing is misfit).
+    fitted_below : float
+        The fitted cut, at most ``threshold`` so that no loss counts as both (-inf while
+        unknown: nothing is fitted).
     cut : bool
         Rank the misfit examples as learnt (loss 0).
 
@@ -36,22 +40,21 @@ def record_losses(raw, ranking, pending, counts, idx, values, threshold, cut):  
     >>> raw, ranking = np.full(4, np.inf), np.full(4, np.inf)
     >>> counts = np.zeros(3, np.int64)
     >>> record_losses(raw, ranking, np.zeros(4, np.bool_), counts, np.array([0, 1, 1]),
-    ...               np.array([3.0, 0.1, 0.5]), 2.0, False)
+    ...               np.array([3.0, 0.1, 0.5]), 2.0, 1.0, False)
     >>> counts.tolist(), raw.tolist()
     ([2, 1, 1], [3.0, 0.5, inf, inf])
     """
-    half = threshold / 2
     for i in range(idx.size):
         j = idx[i]
         old = raw[j]
         if old < np.inf:
             counts[0] -= 1
             counts[1] -= old > threshold
-            counts[2] -= old < half
+            counts[2] -= old < fitted_below
         v = values[i]
         raw[j] = v
         counts[0] += 1
         counts[1] += v > threshold
-        counts[2] += v < half
+        counts[2] += v < fitted_below
         ranking[j] = 0.0 if cut and v > threshold else v
         pending[j] = False
