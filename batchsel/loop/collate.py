@@ -133,8 +133,38 @@ def _collate_dicts(examples: Sequence[Mapping], pad_value: Any) -> dict[str, Any
     return out
 
 
+def _collate_sequences(examples: Sequence[Any], pad_value: Any) -> tuple:
+    """The sequence form of :func:`pad_collate`: ``(padded, mask)``."""
+    _check_pad_value(pad_value)
+    kinds = [i for i, ex in enumerate(examples) if not _is_sequence(ex)]
+    if kinds:
+        raise TypeError(
+            f"item {kinds[0]} is a {type(examples[kinds[0]]).__name__}, item 0 a sequence: "
+            f"all items of a batch must be of one kind"
+        )
+    return _pad([_as_1d(ex, f"item {i}") for i, ex in enumerate(examples)], pad_value, "the items")
+
+
+def _tuple_pad_values(pad_value: Any, size: int) -> dict[int, Any]:
+    """Each tuple position's pad value (``pad_value`` a number, or a mapping from position
+    to value: the positions it leaves out get 0)."""
+    if not isinstance(pad_value, Mapping):
+        _check_pad_value(pad_value)
+        return dict.fromkeys(range(size), pad_value)
+    unknown = [k for k in pad_value if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < size]
+    if unknown:
+        raise ValueError(
+            f"pad_value names positions {unknown} that the items lack: for tuple items of {size} elements "
+            f"it maps positions 0..{size - 1} to pad values"
+        )
+    for value in pad_value.values():
+        _check_pad_value(value)
+    return {j: pad_value.get(j, 0) for j in range(size)}
+
+
 def _collate_tuples(examples: Sequence[Any], pad_value: Any) -> tuple:
-    """The tuple form of :func:`pad_collate`: ``(padded, mask, *rest)``."""
+    """The tuple form of :func:`pad_collate`: ``(padded, mask, *rest)``, each element of
+    ``rest`` that holds 1-D sequences (per-token tags) padded to its own longest."""
     from torch.utils.data import default_collate
 
     first = examples[0]
@@ -144,9 +174,26 @@ def _collate_tuples(examples: Sequence[Any], pad_value: Any) -> tuple:
                 f"item {i} is {type(ex).__name__} {ex!r:.60}; item 0 is a {type(first).__name__} of "
                 f"{len(first)} elements, the sequence first"
             )
+    values = _tuple_pad_values(pad_value, len(first))
     sequences = [_as_1d(ex[0], f"item {i}'s first element") for i, ex in enumerate(examples)]
-    padded, mask = _pad(sequences, pad_value, "the sequences")
-    rest = default_collate([tuple(ex[1:]) for ex in examples]) if len(first) > 1 else []
+    padded, mask = _pad(sequences, values[0], "the sequences")
+    rest: list[Any] = []
+    for j in range(1, len(first)):
+        column = [ex[j] for ex in examples]
+        # a tuple element stays a record (default_collate's per-position tensors); a list,
+        # tensor or array of numbers is a sequence, padded to this element's own longest
+        kinds = [not isinstance(v, tuple) and _is_sequence(v, (1,)) for v in column]
+        if all(kinds):
+            items = [_as_1d(v, f"item {i}'s element {j}") for i, v in enumerate(column)]
+            rest.append(_pad(items, values[j], f"element {j} of the items")[0])
+        elif any(kinds):
+            i = kinds.index(False)
+            raise TypeError(
+                f"element {j} is a 1-D sequence in item {kinds.index(True)} but a {type(column[i]).__name__} in "
+                f"item {i}: all items must hold the same kind at each position"
+            )
+        else:
+            rest.append(default_collate(column))
     return (padded, mask, *rest)
 
 
@@ -160,7 +207,10 @@ def pad_collate(examples: Sequence[Any], *, pad_value: Any = 0) -> Any:
       ``(padded, mask)``, ``padded`` of shape ``[B, L]`` (``L`` the batch's longest length,
       the items' dtype) and ``mask`` ``[B, L]`` bool, True on real positions;
     - a tuple or list whose first element is the sequence (``(tokens, label, ...)``):
-      returns ``(padded, mask, *rest)``, the rest collated by torch's ``default_collate``;
+      returns ``(padded, mask, *rest)``, ``mask`` the first element's; each later element
+      of 1-D sequences (per-token tags: 1-D tensors or arrays, lists of numbers) padded to
+      its own longest (a feature vector, of one length, stacked), the others (labels,
+      tuples, images) collated by torch's ``default_collate``;
     - a dict: each field whose items are 1-D sequences of the lengths that vary in the
       batch is padded (``input_ids``, ``labels`` per token, the items' own
       ``attention_mask``, with 0), 1-D sequences of one length in every item (a feature
@@ -174,9 +224,10 @@ def pad_collate(examples: Sequence[Any], *, pad_value: Any = 0) -> Any:
     examples : sequence
         The batch's items, as the dataset returned them.
     pad_value : number or mapping, default 0
-        The value of padded positions. For dict items, a mapping from field name to its
-        value also works (fields it leaves out get 0): per-token ``labels`` are usually
-        padded with ``-100``, which losses ignore. Set it with
+        The value of padded positions, in every padded field. For dict items, a mapping
+        from field name to its value also works, for tuple items one from position to
+        value (``{1: -100}``; fields it leaves out get 0): per-token ``labels`` are
+        usually padded with ``-100``, which losses ignore. Set it with
         ``functools.partial(pad_collate, pad_value=-1)``, which pickles for DataLoader
         workers (``num_workers > 0``) as the function does.
 
@@ -189,9 +240,11 @@ def pad_collate(examples: Sequence[Any], *, pad_value: Any = 0) -> Any:
     ------
     ValueError
         An empty batch, an item of more than one dimension, dict items with other keys,
-        fields that vary in length differently, a pad value the dtype cannot hold.
+        fields that vary in length differently, a pad value the dtype cannot hold, a
+        ``pad_value`` mapping that names a field or position the items lack.
     TypeError
-        Items of mixed or unsupported kinds, a ``pad_value`` that is not a number.
+        Items of mixed or unsupported kinds (a tuple element a sequence in one item and
+        not in another, named), a ``pad_value`` that is not a number.
 
     Example
     -------
@@ -202,6 +255,9 @@ def pad_collate(examples: Sequence[Any], *, pad_value: Any = 0) -> Any:
     >>> padded, mask, labels = pad_collate([([1, 2], 0), ([3], 1)], pad_value=-1)
     >>> padded.tolist(), labels.tolist()
     ([[1, 2], [3, -1]], [0, 1])
+    >>> padded, mask, tags = pad_collate([([1, 2], [7, 8]), ([3], [9])], pad_value={1: -100})
+    >>> padded.tolist(), tags.tolist()
+    ([[1, 2], [3, 0]], [[7, 8], [9, -100]])
     >>> batch = pad_collate([{"input_ids": [1, 2, 3], "label": 0}, {"input_ids": [4], "label": 1}])
     >>> batch["input_ids"].tolist(), batch["attention_mask"].tolist(), batch["label"].tolist()
     ([[1, 2, 3], [4, 0, 0]], [[1, 1, 1], [1, 0, 0]], [0, 1])
@@ -213,15 +269,8 @@ def pad_collate(examples: Sequence[Any], *, pad_value: Any = 0) -> Any:
     first = examples[0]
     if isinstance(first, Mapping):
         return _collate_dicts(examples, pad_value)
-    _check_pad_value(pad_value)
     if _is_sequence(first):
-        kinds = [i for i, ex in enumerate(examples) if not _is_sequence(ex)]
-        if kinds:
-            raise TypeError(
-                f"item {kinds[0]} is a {type(examples[kinds[0]]).__name__}, item 0 a sequence: "
-                f"all items of a batch must be of one kind"
-            )
-        return _pad([_as_1d(ex, f"item {i}") for i, ex in enumerate(examples)], pad_value, "the items")
+        return _collate_sequences(examples, pad_value)
     if isinstance(first, (tuple, list)) and first and _is_sequence(first[0]):
         return _collate_tuples(examples, pad_value)
     raise TypeError(

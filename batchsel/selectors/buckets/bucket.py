@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -16,6 +17,7 @@ from batchsel.selectors.buckets.kernels import (
     NUM_OFFSETS,
     batch_costs,
     batch_longest,
+    batch_padding,
     bucket_counts,
     bucket_starts,
     deal_steps,
@@ -23,6 +25,7 @@ from batchsel.selectors.buckets.kernels import (
     segment_bounds,
     split_largest,
 )
+from batchsel.selectors.hashing import digest
 from batchsel.selectors.offline import OfflineSelector
 from batchsel.selectors.sharding import epoch_rng, shard_length
 
@@ -30,6 +33,53 @@ logger = logging.getLogger(__name__)
 
 #: :class:`BucketSelector`'s ``bucket_width`` when none is given
 DEFAULT_WIDTH = 1.5
+
+#: the key of :meth:`BucketSelector.state_dict`: a digest of the costs the batches follow
+COSTS_KEY = "costs_digest"
+
+
+def costs_digest(costs: np.ndarray) -> str:
+    """16 hex digits identifying ``costs`` (values, dtype and length), for a resume state
+    to record the costs its batches were cut from.
+
+    Example
+    -------
+    >>> costs_digest(np.array([1.0, 2.0])) == costs_digest(np.array([2.0, 1.0]))
+    False
+    """
+    h = hashlib.sha256()
+    digest(costs, h)
+    return h.hexdigest()[:16]
+
+
+def check_costs_digest(state: Any, key: str, costs: np.ndarray, owner: str) -> None:
+    """Refuse a state whose ``key`` records other costs than ``costs`` (its batches were
+    cut from other costs: resumed here, some examples would train twice in the epoch and
+    others never). A state without ``key`` (an older version's) is accepted.
+
+    Parameters
+    ----------
+    state : dict
+        The saved state.
+    key : str
+        Where ``state`` holds the digest.
+    costs : numpy.ndarray
+        The resuming selector's costs.
+    owner : str
+        The selector's name, for the message.
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"{owner} state must be a dict (what state_dict() returned), got {type(state).__name__}")
+    saved = state.get(key)
+    if saved is None:
+        return
+    mine = costs_digest(costs)
+    if str(saved) != mine:
+        raise ValueError(
+            f"the {owner} state was saved with other costs (digest {saved}) than this selector's ({mine}, "
+            f"{len(costs)} examples): its batches would train some examples twice and others never; build the "
+            f"selector from the costs of the saved run, or start the epoch afresh without loading the state"
+        )
 
 
 class BucketSelector(OfflineSelector):
@@ -178,7 +228,8 @@ class BucketSelector(OfflineSelector):
         top = float(self._sorted_costs[-1])
         if top == 0:
             return 1.0
-        low, high = top / len(self.costs) / 4, top * len(self.costs)
+        # high is finite: check_costs refuses costs whose largest times their number overflows
+        low, high = max(top / len(self.costs) / 4, np.nextafter(0.0, 1.0)), top * len(self.costs)
 
         def fits(budget: float) -> bool:
             return max(int(self._bucket_counts(j, budget).sum()) for j in range(NUM_OFFSETS)) <= steps
@@ -193,9 +244,39 @@ class BucketSelector(OfflineSelector):
             )
             return high
         for _ in range(64):
-            middle = float(np.sqrt(low * high))
+            product = low * high
+            # costs near float64's limits: low * high overflows (or underflows), the
+            # geometric mean of the square roots does not
+            middle = float(np.sqrt(product) if 0 < product < np.inf else np.sqrt(low) * np.sqrt(high))
             low, high = (low, middle) if fits(middle) else (middle, high)
         return high
+
+    def state_dict(self) -> dict[str, Any]:
+        """A digest of the costs (plain types: ``torch.load(weights_only=True)`` reads
+        it): the plan depends on nothing else that a resume state could miss.
+
+        Example
+        -------
+        >>> sel = BucketSelector([3, 5, 2], max_cost=8)
+        >>> BucketSelector([3, 5, 2], max_cost=8).load_state_dict(sel.state_dict())
+        >>> BucketSelector([5, 3, 2], max_cost=8).load_state_dict(sel.state_dict())
+        Traceback (most recent call last):
+        ...
+        ValueError: the BucketSelector state was saved with other costs ...
+        """
+        return {COSTS_KEY: costs_digest(self.costs)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Check that ``state`` (:meth:`state_dict`'s) was saved with these costs.
+
+        Raises
+        ------
+        ValueError
+            The state records other costs (resumed, its epoch's batches would train some
+            examples twice and others never). A state without the digest (an earlier
+            version's) is accepted.
+        """
+        check_costs_digest(state, COSTS_KEY, self.costs, type(self).__name__)
 
     def get_params(self) -> dict[str, Any]:
         return {
@@ -290,8 +371,10 @@ class BucketSelector(OfflineSelector):
         0.0
         """
         plan = self.plan(epoch, world_size)
-        padded = sum(batch_costs(plan.batches(r), self.costs, False).sum() for r in range(world_size))
-        return float(1.0 - self.costs.sum() / padded) if padded > 0 else 0.0
+        batches = [b for r in range(world_size) for b in plan.batches(r)]
+        padded = float(batch_costs(batches, self.costs, False).sum())
+        # the padding summed per position (>= 0 each), not padded - real: no -0.0 from rounding
+        return float(batch_padding(batches, self.costs).sum()) / padded if padded > 0 else 0.0
 
     def __repr__(self) -> str:
         return (
@@ -300,4 +383,4 @@ class BucketSelector(OfflineSelector):
         )
 
 
-__all__ = ["BucketSelector", "DEFAULT_WIDTH"]
+__all__ = ["BucketSelector", "COSTS_KEY", "DEFAULT_WIDTH", "check_costs_digest", "costs_digest"]

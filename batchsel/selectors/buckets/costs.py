@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from batchsel.core.checks import check_int
+from batchsel.core.checks import check_int, tensor_to_numpy
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,12 @@ def check_costs(costs: Any, num_examples: int | None = None, name: str = "costs"
         Booleans, strings or objects.
     ValueError
         Not 1-D, empty, the wrong length, or a NaN, infinite or negative value (named,
-        with its position).
+        with its position), or values so large that their sum overflows float64.
+
+    Notes
+    -----
+    A torch tensor of a float dtype numpy lacks (bfloat16, float8) is read as float32,
+    which holds each of its values exactly.
 
     Example
     -------
@@ -49,9 +54,7 @@ def check_costs(costs: Any, num_examples: int | None = None, name: str = "costs"
     ...
     ValueError: costs must be >= 0, got -1.0 at position 1
     """
-    if hasattr(costs, "detach"):  # a torch tensor
-        costs = costs.detach().cpu().numpy()
-    array = np.asarray(costs)
+    array = np.asarray(tensor_to_numpy(costs))  # bfloat16 / float8 tensors widen to float32
     if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
         raise TypeError(f"{name} must be numbers, got an array of {array.dtype}")
     if array.ndim != 1 or array.size == 0:
@@ -71,13 +74,22 @@ def check_costs(costs: Any, num_examples: int | None = None, name: str = "costs"
     return array
 
 
-def _size(value: Any) -> float:
-    """A column value's cost: its length for a sequence, itself for a number."""
+def _size(value: Any, where: str) -> float:
+    """A column value's cost: its length for a sequence, itself for a number (a 0-d
+    tensor or array, a numpy scalar included: a ``datasets`` column in torch or numpy
+    format gives one per example)."""
     if isinstance(value, (str, bytes)):
         return float(len(value))
     shape = getattr(value, "shape", None)
     if shape is not None and len(shape) > 0:
         return float(shape[0])
+    if shape is not None:  # 0-d: the number itself (len() of it raises)
+        number = np.asarray(tensor_to_numpy(value))
+        if number.dtype == bool or not (
+            np.issubdtype(number.dtype, np.integer) or np.issubdtype(number.dtype, np.floating)
+        ):
+            raise TypeError(f"{where} holds a 0-d value of dtype {number.dtype}; costs must be numbers or sequences")
+        return float(number)
     if hasattr(value, "__len__"):
         return float(len(value))
     return float(value)
@@ -94,7 +106,8 @@ def example_costs(source: Any, column: str | None = None, cost: Callable[[Any], 
         ``cost``).
     column : str or None, default None
         The column whose values give the costs: a sequence's length (token ids) or a
-        number (a precomputed length).
+        number (a precomputed length; a 0-d tensor or numpy scalar, as a column in torch
+        or numpy format gives it, is that number).
     cost : callable or None, default None
         ``cost(source[i])``, the cost of example ``i`` (one pass over the data, logged
         every 10 % of it).
@@ -129,7 +142,11 @@ def example_costs(source: Any, column: str | None = None, cost: Callable[[Any], 
         if names is not None and column not in names:
             raise ValueError(f"column {column!r} is not one of the source's columns {list(names)}")
         values = source[column]
-        return check_costs([_size(v) for v in values], name=f"column {column!r}")
+        where = f"column {column!r}"
+        whole = tensor_to_numpy(values)
+        if isinstance(whole, np.ndarray) and whole.ndim == 1 and whole.dtype.kind in "biuf":
+            return check_costs(whole, name=where)  # a column of numbers in torch / numpy format
+        return check_costs([_size(v, where) for v in values], name=where)
     if cost is not None:
         if not callable(cost):
             raise TypeError(f"cost must be callable, got {type(cost).__name__}")

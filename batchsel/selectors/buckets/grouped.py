@@ -12,6 +12,7 @@ import numpy as np
 from batchsel.core.checks import check_int
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.buckets.bucket import check_costs_digest, costs_digest
 from batchsel.selectors.buckets.costs import check_costs
 from batchsel.selectors.buckets.kernels import regroup
 from batchsel.selectors.hashing import digest
@@ -20,6 +21,10 @@ from batchsel.selectors.sharding import epoch_rng
 
 #: the generator stream of the regrouping, apart from the selector's own draws
 GROUP_STREAM = 0x6B75
+
+#: the key :meth:`CostGroupedSelector.state_dict` adds to the selector's state: a digest
+#: of the costs the batches were regrouped by
+GROUP_COSTS_KEY = "grouped_costs_digest"
 
 
 class CostGroupedSelector(Selector):
@@ -186,15 +191,17 @@ class CostGroupedSelector(Selector):
         return self.selector.weighted_loss(losses, weights)
 
     def state_dict(self) -> dict[str, Any]:
-        """The selector's state (the regrouping keeps none)."""
-        return self.selector.state_dict()
+        """The selector's state, with a digest of the costs (the regrouping keeps no other)."""
+        return {**self.selector.state_dict(), GROUP_COSTS_KEY: costs_digest(self.costs)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the selector's state."""
-        self.selector.load_state_dict(state)
+        """Restore the selector's state, once the costs are checked to be the saved run's
+        (other costs regroup the batches otherwise: ``ValueError``)."""
+        check_costs_digest(state, GROUP_COSTS_KEY, self.costs, type(self).__name__)
+        self.selector.load_state_dict({k: v for k, v in state.items() if k != GROUP_COSTS_KEY})
 
     def __repr__(self) -> str:
         return f"CostGroupedSelector({self.selector!r}, window={self.window})"
 
 
-__all__ = ["CostGroupedSelector", "GROUP_STREAM"]
+__all__ = ["CostGroupedSelector", "GROUP_COSTS_KEY", "GROUP_STREAM"]

@@ -289,6 +289,35 @@ def batch_longest(batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
     return _per_batch(np.maximum, batches, costs) if batches else np.zeros(0)
 
 
+def batch_padding(batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
+    """Each batch's padding: ``sum(max(costs[b]) - costs[b])``, summed position by
+    position so that it is ``>= 0`` (``len * max - sum`` can round below 0).
+
+    Parameters
+    ----------
+    batches : list of numpy.ndarray
+        The batches, none empty.
+    costs : numpy.ndarray
+        Every example's cost.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, one per batch.
+
+    Example
+    -------
+    >>> batch_padding([np.array([0, 1]), np.array([2])], np.array([1.0, 3, 2])).tolist()
+    [2.0, 0.0]
+    """
+    if not batches:
+        return np.zeros(0)
+    sizes = np.array([len(b) for b in batches])
+    longest = np.repeat(_per_batch(np.maximum, batches, costs), sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return np.add.reduceat(longest - costs[np.concatenate(batches)], starts)
+
+
 def _per_batch(reduce: np.ufunc, batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
     """``reduce`` over each batch's costs, in one pass over the concatenated batches."""
     sizes = np.array([len(b) for b in batches])
@@ -388,6 +417,7 @@ __all__ = [
     "split_largest",
     "batch_costs",
     "batch_longest",
+    "batch_padding",
     "deal_steps",
     "regroup",
 ]
