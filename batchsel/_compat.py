@@ -3,7 +3,8 @@
 ``import batchsel.optimizers`` and the like still work: a finder on ``sys.meta_path`` maps
 the old name to the module's new home, warns once (``DeprecationWarning``, naming the new
 path) and registers the same module object under the old name, so ``from
-batchsel.optimizers import maximize`` returns the very same function. The names exported
+batchsel.optimizers import maximize`` returns the very same function. The module keeps its
+own name and spec, so ``importlib.reload`` (IPython's autoreload) re-runs it. The names exported
 by ``batchsel`` and ``batchsel.integrations`` did not move and do not warn.
 """
 
@@ -59,6 +60,7 @@ def new_name(old: str) -> str | None:
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, new: str) -> None:
         self.new = new
+        self.spec: importlib.machinery.ModuleSpec | None = None  # the new module's own
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         if new_name(spec.name.rpartition(".")[0]) is None:  # the moved package itself warned
@@ -68,11 +70,15 @@ class _AliasLoader(importlib.abc.Loader):
                 stacklevel=2,  # warnings skips importlib's frames: 2 is the import statement
             )
         module = importlib.import_module(self.new)
+        self.spec = module.__spec__
         sys.modules[spec.name] = module
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        pass  # the new module ran already
+        # the new module ran already; importlib has just set its __spec__ to the old path's
+        # (whose loader runs nothing): give it back its own, or importlib.reload would
+        # rename the module to the old path and re-run nothing
+        module.__spec__ = self.spec
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):

@@ -488,7 +488,7 @@ def test_plot_without_matplotlib_exits_2_with_install_hint(work, monkeypatch, ca
     code = cli.main(["inspect", str(work / "plan.npz"), "--plot", str(work / "plan.png")])
     captured = capsys.readouterr()
     check_one_line_error(code, captured.out, captured.err, work, before)
-    assert "pip install matplotlib" in captured.err
+    assert "pip install 'batchsel[plot]'" in captured.err
 
 
 def test_force_writes_through_symlinks_and_refuses_special_files(work, capsys):

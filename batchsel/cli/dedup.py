@@ -70,6 +70,8 @@ def _report(args: argparse.Namespace, result: Any) -> None:
         "seconds": round(result.seconds, 3),
         **({"out": args.out} if args.out else {}),
         **({"groups_file": args.groups} if args.groups else {}),
+        # random pairs nearly as alike as the threshold (raw features): also logged on stderr
+        **({"warning": result.extra["warning"]} if result.extra.get("warning") else {}),
     }
     if args.json:
         outputs.print_json(report)

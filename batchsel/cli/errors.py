@@ -1,6 +1,7 @@
 """How the ``batchsel`` command fails: exit codes, and one line on stderr per error.
 
-A bad usage or a bad input exits 2 with ``batchsel: error: ...``; a bug exits 1 with
+A bad usage or a bad input, or a missing optional dependency (naming the extra that
+installs it), exits 2 with ``batchsel: error: ...``; a bug exits 1 with
 ``batchsel: internal error: ...`` (the traceback only with ``--debug``); Ctrl-C exits
 130, SIGTERM 143 (raised as :class:`Terminated`, so open atomic writes remove their
 temporary files), a closed stdout 141.
@@ -9,6 +10,7 @@ temporary files), a closed stdout 141.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import linecache
 import os
 import re
@@ -26,8 +28,72 @@ _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+#: an optional dependency's top-level module -> the extra that installs it (pyproject.toml)
+EXTRAS = {
+    "pymetis": "graph",
+    "matplotlib": "plot",
+    "mpi4py": "mpi",
+    "lightning": "lightning",
+    "pytorch_lightning": "lightning",
+    "transformers": "hf",
+    "accelerate": "hf",
+    "torch_geometric": "pyg",
+}
+
+
 class UsageError(Exception):
     """Bad usage or bad input: exit code 2 and one line on stderr."""
+
+
+def require(module: str, what: str) -> None:
+    """Import ``module`` (an optional dependency that ``what`` needs), before the work.
+
+    Parameters
+    ----------
+    module : str
+        The module, a key of :data:`EXTRAS`.
+    what : str
+        The option that needs it, for the message (``"--plot"``).
+
+    Raises
+    ------
+    UsageError
+        It is not installed: the message names the extra to install.
+    """
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise UsageError(
+            f"{what} needs {module}, which is not installed: pip install 'batchsel[{EXTRAS[module]}]'"
+        ) from None
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """The one-line message of an ``ImportError`` that an extra of batchsel fixes.
+
+    Parameters
+    ----------
+    exc : ImportError
+        The error.
+
+    Returns
+    -------
+    str or None
+        Its own message when it names the extra (``batchsel[...]``), else one naming the extra
+        of its missing module (:data:`EXTRAS`); None when no extra installs that module.
+
+    Examples
+    --------
+    >>> missing_extra(ModuleNotFoundError("No module named 'pymetis'", name="pymetis"))
+    "pymetis is not installed: pip install 'batchsel[graph]'"
+    >>> missing_extra(ModuleNotFoundError("No module named 'foo'", name="foo")) is None
+    True
+    """
+    text = one_line(exc)
+    if "batchsel[" in text:
+        return text
+    extra = EXTRAS.get((exc.name or "").split(".")[0])
+    return None if extra is None else f"{exc.name} is not installed: pip install 'batchsel[{extra}]'"
 
 
 class Terminated(BaseException):
@@ -99,7 +165,7 @@ def exit_code(exc: BaseException, debug: bool, oom_hint: str | None) -> int:
     Returns
     -------
     int
-        2 for bad usage or input, 130 for Ctrl-C, 143 for SIGTERM, 141 when the reader
+        2 for bad usage or input or a missing extra, 130 for Ctrl-C, 143 for SIGTERM, 141 when the reader
         of stdout went away, else 1.
     """
     quiet_ends = (KeyboardInterrupt, Terminated, BrokenPipeError)
@@ -109,6 +175,10 @@ def exit_code(exc: BaseException, debug: bool, oom_hint: str | None) -> int:
         isinstance(exc, (ValueError, TypeError)) and is_bad_input(exc)
     ):
         sys.stderr.write(f"batchsel: error: {one_line(exc)}\n")
+        return EXIT_USAGE
+    missing = missing_extra(exc) if isinstance(exc, ImportError) else None
+    if missing is not None:  # an optional dependency the command needs: the user installs it
+        sys.stderr.write(f"batchsel: error: {missing}\n")
         return EXIT_USAGE
     if isinstance(exc, KeyboardInterrupt):
         sys.stderr.write("batchsel: interrupted\n")

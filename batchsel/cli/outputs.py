@@ -14,10 +14,10 @@ import sys
 import tempfile
 from typing import Any, Callable, Sequence
 
-from batchsel.cli.errors import UsageError
+from batchsel.cli.errors import UsageError, require
 from batchsel.cli.inputs import input_file
 from batchsel.core.io import AtomicGroup, atomic_group
-from batchsel.plans.plotting import PLOT_SUFFIXES, require_matplotlib
+from batchsel.plans.plotting import PLOT_SUFFIXES
 
 
 def same_file(a: str, b: str) -> bool:
@@ -134,10 +134,7 @@ def check_plot(path: str | None, force: bool, inputs: Sequence[tuple[str, str | 
     """
     check_output(path, force, what="plot", suffixes=PLOT_SUFFIXES, inputs=inputs)
     if path is not None:
-        try:
-            require_matplotlib()
-        except ImportError as exc:
-            raise UsageError(f"--plot needs {exc}") from None
+        require("matplotlib", "--plot")
 
 
 def write(paths: Sequence[str | None], write_files: Callable[[AtomicGroup], None]) -> None:

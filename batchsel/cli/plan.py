@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from batchsel.cli import commands, inputs, outputs, ranks
-from batchsel.cli.errors import EXIT_OK, UsageError
+from batchsel.cli.errors import EXIT_OK, UsageError, require
 from batchsel.cli.terminal import progress
 from batchsel.core.checks import check_int, check_seed
 from batchsel.core.io import AtomicGroup
@@ -363,6 +363,8 @@ def _check_options(args: argparse.Namespace) -> None:
     args.drop_last = bool(args.drop_last)  # None (not given) as False from here on
     if args.method == "coreset" and args.labels is None:
         raise UsageError("--method coreset needs --labels")
+    if args.method == "graph":  # METIS partitions the graph: say so before building it
+        require("pymetis", "--method graph")
     if args.graph is not None and (args.save_graph or args.neighbors or args.metric):
         raise UsageError(
             "--neighbors, --metric and --save-graph are for the graph built from EMB; they do not combine with --graph"
@@ -424,15 +426,15 @@ def _cost_summary(selector: Any, plans: list[Any]) -> dict[str, Any]:
     """``--method buckets``: the budget in use, the largest batch cost (above the budget
     only for an example that costs more alone), and the share of the padded cost, over
     all epochs, that is padding."""
-    from batchsel.selectors.buckets.kernels import batch_costs
+    from batchsel.selectors.buckets.kernels import batch_costs, batch_padding
 
     batches = [b for p in plans for r in range(p.world_size) for b in p.batches(r)]
     with np.errstate(over="ignore"):  # costs near float64's limit: said as None (JSON has no inf)
         padded = float(batch_costs(batches, selector.costs, packed=False).sum())
-        # every epoch holds every example once
-        real = float(selector.costs.sum()) * len(plans)
+        # the padding summed position by position (>= 0), not padded - real: rounding gave "-0.0%"
+        padding = float(batch_padding(batches, selector.costs).sum())
         largest = float(batch_costs(batches, selector.costs, selector.packed).max())
-    share = 1.0 - real / padded if padded > 0 else 0.0
+    share = padding / padded if 0 < padded < math.inf else math.nan if padded else 0.0
     return {
         "max_cost": selector.max_cost_,
         "bucket_width": selector.bucket_width,

@@ -6,7 +6,9 @@ Everything comes from the ``k`` nearest neighbours (cosine) of every row, one se
 (:class:`~batchsel.EmbeddingIndex`, or :class:`~batchsel.distributed.sharded.ShardedIndex` over MPI ranks):
 
 - near-duplicates: the share of rows :func:`~batchsel.deduplicate` would remove, at
-  several thresholds (all-zero rows: exact duplicates of one another, with a warning);
+  several thresholds (all-zero rows: exact duplicates of one another, with a warning; where
+  random pairs are nearly as alike, as raw non-negative features are, a warning to centre
+  the features or use an embedding instead of advice to remove rows);
 - label noise (with labels): class probabilities of every row from its neighbours' labels
   (leave-one-out: a row never votes for itself), or the out-of-sample ``probabilities`` of
   a model of the user's (cross-validated: what cleanlab takes), then confident learning
@@ -35,8 +37,10 @@ from batchsel.data.dedup import (
     SIMILARITY_SLACK,
     check_threshold,
     cosine_index,
+    crowded_warning,
     groups_of_pairs,
     neighbour_pairs,
+    random_pair_similarities,
     unique_pairs,
     warn_zero_rows,
     with_zero_pairs,
@@ -102,6 +106,9 @@ class Audit:
         Wall time of the audit.
     zero_rows : numpy.ndarray, default empty
         The all-zero rows (no direction: exact duplicates of one another in ``duplicates``).
+    crowded : str or None, default None
+        The warning (also in ``advice``) when random pairs of rows are nearly as alike as
+        ``threshold``: the near-duplicates are mostly the rows' common direction.
 
     Examples
     --------
@@ -131,6 +138,7 @@ class Audit:
     seconds: float = 0.0
     #: the all-zero rows (no direction: exact duplicates of one another in ``duplicates``)
     zero_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    crowded: str | None = None  # the near-duplicates are mostly the rows' common direction
 
     @property
     def imbalance(self) -> float | None:
@@ -168,6 +176,8 @@ class Audit:
             "seconds": round(self.seconds, 3),
             "advice": self.advice,
         }
+        if self.crowded is not None:
+            out["duplicates_warning"] = self.crowded
         if self.class_counts is not None:
             out.update(
                 class_counts={str(c): n for c, n in self.class_counts.items()},
@@ -367,7 +377,9 @@ def _advice(a: Audit) -> list[str]:
             f"their inputs again if the zeros mark failed or empty ones"
         )
     removed = a.duplicates.get(a.threshold, 0.0)
-    if removed >= 0.05:
+    if a.crowded is not None:  # removal would drop rows that only share the common direction
+        tips.append(a.crowded)
+    elif removed >= 0.05:
         tips.append(
             f"{removed:.0%} of rows are near-duplicates at cosine >= {a.threshold:g}: removing them "
             f"(batchsel dedup) saves that share of every epoch's steps; on redundant data loss-rank "
@@ -459,9 +471,9 @@ def audit(
         S, I = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     zeros, duplicates, group = _near_duplicates(index, S, I, curve, threshold)
     score, mean_sim, outliers = _outliers(S, I)
-    random_sim = _random_similarity(index, seed)
-    result = Audit(n, d, duplicates, threshold, group, score, outliers, float(mean_sim.mean()), random_sim)
-    result.zero_rows = zeros
+    sims = random_pair_similarities(index, seed)
+    result = Audit(n, d, duplicates, threshold, group, score, outliers, float(mean_sim.mean()), float(sims.mean()))
+    result.zero_rows, result.crowded = zeros, crowded_warning(sims, threshold, duplicates[threshold], "audit")
     if y is not None:
         _audit_labels(result, y, S, I, given)
     result.advice = _advice(result)
@@ -500,14 +512,6 @@ def _outliers(S: np.ndarray, I: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     mad = float(np.median(np.abs(score - med))) * 1.4826
     flagged = np.flatnonzero(score > med + OUTLIER_MADS * max(mad, 1e-12))
     return score, mean_sim, flagged[np.argsort(-score[flagged], kind="stable")].astype(np.int64)
-
-
-def _random_similarity(index: EmbeddingIndex, seed: int) -> float:
-    """The mean cosine similarity of seeded random pairs of rows (at most 20,000)."""
-    n = index.num_examples
-    rng = np.random.default_rng([seed, 0xA0D17])
-    a_, b_ = rng.integers(0, n, (2, min(20_000, n * 4)))
-    return float(np.mean(_cosine_rows(index, a_, b_)))
 
 
 def _audit_labels(result: Audit, y: np.ndarray, S: np.ndarray, I: np.ndarray, given: np.ndarray | None) -> None:
@@ -586,13 +590,6 @@ def check_probabilities(probabilities: Any, labels: np.ndarray | None, num_examp
             f"{int(labels.min())}..{int(labels.max())}"
         )
     return p
-
-
-def _cosine_rows(index: EmbeddingIndex, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine similarity of rows ``a`` and ``b`` (the index's normalized vectors)."""
-    x = index._rows_of(np.concatenate([a, b]))
-    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
-    return np.einsum("ij,ij->i", x[: a.size], x[a.size :])
 
 
 __all__ = ["audit", "Audit", "confident_learning", "neighbor_probabilities", "DUPLICATE_THRESHOLDS"]

@@ -9,6 +9,9 @@ the connected components of those pairs, and each group keeps its row of smalles
 a deterministic rule that needs no order of processing, so one process and any number of
 ranks keep the same rows. Every removed row saves a step in every epoch. All-zero rows,
 whose cosine similarity is undefined, are exact duplicates of one another (with a warning).
+Raw non-negative features (pixels, counts) all point one way, so random pairs of them are
+alike and most rows pass a cosine threshold: a warning then says so and names the fix
+(centre the features, or use an embedding).
 """
 
 from __future__ import annotations
@@ -35,6 +38,15 @@ SIMILARITY_SLACK = 1e-5
 #: >= 0.97 among 1M x 128 rows: recall 1.0000 at 4 lists, 0.9997 at 2, 1.0000 at 8, the
 #: time growing with the lists; benchmarks/bench_dedup.py)
 NPROBE = 4
+#: cosine >= threshold singles out near-duplicates only where random pairs of rows are far
+#: less alike: when nine in ten random pairs are positively similar (one direction) and their
+#: median dissimilarity (1 - cosine) is under this many times the threshold's (1 - threshold),
+#: the "near-duplicates" are mostly that direction (digits' pixels: random pairs at 0.69,
+#: 81 % "near-duplicates" at 0.95; centred, -0.02 and 4.5 %; a random ReLU layer's outputs
+#: 0.3, an embedding's about 0)
+CROWDED_RATIO = 8.0
+#: ... and at least this share of rows is removed (below it, nothing to warn about)
+CROWDED_REMOVED = 0.05
 
 
 @dataclass
@@ -58,7 +70,10 @@ class Deduplication:
         Wall time of the search and grouping.
     extra : dict, default {}
         Details of the search: the index's ``kind``, its ``nprobe``, and ``zero_rows``,
-        the number of all-zero rows.
+        the number of all-zero rows; when ``CROWDED_REMOVED`` or more of the rows are removed,
+        ``random_similarity`` (the median cosine similarity of random pairs of rows) and
+        ``warning`` (None, or the warning that the removed rows are mostly the rows' common
+        direction: :func:`crowded_warning`).
 
     See Also
     --------
@@ -273,6 +288,73 @@ def warn_zero_rows(zeros: np.ndarray, n: int, caller: str) -> None:
         )
 
 
+def random_pair_similarities(index: EmbeddingIndex, seed: int) -> np.ndarray:
+    """The cosine similarities of seeded random pairs of rows of ``index`` (at most 20,000).
+
+    Parameters
+    ----------
+    index : EmbeddingIndex
+        The index whose rows are read back (a sharded one reads them from its source).
+    seed : int
+        The seed of the pairs.
+
+    Returns
+    -------
+    numpy.ndarray
+        The pairs' cosine similarities (an all-zero row's: 0).
+    """
+    n = index.num_examples
+    rng = np.random.default_rng([seed, 0xA0D17])
+    a, b = rng.integers(0, n, (2, min(20_000, n * 4)))
+    x = index._rows_of(np.concatenate([a, b]))
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
+    return np.einsum("ij,ij->i", x[: a.size], x[a.size :])
+
+
+def crowded_warning(similarities: np.ndarray, threshold: float, removed: float, caller: str) -> str | None:
+    """The warning, logged and returned, when the share of rows ``removed`` as near-duplicates
+    at ``threshold`` is mostly the rows' common direction: random pairs of rows point one way
+    (nine in ten at a positive similarity) and their median is nearly as alike as the
+    threshold (``CROWDED_RATIO``), as with raw non-negative features.
+
+    Parameters
+    ----------
+    similarities : numpy.ndarray
+        Cosine similarities of random pairs of rows (:func:`random_pair_similarities`).
+    threshold : float
+        The near-duplicate threshold.
+    removed : float
+        The share of rows removed at ``threshold``.
+    caller : str
+        The function the message is from (``"deduplicate"``, ``"audit"``).
+
+    Returns
+    -------
+    str or None
+        The warning naming the fix (centre the features, or use an embedding); None when the
+        share is plausible or under ``CROWDED_REMOVED``.
+
+    Examples
+    --------
+    >>> crowded_warning(np.array([-0.1, 0.0, 0.1]), 0.95, 0.2, "deduplicate") is None  # an embedding's
+    True
+    """
+    if removed < CROWDED_REMOVED or similarities.size == 0:
+        return None
+    low, median = np.quantile(similarities, [0.1, 0.5])
+    if low <= 0.0 or 1.0 - median >= CROWDED_RATIO * (1.0 - threshold):
+        return None  # clusters apart from one another have dissimilar pairs: no common direction
+    message = (
+        f"random pairs of rows are already alike (median cosine similarity {median:.2f}, next to the "
+        f"threshold {threshold:g}): the rows share one direction, as raw non-negative features (pixels, "
+        f"counts) do, so the {removed:.0%} near-duplicates at cosine >= {threshold:g} are mostly that "
+        f"direction, not duplicates; centre the features (subtract each column's mean) or use an embedding "
+        f"(a trained model's) before removing rows"
+    )
+    logger.warning("%s: %s", caller, message)
+    return message
+
+
 def groups_of_pairs(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
     """For each of ``n`` rows, the smallest row of its connected component in the graph of
     pairs ``(i, j)``.
@@ -394,7 +476,8 @@ def deduplicate(
         below the threshold. All-zero rows have no direction (their cosine similarity
         is undefined): they are taken as exact duplicates of one another, one group whose
         first row is kept (pairs of consecutive zero rows, similarity 1.0, in ``pairs``),
-        and of no other row; a warning gives their count (``extra["zero_rows"]``).
+        and of no other row; a warning gives their count (``extra["zero_rows"]``). Raw
+        non-negative features (pixels, counts) get a warning naming the fix: :func:`crowded_warning`.
     k : int, default 8
         Neighbours searched per row: a row with more than ``k`` near-duplicates still
         joins their group through them, but the pairs listed are at most ``k`` per row.
@@ -446,7 +529,20 @@ def deduplicate(
         seconds,
     )
     extra = {"kind": index.kind, "nprobe": getattr(index, "nprobe_", None), "zero_rows": int(zeros.size)}
+    extra.update(_baseline(index, seed, threshold, 1 - keep.size / n))
     return Deduplication(keep, group, (i, j, s), threshold, k, seconds, extra=extra)
+
+
+def _baseline(index: EmbeddingIndex, seed: int, threshold: float, removed: float) -> dict[str, Any]:
+    """``random_similarity`` (the median of random pairs) and ``warning`` (:func:`crowded_warning`)
+    when ``CROWDED_REMOVED`` or more of the rows are ``removed``; else nothing."""
+    if removed < CROWDED_REMOVED:  # nothing worth a look: no extra reading of rows
+        return {}
+    similarities = random_pair_similarities(index, seed)
+    return {
+        "random_similarity": float(np.median(similarities)),
+        "warning": crowded_warning(similarities, threshold, removed, "deduplicate"),
+    }
 
 
 def _pairs_and_zero_rows(
@@ -471,4 +567,5 @@ __all__ = [
     "cosine_index",
     "NPROBE",
     "SIMILARITY_SLACK",
+    "CROWDED_RATIO",
 ]

@@ -21,7 +21,8 @@ mixin does, and why a plain ``DataLoader(batch_sampler=...)`` goes wrong in the 
 - checkpoints hold every rank's sampler state, and a resumed run skips the finished
   batches once (the Trainer's own ``skip_first_batches`` drops placeholders).
 
-Requires ``transformers`` (``pip install batchsel[hf]``).
+Requires ``transformers`` and ``accelerate`` (``pip install 'batchsel[hf]'``; without them importing this
+module raises ``ModuleNotFoundError`` naming the extra).
 """
 
 from __future__ import annotations
@@ -34,8 +35,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
-from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+try:
+    from transformers import Trainer, TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+except ImportError as exc:  # transformers, or the accelerate its Trainer needs, is missing
+    raise ModuleNotFoundError(
+        f"batchsel.integrations.hf needs transformers and accelerate: pip install 'batchsel[hf]' ({exc})",
+        name=exc.name,
+    ) from exc
 
 from batchsel.loop.sampler import SelectionBatchSampler
 from batchsel.loop.sampler.profile import SelectorProfile

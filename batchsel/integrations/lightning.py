@@ -16,8 +16,15 @@ from typing import Any
 
 try:
     from lightning.pytorch import Callback
-except ImportError:  # the older package name
-    from pytorch_lightning import Callback  # type: ignore[assignment]
+except ImportError:
+    try:  # the older package name
+        from pytorch_lightning import Callback  # type: ignore[assignment]
+    except ImportError as exc:  # neither: name the extra, not the older package
+        raise ModuleNotFoundError(
+            "batchsel.integrations.lightning needs Lightning, which is not installed: "
+            "pip install 'batchsel[lightning]'",
+            name="lightning",
+        ) from exc
 
 from torch.utils.data import DataLoader
 
