@@ -258,3 +258,122 @@ def test_optimizer_objects_equal_their_names():
     assert (greedi.m, greedi.l) == (8, 4) and sel.ranking.size == 16
     bidirectional = apricot.FeatureBasedSelection(10, optimizer="bidirectional", random_state=0).fit(X)
     assert 0 < bidirectional.ranking.size <= 10
+
+
+# apricot 0.6.1's own outputs on these inputs (recorded with apricot-select 0.6.1, NumPy 2.4)
+APRICOT_SIEVE = {
+    "fl_short": (
+        [0, 4, 8, 13, 43],
+        [2.698573109465911, 0.25294195859665974, 0.11219885380900939, 0.08589878265727233, 0.08257035442795219],
+    ),  # noqa: E501
+    "fl_60_60": (
+        [0, 4, 8, 13, 89],
+        [2.6603094341802906, 0.2785653797232349, 0.11531814424657101, 0.09928683586847234, 0.09120953127304453],
+    ),  # noqa: E501
+    "fl_40x3": (
+        [0, 13, 43, 49, 55],
+        [2.4680185806014054, 0.3100334287916158, 0.5819637282294171, 0.14533966707867463, 0.10229546075733631],
+    ),  # noqa: E501
+    "fl_fit_sieve": (
+        [0, 4, 8, 10, 11, 12],
+        [
+            0.6924635251426641,
+            0.03197779312013961,
+            0.027229087333763752,
+            0.021070103861117937,
+            0.02160775201310985,
+            0.005632441574377393,
+        ],
+    ),  # noqa: E501
+    "fb_chunks": (
+        [0, 1, 2, 11, 27, 47],
+        [
+            7.76234255119168,
+            2.794173983298564,
+            2.3335514158835373,
+            2.4514388299884704,
+            2.289111765821964,
+            2.0959712051629964,
+        ],
+    ),  # noqa: E501
+    "mc_chunks": ([53, 65, 81, 95, 105, 107], [11.0, 5.0, 7.0, 5.0, 4.0, 1.0]),
+}
+
+
+def _assert_apricots(sel, key, rows=X):
+    ranking, gains = APRICOT_SIEVE[key]
+    np.testing.assert_array_equal(sel.ranking, ranking)
+    np.testing.assert_allclose(sel.gains, gains, rtol=1e-10)
+    np.testing.assert_array_equal(sel.subset, rows[sel.ranking])
+
+
+def test_partial_fit_on_a_short_stream_selects_k_as_apricot():
+    """60 rows, k = 5, no reservoir given: apricot's reservoir grows with the stream, so the
+    first chunk already selects (batchsel's fixed reference of 1 000 rows never filled)."""
+    sel = apricot.FacilityLocationSelection(5, "euclidean", random_state=0).partial_fit(X[:60])
+    _assert_apricots(sel, "fl_short")
+
+
+@pytest.mark.parametrize(("key", "chunks"), [("fl_60_60", [60, 60]), ("fl_40x3", [40, 40, 40])])
+def test_partial_fit_reservoir_sampling_as_apricot(key, chunks):
+    """The reservoir (50 rows) fills at the second chunk, then is resampled by
+    ``random_state`` as apricot's (this raised ``KeyError: 0`` before)."""
+    sel = apricot.FacilityLocationSelection(5, "euclidean", max_reservoir_size=50, random_state=0)
+    start = 0
+    for size in chunks:
+        sel.partial_fit(X[start : start + size])
+        start += size
+    _assert_apricots(sel, key)
+    assert isinstance(sel.optimizer, apricot.SieveGreedy)  # apricot swaps it in too
+
+
+def test_fit_accepts_the_sieve_as_apricot():
+    _assert_apricots(apricot.FacilityLocationSelection(6, "cosine", optimizer="sieve").fit(X), "fl_fit_sieve")
+    by_fit = apricot.FeatureBasedSelection(6, "sqrt", optimizer="sieve").fit(X)
+    by_stream = apricot.FeatureBasedSelection(6, "sqrt").partial_fit(X)
+    np.testing.assert_array_equal(by_fit.ranking, by_stream.ranking)
+    np.testing.assert_array_equal(by_fit.gains, by_stream.gains)
+    assert by_fit.idxs.shape == (X.shape[0],)
+
+
+def test_feature_based_and_max_coverage_stream_as_apricot():
+    fb = apricot.FeatureBasedSelection(6, "sqrt")
+    for part in np.array_split(X, 4):
+        fb.partial_fit(part)
+    _assert_apricots(fb, "fb_chunks")
+    mc = apricot.MaxCoverageSelection(6)
+    for part in np.array_split(BINARY, 3):
+        mc.partial_fit(sp.csr_matrix(part))
+    _assert_apricots(mc, "mc_chunks", BINARY)
+
+
+def test_sieve_thresholds_are_apricots():
+    """A first sieve at 1, then (1 + eps)^j - 1 up to the largest singleton gain times k,
+    opened as that gain grows and never dropped."""
+    sel = apricot.FeatureBasedSelection(4, "sqrt", optimizer_kwds={"epsilon": 0.1})
+    sel.partial_fit(X[:10])
+    top = np.sqrt(X[:10]).sum(axis=1).max()
+    expected = [1] + [1.1**j - 1 for j in range(1, 200) if 1.1**j - 1 <= top * 4]
+    np.testing.assert_allclose(sel.optimizer.thresholds, expected)
+    sel.partial_fit(X[10:] / 10.0)  # smaller gains: no new sieve
+    assert len(sel.optimizer.thresholds) == len(expected)
+
+
+def test_max_coverage_ties_in_apricots_queue_order():
+    """Counts tie: lazy and approximate lazy greedy take the entry pushed first, as apricot
+    (naive greedy and the other functions: the smallest index)."""
+    b = (np.random.RandomState(4).uniform(size=(8, 6)) < 0.4).astype(np.float64)
+    expected = {"lazy": [1, 4, 5], "approximate-lazy": [1, 5, 3], "naive": [1, 4, 2]}  # apricot 0.6.1's
+    for optimizer, ranking in expected.items():
+        sel = _fit(apricot.MaxCoverageSelection(3, optimizer=optimizer), b)
+        np.testing.assert_array_equal(sel.ranking, ranking)
+        np.testing.assert_array_equal(sel.gains, [3.0, 2.0, 1.0])
+
+
+def test_max_coverage_lazy_does_not_take_a_zero_gain_before_a_positive_one():
+    """apricot's lazy greedy here takes item 6 (gain 0) while item 4 still gains 1: its
+    shortcut at a second zero gain in a row, not followed."""
+    b = (np.random.RandomState(0).uniform(size=(8, 6)) < 0.4).astype(np.float64)
+    sel = _fit(apricot.MaxCoverageSelection(3, optimizer="lazy"), b)
+    np.testing.assert_array_equal(sel.ranking, [2, 7, 4])
+    np.testing.assert_array_equal(sel.gains, [3.0, 2.0, 1.0])

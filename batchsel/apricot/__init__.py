@@ -7,11 +7,11 @@ keep apricot's names, constructor arguments, attributes (``ranking``, ``gains``,
 ``partial_fit``); the optimizers (:mod:`batchsel.apricot.optimizers`, as apricot's
 ``apricot.optimizers``) keep apricot's names, as strings and classes, and arguments. They
 are thin adapters: the gains come from :mod:`batchsel.submodular.functions`, the greedy
-loops from :mod:`batchsel.submodular.optimizers` and
-:class:`batchsel.submodular.streaming.SieveStreaming` (``partial_fit``); what is left here
-is apricot's control flow where its results depend on it (its ``RandomState``'s draws, the
-tie order of modular). Everything is computed in float64, as apricot does. Where the
-results differ from apricot's, and why: docs/guide/apricot.md.
+loops from :mod:`batchsel.submodular.optimizers`; what is left here is apricot's control
+flow where its results depend on it (its ``RandomState``'s draws, the tie order of modular
+and of max coverage's queue, its sieve in ``partial_fit``: :mod:`batchsel.apricot.sieve`).
+Everything is computed in float64, as apricot does. Where the results differ from
+apricot's, and why: docs/guide/apricot.md.
 
 Example
 -------

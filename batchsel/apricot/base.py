@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 from batchsel.apricot.optimizers import OPTIMIZERS, BaseOptimizer, SieveGreedy, resolve
 from batchsel.apricot.problem import Problem
+from batchsel.apricot.sieve import SieveState
 from batchsel.apricot.utils import as_data, check_random_state, similarity
 from batchsel.submodular.functions.base import SetFunction
 
@@ -43,10 +44,10 @@ class BaseSelection:
     optimizer_kwds : dict, optional
         Arguments of an optimizer given by name.
     reservoir : array-like, optional
-        ``partial_fit``'s facility-location reference rows; None: the first
-        ``max_reservoir_size`` rows of the stream.
+        The rows facility location's ``partial_fit`` compares the stream with; None: a
+        reservoir sample of the stream (of ``random_state``), as apricot's.
     max_reservoir_size : int, default 1000
-        Rows of that reference when it is not given.
+        Rows of that sample.
     n_jobs : int, default 1
         Accepted and not used, as in apricot.
     random_state : None, int or numpy.random.RandomState, optional
@@ -76,6 +77,7 @@ class BaseSelection:
     """
 
     _square = False  # the function's matrix is a square similarity (GreeDi slices columns too)
+    _apricot_queue = False  # lazy greedy in apricot's queue order (max coverage's ties)
 
     def __init__(
         self,
@@ -109,14 +111,15 @@ class BaseSelection:
         self.initial_subset = initial_subset
         self.reservoir = reservoir
         self.max_reservoir_size = max_reservoir_size if reservoir is None else np.asarray(reservoir).shape[0]
+        self.reservoir_size = 0 if reservoir is None else np.asarray(reservoir).shape[0]
+        self._update_reservoir = reservoir is None
         self.ranking: Any = None
         self.idxs: Any = None
         self.gains: Any = None
         self.subset: Any = None
         self.sparse: Any = None
         self.n_neighbors: Any = None
-        self._sieve: Any = None
-        self._sieve_rows: dict[int, np.ndarray] = {}
+        self._sieve: SieveState | None = None
         self.n_seen_ = 0
 
     # -- to implement: the batchsel function of a matrix (features or similarity) -------------
@@ -145,10 +148,12 @@ class BaseSelection:
         if self.n_samples > x.shape[0]:
             raise ValueError("Cannot select more examples than the number in the data set.")
         self.sparse = sp.issparse(x)
-        matrix = self._matrix(x)
         initial, rows = self._initial(x.shape[0])
-        problem = Problem(self._make, matrix, self._square, initial, rows, self.verbose)
         optimizer = resolve(self.optimizer, verbose=self.verbose, random_state=self.random_state, **self.optimizer_kwds)
+        if isinstance(optimizer, SieveGreedy):
+            return self._fit_sieve(x, optimizer, initial, sample_cost)
+        matrix = self._matrix(x)
+        problem = Problem(self._make, matrix, self._square, initial, rows, self.verbose, self._apricot_queue)
         optimizer.select(problem, self.n_samples, _costs(sample_cost, x.shape[0]))
         self.ranking = np.asarray(problem.ranking, dtype=np.int64)
         self.gains = np.asarray(problem.gains, dtype=np.float64)
@@ -169,41 +174,54 @@ class BaseSelection:
         return self.transform(X, y=y, sample_weight=sample_weight)
 
     def partial_fit(self, X: Any, y: Any = None, sample_weight: Any = None, sample_cost: Any = None) -> "BaseSelection":
-        """Stream X (one chunk of rows) through sieve-streaming
-        (:class:`batchsel.submodular.streaming.SieveStreaming`, best sieve, apricot's epsilon 0.01);
-        ``ranking`` numbers the rows across calls."""
-        if sample_cost is not None:
-            raise ValueError("partial_fit takes no sample_cost here (sieve-streaming under a cardinality budget)")
+        """Stream X (one chunk of rows) through apricot's sieve (:class:`SieveGreedy`, which
+        becomes ``optimizer`` as in apricot; ``sample_cost`` scales the singleton gains that
+        open its thresholds, as apricot's); ``ranking`` numbers the rows across calls and
+        is the best sieve's picks so far."""
         x = as_data(X)
         x = x.toarray() if sp.issparse(x) else x
+        matrix, singles, step, width, bound = self._sieve_parts(x, streaming=True)
+        if not isinstance(self.optimizer, SieveGreedy):
+            self.optimizer = SieveGreedy(verbose=self.verbose, random_state=self.random_state, **self.optimizer_kwds)
         if self._sieve is None:
-            self._sieve = self._streamer()
-        self._sieve.partial_fit(x)
-        base = self.n_seen_
+            self._sieve = SieveState(int(self.n_samples), width)
+        self._stream(self.optimizer, (matrix, singles, step, bound), x, sample_cost)
         self.n_seen_ += x.shape[0]
-        ranking = np.asarray(self._sieve.indices_, dtype=np.int64)
-        # the rows of every open sieve's items (a later chunk may make any of them the best)
-        held = set(ranking.tolist()) | set(self._sieve.held_indices_.tolist())
-        for j in held:
-            if base <= j < self.n_seen_:
-                self._sieve_rows[j] = np.array(x[j - base])
-        self._sieve_rows = {j: r for j, r in self._sieve_rows.items() if j in held}
-        self.ranking = ranking
-        self.gains = np.asarray(self._sieve.gains_, dtype=np.float64)
-        width = x.shape[1]
-        self.subset = np.array([self._sieve_rows[j] for j in ranking.tolist()]).reshape(-1, width)
         return self
 
-    def _streamer(self) -> Any:
-        raise NotImplementedError(
-            f"partial_fit (sieve-streaming) is available for FeatureBasedSelection and "
-            f"FacilityLocationSelection, not {type(self).__name__}"
-        )
+    def _fit_sieve(self, x: Any, optimizer: SieveGreedy, initial: Any, sample_cost: Any) -> "BaseSelection":
+        """``fit`` with the sieve: one pass over X by a fresh stream (apricot's sieve over the
+        whole similarity, for the graph functions)."""
+        optimizer.restart()
+        dense = x.toarray() if sp.issparse(x) else x
+        matrix, singles, step, width, bound = self._sieve_parts(dense, streaming=False)
+        self._sieve = SieveState(int(self.n_samples), width)
+        self._stream(optimizer, (matrix, singles, step, bound), dense, sample_cost)
+        self.subset = self._rows(x, self.ranking)
+        mask = np.zeros(x.shape[0], dtype=bool)
+        if initial is not None:
+            mask[initial] = True
+        self.idxs = np.flatnonzero(~mask)
+        return self
 
-    def _epsilon(self) -> float:
-        if isinstance(self.optimizer, SieveGreedy):
-            return float(self.optimizer.epsilon)
-        return float(self.optimizer_kwds.get("epsilon", 0.01))
+    def _stream(self, optimizer: SieveGreedy, parts: tuple, rows: np.ndarray, sample_cost: Any) -> None:
+        matrix, singles, step, bound = parts
+        assert self._sieve is not None
+        cost = _costs(sample_cost, matrix.shape[0])
+        # apricot scales the singleton gains by the reservoir's size when there is one
+        r = matrix.shape[1] if self.reservoir is not None else 1
+        singles = (singles if cost is None else singles / cost) / r
+        optimizer.stream(self._sieve, step, matrix, singles, int(self.n_samples), rows, bound)
+        self.ranking, self.gains, self.subset = self._sieve.best()
+
+    def _sieve_parts(self, x: np.ndarray, streaming: bool) -> tuple:
+        """The sieve's view of the chunk x: (matrix, singleton gains, gain step, width of a
+        sieve's state, bound of the gains or None); apricot's sieve covers facility location,
+        feature-based and max coverage."""
+        raise NotImplementedError(
+            f"apricot's sieve (partial_fit, optimizer='sieve') covers FacilityLocationSelection, "
+            f"FeatureBasedSelection and MaxCoverageSelection, not {type(self).__name__}"
+        )
 
     # -- helpers ------------------------------------------------------------------------------
     def _initial(self, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:

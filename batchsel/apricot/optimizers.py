@@ -7,6 +7,8 @@ stochastic, sample, random greedy and GreeDi; the tie order of modular greedy). 
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,96 @@ def _take_if_affordable(run: GreedyRun, picks: list[int], j: int, spent: float, 
     run.take(j)
     picks.append(j)
     return spent + c
+
+
+class _ApricotQueue:
+    """apricot's ``PriorityQueue``: a heap of ``[-gain, push number, item]`` entries, so that
+    equal gains leave in the order they were pushed; a re-pushed item's old entry is marked
+    deleted."""
+
+    def __init__(self, items: np.ndarray, gains: np.ndarray) -> None:
+        self.count = itertools.count()
+        self.heap: list[list[Any]] = [
+            [-float(g), next(self.count), int(j)] for j, g in zip(items.tolist(), gains.tolist())
+        ]
+        self.lookup = {entry[2]: entry for entry in self.heap}
+        heapq.heapify(self.heap)
+
+    def push(self, j: int, gain: float) -> None:
+        if j in self.lookup:
+            self.lookup.pop(j)[2] = -1
+        entry = [-gain, next(self.count), j]
+        self.lookup[j] = entry
+        heapq.heappush(self.heap, entry)
+
+    def pop(self) -> tuple[float, int] | None:
+        while self.heap:
+            weight, _, j = heapq.heappop(self.heap)
+            if j != -1:
+                del self.lookup[j]
+                return -float(weight), int(j)
+        return None
+
+
+def apricot_queue_greedy(run: GreedyRun, pool: np.ndarray, k: Any, beta: float | None = None) -> list[int]:
+    """apricot's lazy greedy (``beta`` None) or approximate lazy greedy, step for step over
+    its priority queue (:class:`_ApricotQueue`): the picks of apricot's, exact ties in its
+    order (the one pushed first), where batchsel's loops take the smallest index.
+
+    Parameters
+    ----------
+    run : GreedyRun
+        The run state (costs: a knapsack budget ``k``).
+    pool : numpy.ndarray
+        The items that may be picked.
+    k : int or float
+        Number of picks, or the budget.
+    beta : float, optional
+        Approximate lazy greedy's acceptance ratio.
+
+    Returns
+    -------
+    list of int
+        The picks, in order (their gains in ``run.picked_gains``).
+
+    Example
+    -------
+    >>> from batchsel import Modular
+    >>> run = GreedyRun(Modular(np.array([1.0, 2.0, 2.0])), np.empty(0, np.int64), None, False)
+    >>> apricot_queue_greedy(run, np.arange(3), 2)
+    [1, 2]
+    """
+    costs = np.ones(run.f.n) if run.cost is None else run.cost
+    queue = _ApricotQueue(pool, run.ratios(pool))
+    spent = 0.0
+    picks: list[int] = []
+    while spent < k:
+        best, best_gain = -1, float("-inf")
+        while True:
+            top = queue.pop()
+            if top is None:
+                return picks
+            stale, j = top
+            if spent + costs[j] > k:
+                continue
+            if beta is None and best == j:
+                break
+            gain = float(run.ratios(np.array([j], dtype=np.int64))[0])
+            if beta is not None:
+                if gain >= beta * stale:
+                    best = j
+                    break
+                queue.push(j, gain)
+                continue
+            queue.push(j, gain)
+            # apricot also stops at a second gain of exactly 0 in a row and takes that item,
+            # though a later one may still gain: not followed (docs/guide/apricot.md)
+            if gain > best_gain:
+                best, best_gain = j, gain
+        spent += costs[best]
+        run.take(best)
+        picks.append(best)
+    return picks
 
 
 class BaseOptimizer:
@@ -121,15 +213,21 @@ class NaiveGreedy(BaseOptimizer):
 
 
 class LazyGreedy(BaseOptimizer):
-    """batchsel's lazy greedy: the picks of naive greedy, ties to the smallest index."""
+    """batchsel's lazy greedy: the picks of naive greedy, ties to the smallest index; for
+    max coverage (counts, ties everywhere) apricot's queue (:func:`apricot_queue_greedy`)."""
 
     def select(self, problem: Problem, k: Any, sample_cost: Any = None) -> None:
         run = problem.run(sample_cost)
-        problem.record(lazy_greedy(run, problem.idxs, _budget(k, sample_cost)), run.picked_gains)
+        if problem.apricot_queue:
+            picks = apricot_queue_greedy(run, problem.idxs, _budget(k, sample_cost))
+        else:
+            picks = lazy_greedy(run, problem.idxs, _budget(k, sample_cost))
+        problem.record(picks, run.picked_gains)
 
 
 class ApproximateLazyGreedy(BaseOptimizer):
-    """Accepts the top of the queue once its gain is ``>= beta`` times its stale bound."""
+    """Accepts the top of the queue once its gain is ``>= beta`` times its stale bound (for
+    max coverage in apricot's queue order, :func:`apricot_queue_greedy`)."""
 
     def __init__(
         self, function: Any = None, beta: float = 0.9, random_state: Any = None, n_jobs: Any = None, verbose=False
@@ -139,7 +237,10 @@ class ApproximateLazyGreedy(BaseOptimizer):
 
     def select(self, problem: Problem, k: Any, sample_cost: Any = None) -> None:
         run = problem.run(sample_cost)
-        picks = approximate_lazy_greedy(run, problem.idxs, _budget(k, sample_cost), self.beta)
+        if problem.apricot_queue:
+            picks = apricot_queue_greedy(run, problem.idxs, _budget(k, sample_cost), self.beta)
+        else:
+            picks = approximate_lazy_greedy(run, problem.idxs, _budget(k, sample_cost), self.beta)
         problem.record(picks, run.picked_gains)
 
 
@@ -326,17 +427,92 @@ class BidirectionalGreedy(BaseOptimizer):
 
 
 class SieveGreedy(BaseOptimizer):
-    """The streaming optimizer of ``partial_fit`` (batchsel's
-    :class:`~batchsel.submodular.streaming.SieveStreaming`, best sieve); ``epsilon`` as apricot's."""
+    """apricot's sieve (``partial_fit``, and ``fit`` with ``optimizer="sieve"``): its
+    thresholds, a first one at 1 then ``(1 + epsilon)^j - 1`` up to the largest singleton
+    gain seen times k, grown as that gain grows; the sieves themselves are the selection's
+    (:class:`~batchsel.apricot.sieve.SieveState`). batchsel's own sieve-streaming is
+    :class:`batchsel.submodular.streaming.SieveStreaming`.
+
+    Parameters
+    ----------
+    epsilon : float, default 0.01
+        The thresholds' ratio, as apricot's.
+    function, random_state, n_jobs, verbose
+        As :class:`BaseOptimizer`'s.
+
+    Attributes
+    ----------
+    thresholds : list of float
+        Every sieve's threshold ``v``, in the order the sieves were opened.
+    max_gain : float
+        The largest singleton gain seen (-1 before the first row).
+    n_seen_ : int
+        Rows streamed: the next row's number.
+    """
 
     def __init__(
         self, function: Any = None, epsilon: float = 0.01, random_state: Any = None, n_jobs: Any = None, verbose=False
     ):
         self.epsilon = epsilon
         super().__init__(function=function, random_state=random_state, n_jobs=n_jobs, verbose=verbose)
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget the stream: no thresholds but apricot's first (1), no row seen."""
+        self.n_seen_ = 0
+        self.thresholds: list[float] = [1]
+        self.max_gain = -1.0
+
+    def stream(
+        self,
+        state: Any,
+        step: Any,
+        matrix: np.ndarray,
+        singles: np.ndarray,
+        k: int,
+        rows: np.ndarray,
+        bound: np.ndarray | None = None,
+    ) -> None:
+        """Open the thresholds the chunk's largest singleton gain calls for, then pass its
+        rows through the sieves.
+
+        Parameters
+        ----------
+        state : SieveState
+            The selection's sieves.
+        step : callable
+            The function's sieve gains (:mod:`batchsel.apricot.sieve`).
+        matrix : numpy.ndarray
+            The chunk's rows as the function sees them.
+        singles : numpy.ndarray
+            Every row's singleton gain, as apricot scales it (per unit cost, or a mean over
+            the reservoir).
+        k : int
+            Picks per sieve.
+        rows : numpy.ndarray
+            The chunk's rows (features), for ``subset``.
+        bound : numpy.ndarray, optional
+            An upper bound of each row's gain in any sieve (:meth:`SieveState.scan`).
+        """
+        n = matrix.shape[0]
+        if n == 0:
+            return
+        top = float(singles.max())
+        if top > self.max_gain:
+            self.max_gain = top
+            j = len(self.thresholds)
+            threshold = (1 + self.epsilon) ** j - 1
+            while threshold <= self.max_gain * k:
+                self.thresholds.append(threshold)
+                j += 1
+                threshold = (1 + self.epsilon) ** j - 1
+        idxs = np.arange(n, dtype=np.int64) + self.n_seen_
+        state.scan(step, matrix, np.array(self.thresholds, dtype=np.float64), idxs, rows, bound)
+        self.n_seen_ += n
 
     def select(self, problem: Problem, k: Any, sample_cost: Any = None) -> None:
-        raise ValueError("the sieve optimizer streams: call partial_fit, not fit")
+        """Not a greedy loop: the selections stream (``fit`` and ``partial_fit``)."""
+        raise ValueError("the sieve optimizer streams rows: the selection's fit or partial_fit runs it")
 
 
 OPTIMIZERS: dict[str, type[BaseOptimizer]] = {

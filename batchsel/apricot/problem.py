@@ -33,6 +33,8 @@ class Problem:
         Rows (examples given by their features) in the set before the first pick.
     verbose : bool, default False
         Progress bars over the picks.
+    apricot_queue : bool, default False
+        Lazy and approximate lazy greedy follow apricot's queue order (max coverage).
 
     Attributes
     ----------
@@ -60,8 +62,10 @@ class Problem:
         initial: np.ndarray | None = None,
         rows: np.ndarray | None = None,
         verbose: bool = False,
+        apricot_queue: bool = False,
     ) -> None:
         self.build, self.matrix, self.square, self.verbose = build, matrix, square, verbose
+        self.apricot_queue = apricot_queue
         self.f = build(matrix)
         self.n = self.f.n
         self.init = np.empty(0, np.int64) if initial is None else np.asarray(initial, dtype=np.int64)
@@ -122,4 +126,4 @@ class Problem:
         m = self.matrix[idxs]
         if self.square:
             m = m[:, idxs]
-        return Problem(self.build, m, self.square, verbose=self.verbose)
+        return Problem(self.build, m, self.square, verbose=self.verbose, apricot_queue=self.apricot_queue)

@@ -11,6 +11,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from batchsel.apricot.base import BaseGraphSelection, BaseSelection
+from batchsel.apricot.sieve import concave_array, coverage_step, facility_step, feature_step
+from batchsel.apricot.utils import similarity
 from batchsel.submodular.functions import (
     Custom,
     FacilityLocation,
@@ -49,22 +51,40 @@ class FacilityLocationSelection(BaseGraphSelection):
     def _make(self, matrix: Any) -> SetFunction:
         return FacilityLocation(matrix)
 
-    def _streamer(self) -> Any:
-        from batchsel.submodular.streaming import SieveStreaming
+    def _sieve_parts(self, x: np.ndarray, streaming: bool) -> tuple:
+        if streaming:
+            self._fill_reservoir(x)
+            reservoir = np.asarray(self.reservoir, dtype=np.float64)[: self.reservoir_size]
+            matrix = np.asarray(similarity(x, self.metric, Y=reservoir), dtype=np.float64)
+            width = int(self.max_reservoir_size)
+            if matrix.shape[1] > width:
+                raise ValueError(
+                    f"a precomputed chunk has {matrix.shape[1]} columns, more than max_reservoir_size={width}"
+                )
+        else:
+            m = self._matrix(x)
+            matrix = m.toarray() if sp.issparse(m) else np.asarray(m, dtype=np.float64)
+            width = matrix.shape[1]
+        singles = np.maximum(matrix, 0.0).sum(axis=1)
+        # a gain never exceeds the row's mean similarity (coverage only grows, d only grows)
+        bound = matrix.mean(axis=1) if matrix.size and matrix.min() >= 0.0 else None
+        return matrix, singles, facility_step(matrix.shape[1]), width, bound
 
-        metric = self.metric
-        if metric not in ("euclidean", "cosine"):
-            raise NotImplementedError(f"partial_fit streams facility location for euclidean and cosine, not {metric!r}")
-        reference = None if self.reservoir is None else np.asarray(self.reservoir, dtype=np.float32)
-        return SieveStreaming(
-            "facility-location",
-            int(self.n_samples),
-            epsilon=self._epsilon(),
-            metric=metric,
-            reference=reference,
-            reference_size=int(self.max_reservoir_size),
-            refine=False,
-        )
+    def _fill_reservoir(self, x: np.ndarray) -> None:
+        """apricot's reservoir: the first ``max_reservoir_size`` rows, then row ``t``
+        replaces row ``random_state.choice(t)`` when that is within the reservoir."""
+        if self.reservoir is None:
+            self.reservoir = np.empty((int(self.max_reservoir_size), x.shape[1]))
+        if not self._update_reservoir:
+            return
+        for i in range(x.shape[0]):
+            if self.reservoir_size < self.max_reservoir_size:
+                self.reservoir[self.reservoir_size] = x[i]
+                self.reservoir_size += 1
+            else:
+                r = self.random_state.choice(self.n_seen_ + i)
+                if r < self.max_reservoir_size:
+                    self.reservoir[r] = x[i]
 
 
 class GraphCutSelection(BaseGraphSelection):
@@ -177,16 +197,18 @@ class FeatureBasedSelection(BaseSelection):
     def _make(self, matrix: Any) -> SetFunction:
         return FeatureBased(matrix, self.concave_func)
 
-    def _streamer(self) -> Any:
-        from batchsel.submodular.streaming import SieveStreaming
-
-        return SieveStreaming(
-            "feature-based", int(self.n_samples), epsilon=self._epsilon(), concave=self.concave_func, refine=False
-        )
+    def _sieve_parts(self, x: np.ndarray, streaming: bool) -> tuple:
+        func = concave_array(self.concave_func)
+        singles = func(x).sum(axis=1) - func(np.zeros(x.shape[1])).sum()
+        return x, singles, feature_step(func), x.shape[1], None
 
 
 class MaxCoverageSelection(BaseSelection):
-    """apricot's ``MaxCoverageSelection`` (``threshold``) over :class:`batchsel.MaxCoverage`."""
+    """apricot's ``MaxCoverageSelection`` (``threshold``) over :class:`batchsel.MaxCoverage`;
+    its gains are counts, exact ties everywhere: lazy and approximate lazy greedy break them
+    in apricot's queue order."""
+
+    _apricot_queue = True
 
     def __init__(
         self,
@@ -207,6 +229,10 @@ class MaxCoverageSelection(BaseSelection):
 
     def _make(self, matrix: Any) -> SetFunction:
         return MaxCoverage(matrix, threshold=self.threshold)
+
+    def _sieve_parts(self, x: np.ndarray, streaming: bool) -> tuple:
+        singles = np.fmin(x, self.threshold).sum(axis=1)
+        return x, singles, coverage_step(self.threshold), x.shape[1], None
 
 
 class MixtureSelection(BaseSelection):

@@ -72,7 +72,7 @@ def as_data(X: Any) -> np.ndarray | sp.csr_matrix:
     return x if x.dtype == np.float64 else x.astype(np.float64)
 
 
-def similarity(X: Any, metric: str, n_neighbors: Any = None) -> np.ndarray | sp.csr_matrix:
+def similarity(X: Any, metric: str, n_neighbors: Any = None, Y: Any = None) -> np.ndarray | sp.csr_matrix:
     """apricot's similarity of the rows of X, computed as apricot computes it (its
     ``_calculate_pairwise_distances``, scikit-learn's distances, then ``max d - d``, or
     ``max d^2 - d^2`` for euclidean, and the squared cosine / correlation), so that its
@@ -87,11 +87,14 @@ def similarity(X: Any, metric: str, n_neighbors: Any = None) -> np.ndarray | sp.
         metric, ``"precomputed"`` or ``"ignore"``.
     n_neighbors : int or sklearn.neighbors.KNeighborsTransformer, optional
         A sparse k-NN similarity (scikit-learn's k-NN graph, as apricot); None: dense.
+    Y : numpy.ndarray, optional
+        Rows to compare X's with (apricot's reservoir in ``partial_fit``; dense only, and
+        ``max d`` is then over X against Y); None: X's own.
 
     Returns
     -------
     numpy.ndarray or scipy.sparse.csr_matrix
-        The ``n x n`` similarity.
+        The ``n x n`` similarity (``n x len(Y)`` with Y).
 
     Example
     -------
@@ -109,9 +112,9 @@ def similarity(X: Any, metric: str, n_neighbors: Any = None) -> np.ndarray | sp.
     cos = name in ("cosine", "correlation")
     if n_neighbors is None:
         if name == "euclidean":
-            d = pairwise_distances(X, metric=name, squared=True)
+            d = pairwise_distances(X, Y, metric=name, squared=True)
         else:
-            d = pairwise_distances(X, metric=name)
+            d = pairwise_distances(X, Y, metric=name)
             if cos:  # 1 - (1 - d)^2, in place
                 np.subtract(1, d, out=d)
                 np.square(d, out=d)
