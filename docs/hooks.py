@@ -1,10 +1,16 @@
 """mkdocs hook: tables generated from the benchmarks' JSON results, with when they were measured.
 
 In a page, ``<!-- results: quality/budget/step_dominated.json -->`` becomes the budgeted benchmark's
-overview table of that file (``benchmarks/bench_quality.py``'s own renderer) and
-``<!-- measured: data/labels/bench_labels.json -->`` the line saying when and with which
-batchsel version a results file was measured (the file's ``measured`` entry, else
-``benchmarks/results/measured.json``). A marker naming a missing file fails the build.
+overview table of that file (``benchmarks/bench_quality.py``'s own renderer), and
+``<!-- measured: data/labels/bench_labels.json -->`` (beside a table written from a results file by
+hand) says when and with which batchsel version that file was measured (the file's ``measured``
+entry, else ``benchmarks/results/measured.json``). A results file's Markdown included with
+pymdownx.snippets' line (``--8<-- "benchmarks/results/buckets/bench_buckets.md:3:200"``) is included
+here instead: its headings become bold text, so that they add no entry to the page's table of
+contents, its provenance lines (when, with what, the load) go to the footnote and the lines naming
+the commit and source hashes it was measured at are left out. Each table's provenance is a footnote
+referenced from the text that introduces it, not a line of the page. A marker or include naming a
+missing file fails the build.
 
 A docstring's pointer to a page, ``docs: design/filters.md`` or ``docs/design/filters.md`` (what
 ``help()`` readers can open), becomes a link to that page, titled as in the navigation; one naming no
@@ -13,6 +19,7 @@ page is a warning. The rendered pages are then checked: a Sphinx role left liter
 and links), or a doctest rendered as Markdown's nested block quotes (``>>>``), is a warning, so the
 strict build fails.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,6 +34,18 @@ from mkdocs.exceptions import PluginError
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 MARKER = re.compile(r"<!-- (results|measured): (\S+) -->")
+# pymdownx.snippets' line including a results file (lines from 1, both ends included): included
+# here, before snippets sees it, so that the file's headings and provenance can be rewritten
+SNIPPET = re.compile(
+    r"[ \t]*-+8<-+[ \t]+(?P<q>[\"'])benchmarks/results/(?P<rel>[^\"':]+)"
+    r"(?::(?P<start>-?\d*))?(?::(?P<end>-?\d*))?(?P=q)[ \t]*"
+)
+HEADING = re.compile(r"#{1,6}[ \t]+(?P<title>[^\n]*?)[ \t#]*")
+# what a results file says for its readers' colleagues, not for a page's
+ISSUE = re.compile(r"[ \t]*\(issue #?\d+\)|\bissues? #?\d+\b", re.IGNORECASE)
+COMMIT = re.compile(r"\bcommit\b|\bsha1\b", re.IGNORECASE)
+PROVENANCE = re.compile(r"Measured \d{4}-\d\d-\d\d|.*\bmeasured again on \d{4}-\d\d-\d\d", re.DOTALL)
+LOAD_AFTER = re.compile(r"[ \t]*Load average after: (\[[^\]]*\])\.?")
 log = logging.getLogger("mkdocs.hooks.batchsel")
 
 # what a page's text (outside tags, code and links) must not contain once rendered
@@ -46,28 +65,100 @@ def bench_quality():
     return module
 
 
-def measured_line(rel: str, payload: dict, verb: str) -> str:
+def measured_note(rel: str, payload: dict, verb: str) -> str:
     manifest = json.loads((RESULTS / "measured.json").read_text())
     when = payload.get("measured") or manifest.get(rel)
     if when is None:
         raise PluginError(f"{rel}: no 'measured' entry in the file nor in benchmarks/results/measured.json")
-    return f"*{verb} `benchmarks/results/{rel}`, measured {when['date']} with batchsel {when['version']}.*\n"
+    return f"{verb} `benchmarks/results/{rel}`, measured {when['date']} with batchsel {when['version']}."
 
 
-def render(kind: str, rel: str) -> str:
+def render(kind: str, rel: str) -> tuple[str, str]:
+    """A marker's table (empty for ``measured``, whose table the page has) and its footnote."""
     path = RESULTS / rel
     if not path.is_file():
         raise PluginError(f"no results file benchmarks/results/{rel}")
     payload = json.loads(path.read_text())
     if kind == "measured":  # a table written from the file by hand: its source and date
-        return measured_line(rel, payload, "Figures from")
-    line = measured_line(rel, payload, "Generated from")
+        return "", measured_note(rel, payload, "Figures from")
     methods = [m.strip() for m in payload["args"]["methods"].split(",") if m.strip()]
-    return line + "\n" + bench_quality().overview(payload["results"], methods)
+    return bench_quality().overview(payload["results"], methods), measured_note(rel, payload, "Generated from")
+
+
+def include(rel: str, start: str | None, end: str | None) -> tuple[str, str]:
+    """Lines ``start``..``end`` (from 1, both included, as pymdownx.snippets counts) of a results
+    file, as a page shows them: its headings bold text (not entries of the page's table of
+    contents), its provenance (when, with what, the load) the footnote, the commit and source
+    hashes it was measured at dropped."""
+    path = RESULTS / rel
+    if not path.is_file():
+        raise PluginError(f"no results file benchmarks/results/{rel}")
+    lines = path.read_text().splitlines()[max(int(start or 1), 1) - 1 : int(end) if end else None]
+    for i, line in enumerate(lines):
+        if heading := HEADING.fullmatch(ISSUE.sub("", line)):
+            lines[i] = f"\n**{heading['title']}**\n"
+    kept: list[str] = []
+    notes: list[str] = []
+    for block in re.split(r"\n[ \t]*\n", "\n".join(lines)):
+        block = ISSUE.sub("", block).strip()
+        if COMMIT.search(block):
+            continue  # which sources were measured: the results file keeps it, the page does not
+        if PROVENANCE.match(block):
+            notes.append(block)
+        elif block:
+            notes += [f"Load average after: {m}." for m in LOAD_AFTER.findall(block)]
+            kept.append(LOAD_AFTER.sub("", block))
+    return "\n\n".join(kept), f"From `benchmarks/results/{rel}`" + (": " + " ".join(notes) if notes else ".")
+
+
+def is_prose(line: str) -> bool:
+    """A line a footnote's reference can end: text, not a table row, heading, tag or fence."""
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith(("|", "#", "<", "```", "~~~", "[^", "--8<--"))
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    return MARKER.sub(lambda m: render(m.group(1), m.group(2)), markdown)
+    """Results markers and included results files -> their tables, each table's provenance a
+    footnote, referenced from the text that introduces it."""
+    out: list[str] = []
+    notes: list[str] = []
+    generated = 0
+    fence = None
+    for line in markdown.split("\n"):
+        stripped = line.strip()
+        if fence is None and stripped[:3] in ("```", "~~~"):
+            fence = stripped[:3]
+        elif fence is not None and stripped.startswith(fence):
+            fence = None
+        marker = MARKER.fullmatch(stripped) if fence is None else None
+        snippet = SNIPPET.fullmatch(line) if fence is None else None
+        if not (marker or snippet):
+            out.append(line)
+            continue
+        if marker:
+            text, note = render(marker[1], marker[2])
+        else:
+            text, note = include(snippet["rel"], snippet["start"], snippet["end"])
+        found = ISSUE.findall(text) + COMMIT.findall(text)
+        if found:
+            log.warning(f"{page.file.src_uri}: an included results file names {found[:3]}")
+        notes.append(note)
+        ref = f"[^measured-{len(notes)}]"
+        before = next((i for i in range(len(out) - 1, -1, -1) if out[i].strip()), None)
+        body = text.split("\n")
+        if before is not None and before >= generated and is_prose(out[before]):
+            out[before] = out[before].rstrip() + ref
+        else:  # no text of the page's before it: the table's own first text, else a line
+            at = next((i for i, row in enumerate(body) if is_prose(row)), None)
+            if at is None:
+                body.insert(0, ref)
+            else:
+                body[at] = body[at].rstrip() + ref
+        out += body
+        generated = len(out)  # a reference goes on the page's text, not on another table's
+    if notes:
+        out += [""] + [f"[^measured-{i}]: {note}" for i, note in enumerate(notes, 1)]
+    return "\n".join(out)
 
 
 def on_startup(command, dirty) -> None:
