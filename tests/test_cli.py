@@ -925,6 +925,8 @@ UNDER_MPIEXEC = [
     ["plan", "emb.npy", "--method", "loss", "--batch-size", "8", "--workers", "2", "--out", "plan.npz"],
     ["plan", "emb.npy", "--method", "submodular", "--batch-size", "32", "--workers", "2", "--out", "plan.npz"],
     ["select", "emb.npy", "--k", "5", "--neighbors", "5"],  # sharded over the ranks, with progress bars
+    # --workers left out: the plan is for 1 worker, not the 2 ranks (rank 0 says so)
+    ["plan", "emb.npy", "--method", "graph", "--batch-size", "32", "--out", "plan.npz"],
 ]
 
 
@@ -976,6 +978,14 @@ def test_under_mpiexec_no_escape_codes_or_progress_frames(under_mpiexec, i):
         cmd = [str(MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, "-m", "batchsel"]
         again = subprocess.run([*cmd, *argv], cwd=folder, capture_output=True, timeout=300, env=clean_env())
         assert again.returncode == 2 and b"--force" in again.stderr, again.stderr.decode()
+
+
+@pytest.mark.slow
+def test_under_mpiexec_workers_default_to_one_not_the_ranks(under_mpiexec):
+    folder, codes, out, err = under_mpiexec[len(UNDER_MPIEXEC) - 1]
+    assert codes == [0, 0], err
+    assert batchsel.load_plans(folder / "plan.npz")[0].world_size == 1
+    assert err.count("--workers not given: the plan is for 1 worker; the 2 mpiexec ranks") == 1, err  # rank 0 only
 
 
 def test_one_line_errors_carry_no_escape_codes(work, monkeypatch, capsys):

@@ -27,6 +27,7 @@ or none), ``ranks`` (mpiexec), ``errors``, ``terminal``.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -42,6 +43,7 @@ from batchsel.cli.errors import (
     Terminated,
     UsageError,
     exit_code,
+    shadowing_folder,
     sigterm_raises,
 )
 from batchsel.cli.inputs import METRICS
@@ -120,6 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="batchsel: %(levelname)s: %(name)s: %(message)s",
     )
+    shadow = shadowing_folder()
+    if shadow is not None:  # the command runs; the user's own Python started here does not
+        logging.getLogger(__name__).warning(
+            "the folder %r shadows the installed batchsel: 'import batchsel' in Python started in %r gets that "
+            'folder ("cannot import name ... (unknown location)"); rename it, or run from another folder',
+            shadow,
+            os.path.dirname(shadow),
+        )
     args = None
     try:
         with sigterm_raises():

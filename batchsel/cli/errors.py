@@ -41,6 +41,40 @@ EXTRAS = {
 }
 
 
+def shadowing_folder() -> str | None:
+    """The folder ``batchsel`` without ``__init__.py`` in the working directory that
+    ``import batchsel`` in a Python started there gets in place of this package, or None.
+
+    Such a folder becomes a namespace package whenever this package is not found by the
+    path finder itself (an editable install: setuptools' finder comes after it), and
+    ``from batchsel import X`` fails with "cannot import name ... (unknown location)"
+    before any code of batchsel runs. The command itself still runs (its console script
+    does not put the working directory on ``sys.path``, and its submodules come from the
+    install), so it can say so. (A folder with ``__init__.py``, a source checkout, is a
+    working package, whichever: not this.)
+
+    Returns
+    -------
+    str or None
+        The folder's path, when the path finder, looking in the working directory first
+        (as ``python script.py`` and ``python -c`` there do), makes it the namespace
+        package ``batchsel``.
+    """
+    import importlib.machinery
+
+    cwd = os.getcwd()
+    folder = os.path.join(cwd, "batchsel")
+    if not os.path.isdir(folder) or os.path.exists(os.path.join(folder, "__init__.py")):
+        return None
+    try:
+        spec = importlib.machinery.PathFinder.find_spec("batchsel", [cwd, *sys.path])
+    except (ImportError, OSError, ValueError):  # an unreadable path entry: nothing to say
+        return None
+    if spec is None or spec.origin not in (None, "namespace"):  # a regular package wins over the folder
+        return None
+    return folder if folder in [os.path.abspath(p) for p in spec.submodule_search_locations or ()] else None
+
+
 class UsageError(Exception):
     """Bad usage or bad input: exit code 2 and one line on stderr."""
 

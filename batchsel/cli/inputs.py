@@ -125,13 +125,18 @@ def read_losses(path: str, num_examples: int) -> np.ndarray:
     return check_rows(load_array(path), num_examples, f"losses {path!r} (one per example)", ndim=1)
 
 
-def read_costs(path: str) -> np.ndarray:
-    """Per-example costs (``plan --method buckets``: token lengths, durations) from a file.
+def read_costs(path: str, num_examples: int | None = None, option: str = "--method buckets") -> np.ndarray:
+    """Per-example costs (``plan --method buckets``, ``inspect --costs``: token lengths,
+    durations) from a file.
 
     Parameters
     ----------
     path : str
         An array file, as for :func:`read_embeddings`, holding one number ``>= 0`` per example.
+    num_examples : int or None, default None
+        N, the number of costs it must hold (``inspect``: the plan's examples); None: any.
+    option : str, default "--method buckets"
+        The option that reads them, for the message on an N x d array.
 
     Returns
     -------
@@ -159,10 +164,10 @@ def read_costs(path: str) -> np.ndarray:
     array = load_array(path)
     if array.ndim >= 2:
         raise UsageError(
-            f"costs {path!r} has shape {array.shape}: --method buckets takes a 1-D array of one cost per example "
+            f"costs {path!r} has shape {array.shape}: {option} takes a 1-D array of one cost per example "
             "(e.g. its length in tokens), not embeddings; save one with numpy.save('lengths.npy', lengths)"
         )
-    return check_costs(array, name=f"costs {path!r}")
+    return check_costs(array, num_examples, name=f"costs {path!r}")
 
 
 def read_probabilities(path: str, labels: np.ndarray | None, num_examples: int) -> np.ndarray:

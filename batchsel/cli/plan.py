@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from batchsel.cli import commands, inputs, outputs, ranks
-from batchsel.cli.errors import EXIT_OK, UsageError, require
+from batchsel.cli.errors import EXIT_OK, UsageError, one_line, require
 from batchsel.cli.terminal import progress
 from batchsel.core.checks import check_int, check_seed
-from batchsel.core.io import AtomicGroup
+from batchsel.core.io import AtomicGroup, array_shape
 from batchsel.plans.plan import save_plans
 from batchsel.selectors.buckets.bucket import DEFAULT_WIDTH
 
@@ -94,7 +94,12 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="examples per batch; --method buckets: as many batches as random batches of B (or give --max-cost)",
     )
     p.add_argument(
-        "--workers", type=int, required=True, metavar="W", help="number of data-parallel workers (world size)"
+        "--workers",
+        type=int,
+        default=None,  # None when not given: 1, and a note under mpiexec (whose ranks are not the workers)
+        metavar="W",
+        help="number of data-parallel workers (training processes, the world size) the plan is for (default 1; "
+        "not the number of mpiexec ranks, which only share the work of planning)",
     )
     p.add_argument("--epochs", type=int, default=1, metavar="E", help="number of epochs (default 1)")
     p.add_argument("--start-epoch", type=int, default=0, metavar="E0", help="number of the first epoch (default 0)")
@@ -349,7 +354,7 @@ def _check_budget(args: argparse.Namespace) -> None:
 
 def _check_options(args: argparse.Namespace) -> None:
     """The options' mistakes that need no data, and the outputs (before the work)."""
-    check_int(args.workers, "--workers", minimum=1)
+    args.workers = 1 if args.workers is None else check_int(args.workers, "--workers", minimum=1)
     check_int(args.epochs, "--epochs", minimum=1)
     check_int(args.start_epoch, "--start-epoch", minimum=0)
     if args.neighbors is not None:
@@ -382,6 +387,29 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError("--save-graph and --out name the same file")
 
 
+def _embeddings(args: argparse.Namespace) -> tuple[np.ndarray | None, int]:
+    """``(x, N)`` of EMB, ``x`` None where the method does not need the rows here (random
+    batches, a graph built over the ranks). A 1-D array is refused with the method that
+    takes one: per-example costs (token lengths) are planned by ``--method buckets``, as
+    :func:`~batchsel.cli.inputs.read_costs` names embeddings given to buckets."""
+    try:
+        if args.method == "random" or args.comm is not None:
+            return None, inputs.num_rows(args.embeddings)
+        x = inputs.read_embeddings(args.embeddings)
+        return x, x.shape[0]
+    except (UsageError, ValueError) as exc:
+        try:
+            one_d = len(array_shape(args.embeddings)) == 1  # read again on this error path only
+        except (ValueError, TypeError, OSError):
+            one_d = False
+        if not one_d:
+            raise
+        raise UsageError(
+            f"{one_line(exc)}; for a 1-D array of one cost per example (e.g. its length in tokens), add "
+            "--method buckets (with --batch-size B or --max-cost X)"
+        ) from None
+
+
 def _read_inputs(args: argparse.Namespace) -> tuple[np.ndarray | None, int, Any, Any, Any]:
     """``(x, N, labels, losses, graph)``: the embeddings where the method needs them here
     (not for random batches, nor for a graph built over the ranks; the per-example costs
@@ -389,11 +417,8 @@ def _read_inputs(args: argparse.Namespace) -> tuple[np.ndarray | None, int, Any,
     if args.method == "buckets":
         x = inputs.read_costs(args.embeddings)  # the per-example costs stand in for the embeddings
         n = x.shape[0]
-    elif args.method == "random" or args.comm is not None:
-        x, n = None, inputs.num_rows(args.embeddings)
     else:
-        x = inputs.read_embeddings(args.embeddings)
-        n = x.shape[0]
+        x, n = _embeddings(args)
     if args.batch_size is not None and args.batch_size > n and args.method not in ("random", "buckets"):
         # the selectors' own check (batch_size <= N), before any graph is built, in the
         # command's terms; random batches take a larger B, as torch's BatchSampler does
@@ -487,6 +512,7 @@ def _report(args: argparse.Namespace, plans: list[Any], n: int, sizes: list[int]
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Run ``batchsel plan`` on the parsed ``args`` (the contract: :mod:`batchsel.cli.commands`)."""
+    workers_given = args.workers is not None
     _check_options(args)
     if args.method == "buckets":
         args.oom_hint = "for --method buckets give a --bucket-width further from 1"
@@ -496,9 +522,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     sharded = (args.method == "graph" and args.graph is None) or (
         args.method == "submodular" and args.partition == "submodular"
     )
-    args.comm = ranks.mpi_ranks(args, plan_inputs) if sharded else None
-    if not sharded and ranks.rank_zero_alone(args, plan_inputs):
+    comm = ranks.mpi_ranks(args, plan_inputs)
+    args.comm = comm if sharded else None
+    if comm is not None and not sharded and ranks.others_wait(comm):
         return EXIT_OK
+    if comm is not None and comm.rank == 0 and not workers_given:
+        # the plan's world size is --workers, never the launch's (1 process and mpiexec
+        # give the same plan): said, as the ranks may be mistaken for the workers
+        sys.stderr.write(
+            f"batchsel: note: --workers not given: the plan is for 1 worker; the {comm.size} mpiexec ranks only "
+            "share the work of planning (give --workers W for W training processes)\n"
+        )
     x, n, labels, losses, graph = _read_inputs(args)
     selector, built_graph = _selector(args, x, n, labels, losses, graph)
     if args.comm is not None and args.comm.rank != 0:

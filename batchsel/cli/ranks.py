@@ -71,13 +71,28 @@ def rank_zero_alone(args: argparse.Namespace, input_names: Sequence[str]) -> boo
         Whether this rank leaves the work to rank 0; False outside mpiexec.
     """
     comm = mpi_ranks(args, input_names)
-    if comm is None:
-        return False
+    return comm is not None and others_wait(comm)
+
+
+def others_wait(comm: Any) -> bool:
+    """The part of :func:`rank_zero_alone` after :func:`mpi_ranks`, for a command that
+    holds the communicator itself.
+
+    Parameters
+    ----------
+    comm : batchsel.distributed.comm.MPIComm
+        The ranks (more than one), agreed on the command.
+
+    Returns
+    -------
+    bool
+        True on every rank but 0, which does the work alone.
+    """
     if comm.rank == 0:
         logger.info(
             "--method / options that do not shard: rank 0 does the work, the other %d ranks wait", comm.size - 1
         )
-    return comm.rank != 0
+    return bool(comm.rank != 0)
 
 
 def sharded_source(args: argparse.Namespace, input_names: Sequence[str]) -> tuple[Any, int, Any]:
