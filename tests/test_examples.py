@@ -68,9 +68,10 @@ def _demo_module():
 @pytest.mark.slow
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec")
 def test_demo_quick_runs_random_and_loss_rank_on_two_ranks_and_compares_budgets(tmp_path):
-    out = tmp_path / "demo"
+    (tmp_path / "demo_out").mkdir()  # a full run's figures: the quick run leaves them alone
+    (tmp_path / "demo_out" / "accuracy.png").write_bytes(b"full run")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(ROOT / "examples" / "demo.py"), "--quick"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -78,10 +79,12 @@ def test_demo_quick_runs_random_and_loss_rank_on_two_ranks_and_compares_budgets(
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    out = tmp_path / "demo_quick_out"
+    assert (tmp_path / "demo_out" / "accuracy.png").read_bytes() == b"full run"
     demo = _demo_module()
     # the runs' table: the quick runs at the full mode's sizes, 2 ranks, the load in its header
     head, table = proc.stdout.split("\n" + demo.COLUMNS + "\n", 1)
-    assert re.search(r"2 runs, 2 rank\(s\); (WARNING: )?load average \d+\.\d\d on \d+ cores", head.splitlines()[-1])
+    assert re.fullmatch(r"2 runs, 2 rank\(s\); load average \d+\.\d\d on \d+ cores", head.splitlines()[-1])
     rows = {line[: demo.LABEL_WIDTH].strip(): line.split() for line in table.splitlines()[1:3]}
     assert list(rows) == ["random", "loss-rank"]
     for cells in rows.values():
@@ -90,22 +93,37 @@ def test_demo_quick_runs_random_and_loss_rank_on_two_ranks_and_compares_budgets(
     assert "the sample in docs/demo.md" in proc.stdout  # quick rows are compared with the full sample
     png = out / "accuracy.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # the recommended method against random at equal wall budgets, every figure with its unit
+    # AutoSelector and loss-rank against random at equal wall budgets, every figure with its unit
     budget = proc.stdout.split("digits-wide / clean: 2 seeds, 1 torch thread(s); ", 1)[1]
     assert "digits-wide / redundant" not in budget
     lines = budget.splitlines()
     assert lines[2].split()[-5:] == ["wall,", "%", "of", "random", "full"]
-    cells = [line.split() for line in lines[4:10]]
-    assert [(c[0], c[1]) for c in cells] == [(b, m) for b in ("0.5", "0.7", "1") for m in ("random", "loss-rank")]
+    cells = [line.split() for line in lines[4:13]]
+    methods = ("random", "AutoSelector", "loss-rank")
+    assert [(c[0], c[1]) for c in cells] == [(b, m) for b in ("0.5", "0.7", "1") for m in methods]
     for c in cells:
         c = c[:-1] if c[-1] == "*" else c  # * flags a wall off its budget
         assert c[4] == "%" and c[-1] == "%" and c[-2].isdigit(), c  # accuracy; wall, % of random's
-        if c[1] == "loss-rank":
+        if c[1] != "random":
             assert c[6] == "±" and c[8] == "pt", c  # the difference to random in accuracy points
     assert " pt" not in budget.split("(within 2 s.e.):", 1)[1].split("\n\n", 1)[0]  # savings: % of a wall
     assert "% of random's full-budget wall" in budget
-    assert (out / "budget.json").exists() and (out / "budget_clean.png").exists()
+    assert (out / "budget.json").exists() and (out / "budget_clean.png").read_bytes()[:4] == b"\x89PNG"
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    # variable lengths: as many steps as random batches, a fraction of the padding
+    buckets = proc.stdout.split("\nExamples of different lengths", 1)[1]
+    got = {
+        line.split("  ")[0].strip(): line.split()
+        for line in buckets.splitlines()
+        if line.startswith(("random (", "BucketSelector"))
+    }
+    (random_row,) = [v for k, v in got.items() if k.startswith("random")]
+    assert got["BucketSelector"][1] == random_row[-5] == str(demo.SEQUENCES // demo.SEQ_BATCH), got  # steps
+    assert int(got["BucketSelector"][2]) < int(random_row[-4]) / 2, got  # padding, %
+    # the end: what to try next, and the machine's load at most once
+    assert proc.stdout.rstrip().endswith(demo.NEXT)
+    assert (proc.stdout + proc.stderr).count("timings (wall s") <= 1
+    assert "WARNING" not in proc.stdout
 
 
 @pytest.mark.slow
@@ -131,16 +149,73 @@ def test_demo_filter_and_ssl_runs_on_two_ranks(capfd, monkeypatch, tmp_path):
     assert row.startswith("graph-reg. SSL") and row.split()[5] == shown, (row, shown)
 
 
-def test_demo_flags_a_busy_machine(monkeypatch, capsys):
+def test_demo_flags_a_busy_machine_once_at_the_end(monkeypatch, capsys):
+    # before: every table header and the start and end lines warned (6-7 times a run)
     demo = _demo_module()
+    monkeypatch.setattr(demo, "_busiest", [])
     monkeypatch.setattr(demo.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(demo.os, "getloadavg", lambda: (2.0, 0.0, 0.0))
-    assert demo.load_note() == "load average 2.00 on 2 cores" and capsys.readouterr().err == ""
-    monkeypatch.setattr(demo.os, "getloadavg", lambda: (6.86, 0.0, 0.0))
-    note = demo.load_note()
-    assert note.startswith("WARNING: load average 6.86 on 2 cores") and "timings unreliable" in note
-    assert note in capsys.readouterr().err
-    assert demo.format_table([], note).splitlines()[0] == note
+    assert demo.load_note() == "load average 2.00 on 2 cores" and demo.busy_warning() is None
+    for load in (6.86, 3.1):
+        monkeypatch.setattr(demo.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert demo.load_note() == f"load average {load:.2f} on 2 cores"
+    assert capsys.readouterr().err == ""
+    warning = demo.busy_warning()
+    assert warning.startswith("WARNING: the load average reached 6.86 on 2 cores") and "unreliable" in warning
+    assert capsys.readouterr().err == warning + "\n"
+    assert demo.format_table([], "load average 6.86 on 2 cores").splitlines()[0] == "load average 6.86 on 2 cores"
+
+
+def test_demo_budget_plot_has_the_budget_on_x(monkeypatch, tmp_path):
+    # before: bench_quality's PNG drew each method through its measured walls, which for runs
+    # this short need not grow with the budget: random's line doubled back
+    demo = _demo_module()
+    import matplotlib.axes
+
+    drawn = {}
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "errorbar", lambda self, x, y, **kw: drawn.__setitem__(kw["label"], (list(x), list(y)))
+    )
+
+    def cell(final):
+        return {"final_mean": final, "final_per_seed": [final - 0.01, final + 0.01]}
+
+    rows = {
+        "random": {"budgets": {"1": cell(0.97), "0.5": cell(0.95), "0.7": cell(0.96)}},
+        "auto": {"budgets": {"0.7": cell(0.97), "1": cell(0.975), "0.5": cell(0.96)}},
+    }
+    payload = {
+        "args": {"seeds": 2},
+        "results": {"digits-wide": {"clean": {"summary": {"target": 0.97, "rows": rows}}}},
+    }
+    (path,) = demo.plot_budgets(payload, str(tmp_path / "budget"))
+    assert path.endswith("budget_clean.png") and (tmp_path / "budget_clean.png").exists()
+    assert drawn["random"] == ([0.5, 0.7, 1.0], [95.0, 96.0, 97.0])
+    assert drawn["AutoSelector"][0] == [0.5, 0.7, 1.0]
+
+
+def test_demo_buckets_section_pads_less_in_as_many_steps(monkeypatch):
+    demo = _demo_module()
+    monkeypatch.setattr(demo, "SEQUENCES", 512)  # the demo's 1024, smaller: a few steps
+    text = demo.bucket_comparison()
+    rows = {
+        line[:22].strip(): line[22:].split()
+        for line in text.splitlines()
+        if line.startswith(("random (", "BucketSelector"))
+    }
+    assert set(rows) == {"random (shuffle=True)", "BucketSelector"}
+    assert rows["BucketSelector"][0] == rows["random (shuffle=True)"][0] == "16"  # steps: 512 / 32
+    assert float(rows["BucketSelector"][1]) < float(rows["random (shuffle=True)"][1]) / 2  # padding, %
+    assert rows["random (shuffle=True)"][-1] == "1.00x"
+
+
+def test_demo_ends_with_the_pages_to_read_next():
+    demo = _demo_module()
+    readme = (ROOT / "README.md").read_text()
+    assert "AutoSelector" in demo.NEXT and "## Replace `shuffle=True`" in readme
+    for page in re.findall(r"docs/[\w/.-]+\.md", demo.NEXT):
+        assert (ROOT / page).exists(), page
+    assert "docs/guide/variable-length.md" in demo.NEXT and "docs/guide/streaming.md" in demo.NEXT
 
 
 def test_demo_budget_table_names_units_and_flags_walls_off_their_budget():
@@ -180,6 +255,7 @@ def test_demo_budget_table_names_units_and_flags_walls_off_their_budget():
         },
     }
     text = demo.budget_tables(payload, "load average 6.86 on 2 cores")
+    assert "   0.5  loss-rank       75" in text  # the method column fits "AutoSelector"
     assert "+2.0 ± 0.2 pt" in text and "135 % *" in text and "49 %" in text and "49 % *" not in text
     assert "-35 % saved (unreliable" in text
     assert "saves 35 % of random's full-budget wall less than random's own shorter runs" in text
@@ -193,9 +269,12 @@ def test_docs_demo_sample_is_the_demos_output():
     assert list(sample) == [label for label, _, _ in demo.RUNS]
     text = (ROOT / "docs" / "demo.md").read_text()
     assert demo.COLUMNS in text and all(0 < acc <= 1 and steps > 0 for acc, steps in sample.values())
-    for name in demo.MARKERS:
+    for name in set(demo.MARKERS) - demo.OPTIONAL_MARKERS:
         assert demo._docs_span(name)[1] < demo._docs_span(name)[2], name
     budget = text[demo._docs_span("budget")[1] : demo._docs_span("budget")[2]]
     assert "digits-wide / clean: 3 seeds" in budget and "digits-wide / redundant: 3 seeds" in budget
+    rows = [line.split()[1] for line in budget.splitlines() if re.match(r" +(0\.5|0\.7|1) ", line)]
+    assert rows == 6 * ["random", "AutoSelector", "loss-rank"]  # 3 budgets x 2 regimes
+    assert "WARNING" not in text.split("<!-- demo-sample -->", 1)[1]  # the load's warning: once, on stderr
     savings = [line for line in budget.splitlines() if re.match("  [a-z]", line)]
     assert savings and not [line for line in savings if " pt" in line]  # walls in %, never in points

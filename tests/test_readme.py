@@ -20,7 +20,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-SETUP = re.compile(r"^(make |pip install )")
+# the set-up: installs, make, entering the venv (the test runs with the venv's bin/ first on PATH)
+SETUP = re.compile(r"^(make |pip install |source \.venv/bin/activate)")
 
 
 def blocks(page: pathlib.Path, lang: str) -> list[str]:
@@ -34,6 +35,24 @@ def test_readme_has_the_recommended_loop_in_its_first_screenful():
     assert "SelectionBatchSampler(AutoSelector(" in first and "sampler.observe(" in first
     assert text.index(first) < len("\n".join(text.splitlines()[:60])), "the loop is not near the top"
     assert len(text.splitlines()) <= 200
+
+
+def test_readme_cli_block_enters_the_venv_before_its_first_command():
+    # before: `batchsel ...` / `mpiexec ...` right after `make demo`: command not found (the venv
+    # that make made is never activated)
+    cli = [b for b in blocks(ROOT / "README.md", "console") if "batchsel select" in b]
+    assert len(cli) == 1
+    lines = cli[0].strip().splitlines()
+    assert lines[0] == "source .venv/bin/activate" and SETUP.match(lines[0])
+
+
+def test_readme_install_gets_torchs_cpu_build_before_the_package():
+    # before: `pip install .` alone pulled PyPI's CUDA torch and 15 nvidia-* packages (a 5.9 GB venv)
+    lines = [line.split("#")[0].strip() for b in blocks(ROOT / "README.md", "console") for line in b.splitlines()]
+    torch_cpu = lines.index("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+    assert lines.index("pip install .") == torch_cpu + 1
+    makefile = (ROOT / "Makefile").read_text()
+    assert "TORCH_INDEX ?= https://download.pytorch.org/whl/cpu" in makefile
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: str(p.relative_to(ROOT)))
