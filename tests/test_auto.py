@@ -265,3 +265,17 @@ def test_negative_losses_still_tell_wrong_labels():
     for epoch in range(1, 5):  # the wrong labels stay at the untrained loss, the rest is fitted
         _epoch(sel, lambda batch: np.where(wrong[batch], -0.9, -3.0), epoch)
     assert (sel.mode, sel.pressure_now) == ("noisy", 1.0)
+
+
+def test_a_selector_pickled_before_the_read_only_properties_loads():
+    import pickle
+
+    sel = AutoSelector(100, batch_size=10, labels=np.arange(100) % 10, seed=0)
+    old = dict(sel.__dict__)  # as an earlier version pickled it: mode_ / pressure_now_ plain attributes
+    old["mode_"], old["pressure_now_"] = old.pop("_mode"), old.pop("_pressure_now")
+    del old["fitted_below_"]
+    restored = AutoSelector.__new__(AutoSelector)
+    restored.__setstate__(old)
+    assert (restored.mode, restored.pressure_now) == ("warm-up", 1.0)
+    assert restored.fitted_below_ == pytest.approx(np.log(10) / 2)
+    assert pickle.loads(pickle.dumps(sel)).mode == "warm-up"

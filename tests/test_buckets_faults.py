@@ -135,3 +135,15 @@ def test_pad_collate_tuple_faults_name_the_element():
         pad_collate([([1, 2], [3, 4]), ([1], [5])], pad_value={5: -100})
     with pytest.raises(TypeError, match="pad_value must be a number, got 'x'"):
         pad_collate([([1, 2], [3, 4]), ([1], [5])], pad_value={1: "x"})
+
+
+def test_pad_collate_keeps_fixed_length_elements_that_need_no_padding():
+    """Multi-hot labels of one length need no pad value (before: refused for a pad id their
+    dtype cannot hold); Python floats stay float64, as default_collate makes them."""
+    bool_items = [(np.array([1, 2, 3]), np.array([True, False, True])), (np.array([4]), np.array([False, True, False]))]
+    out = pad_collate(bool_items, pad_value=-100)
+    assert out[2].dtype == torch.bool and out[2].tolist() == [[True, False, True], [False, True, False]]
+    byte_items = [(np.array([1, 2, 3]), np.array([1, 0, 1], np.uint8)), (np.array([4]), np.array([0, 1, 0], np.uint8))]
+    assert pad_collate(byte_items, pad_value=50256)[2].tolist() == [[1, 0, 1], [0, 1, 0]]
+    targets = pad_collate([([1, 2, 3], [0.5, 0.25]), ([4], [0.1, 0.2])], pad_value=-1)[2]
+    assert targets.dtype == torch.float64 and targets.tolist() == [[0.5, 0.25], [0.1, 0.2]]

@@ -780,3 +780,51 @@ def test_the_window_warning_points_at_the_users_loop_not_at_torch():
         _loader_epoch(sampler, data, num_workers=2)
     (warning,) = [w for w in seen if "ahead" in str(w.message)]
     assert warning.filename == _loader_epoch.__code__.co_filename, warning.filename  # before: dataloader.py
+
+
+def _break_after(sampler, data, steps, **loader_kwargs):
+    """A loop that leaves the epoch after ``steps`` steps (a preemption signal, a step
+    limit) and drops its iterator; the batches it trained."""
+    got = []
+    for (idx,) in DataLoader(data, batch_sampler=sampler, num_workers=2, **loader_kwargs):
+        got.append(idx.tolist())
+        if len(got) == steps:
+            break
+    return got
+
+
+@pytest.mark.parametrize("steps", [10, 12, 13])
+def test_a_checkpoint_after_leaving_the_loop_in_the_last_window_is_exact(steps):
+    """The sampler has handed out the whole epoch (13 batches) while the loop is up to 4
+    behind: before, such a checkpoint counted them all and the resume skipped the rest."""
+    data = TensorDataset(torch.arange(104))
+    full = _break_after(SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1), data, 13)
+    sampler = SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1)
+    head = _break_after(sampler, data, steps)
+    state = sampler.state_dict()
+    resumed = SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1)
+    resumed.load_state_dict(state)
+    assert head + _break_after(resumed, data, 13) == full
+
+
+def test_a_checkpoint_the_sampler_cannot_place_is_refused_naming_the_step_form():
+    data = TensorDataset(torch.arange(104))
+    sampler = SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1)
+    _break_after(sampler, data, 3)  # the iterator is gone with 4 more batches in its workers
+    with pytest.raises(ValueError, match=r"state_dict\(batches_done=step\)"):
+        sampler.state_dict()
+    assert sampler.state_dict(batches_done=3)["position"] == 3
+    copy = pickle.loads(pickle.dumps(sampler))  # a copy keeps the look-ahead, not the iterator
+    with pytest.raises(ValueError, match=r"state_dict\(batches_done=step\)"):
+        copy.state_dict()
+
+
+def test_batches_out_of_order_are_warned_and_their_position_refused():
+    data = TensorDataset(torch.arange(104))
+    sampler = SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1)
+    with pytest.warns(UserWarning, match=r"in_order=False\) hands batches to the loop in the order"):
+        loader = iter(DataLoader(data, batch_sampler=sampler, num_workers=2, in_order=False))
+        next(loader)
+    with pytest.raises(ValueError, match="out of order"):
+        sampler.state_dict()
+    del loader

@@ -233,3 +233,14 @@ def test_the_guides_first_loop_is_the_recommended_one():
     first = re.findall(r"```python\n(.*?)```", page, flags=re.S)[0]
     assert 'mode="random"' in first and "cost=" in first and "loss-rank" not in first
     assert "batch_size=None" in first
+
+
+def test_tuple_ids_are_named_as_such_not_as_a_collated_batch():
+    def rows():
+        for i in range(16):
+            yield {"id": ("doc", i), "x": float(i)}
+
+    stream = StreamBatches(rows, batch_size=4, buffer_size=8, seed=0, mode="loss-rank")
+    batch = next(iter(DataLoader(stream, batch_size=None)))  # the loader makes the tuples lists
+    with pytest.raises(TypeError, match="tuple ids into lists.*one int or string id"):
+        stream.observe(batch, losses=torch.ones(len(batch.ids)))

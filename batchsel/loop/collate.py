@@ -38,8 +38,9 @@ def _is_sequence(item: Any, dims: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)) ->
     return isinstance(item, (list, tuple)) and all(_is_number(v) for v in item)
 
 
-def _as_1d(item: Any, where: str) -> Any:
-    """``item`` as a 1-D tensor (``ValueError`` naming ``where`` for any other shape)."""
+def _as_1d(item: Any, where: str, python_floats: Any = None) -> Any:
+    """``item`` as a 1-D tensor (``ValueError`` naming ``where`` for any other shape); a
+    list of Python floats takes ``python_floats`` as its dtype where one is given."""
     import torch
 
     if isinstance(item, torch.Tensor):
@@ -50,6 +51,8 @@ def _as_1d(item: Any, where: str) -> Any:
         tensor = torch.as_tensor(item)
     elif isinstance(item, (list, tuple)) and all(_is_number(v) for v in item):
         tensor = torch.tensor(item) if item else torch.zeros(0, dtype=torch.long)
+        if python_floats is not None and tensor.is_floating_point():
+            tensor = torch.tensor(item, dtype=python_floats)
     else:
         raise TypeError(
             f"{where} is a {type(item).__name__}; pad_collate pads 1-D tensors, numpy arrays or lists of numbers"
@@ -69,12 +72,14 @@ def _pad(items: list[Any], pad_value: Any, where: str) -> tuple[Any, Any]:
     dtype = items[0].dtype
     for t in items[1:]:
         dtype = torch.promote_types(dtype, t.dtype)
-    if not (dtype.is_floating_point or dtype.is_complex):
+    lengths = torch.tensor([len(t) for t in items], dtype=torch.long)
+    padding = bool((lengths != lengths[0]).any())  # a value that never lands needs no check
+    if padding and not (dtype.is_floating_point or dtype.is_complex):
         low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
         if not float(pad_value).is_integer() or not low <= pad_value <= high:
             raise ValueError(f"pad_value={pad_value!r} cannot pad {where}, whose values are {dtype}")
-    lengths = torch.tensor([len(t) for t in items], dtype=torch.long)
-    padded = pad_sequence([t.to(dtype) for t in items], batch_first=True, padding_value=pad_value)
+    items = [t.to(dtype) for t in items]
+    padded = pad_sequence(items, batch_first=True, padding_value=pad_value) if padding else torch.stack(items)
     mask = torch.arange(padded.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
     return padded, mask
 
@@ -165,6 +170,7 @@ def _tuple_pad_values(pad_value: Any, size: int) -> dict[int, Any]:
 def _collate_tuples(examples: Sequence[Any], pad_value: Any) -> tuple:
     """The tuple form of :func:`pad_collate`: ``(padded, mask, *rest)``, each element of
     ``rest`` that holds 1-D sequences (per-token tags) padded to its own longest."""
+    import torch
     from torch.utils.data import default_collate
 
     first = examples[0]
@@ -184,7 +190,8 @@ def _collate_tuples(examples: Sequence[Any], pad_value: Any) -> tuple:
         # tensor or array of numbers is a sequence, padded to this element's own longest
         kinds = [not isinstance(v, tuple) and _is_sequence(v, (1,)) for v in column]
         if all(kinds):
-            items = [_as_1d(v, f"item {i}'s element {j}") for i, v in enumerate(column)]
+            # Python floats stay float64, as default_collate makes them
+            items = [_as_1d(v, f"item {i}'s element {j}", torch.float64) for i, v in enumerate(column)]
             rest.append(_pad(items, values[j], f"element {j} of the items")[0])
         elif any(kinds):
             i = kinds.index(False)

@@ -239,6 +239,15 @@ class AutoSelector(LossRankSelector):
     mode_ = mode
     pressure_now_ = pressure_now
 
+    def __setstate__(self, state: dict) -> None:
+        # pickled before mode and pressure_now were read-only, and before the fitted cut
+        state = dict(state)
+        state.setdefault("_mode", state.pop("mode_", "warm-up"))
+        state.setdefault("_pressure_now", state.pop("pressure_now_", 1.0))
+        threshold = state.get("threshold_")
+        state.setdefault("fitted_below_", None if threshold is None else threshold / 2)
+        self.__dict__.update(state)
+
     @property
     def misfit_share_(self) -> float:
         return float(self._counts[1] / max(self._counts[0], 1))

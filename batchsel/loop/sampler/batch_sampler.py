@@ -249,7 +249,9 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         epoch = self.epoch
         self._checks.previous_pass(record, epoch, feedback.fed)
         start, pending, skip = record.begin(epoch)
-        record.attach(None if loader is None or saves_sampler_at_dispatch(loader) else loader, window)
+        own_count = loader is None or saves_sampler_at_dispatch(loader)  # torchdata's counts what it dispatched
+        record.attach(None if own_count else loader, 0 if own_count else window)
+        del caller, loader  # the generator must not keep the loop's iterator alive
         feedback.restart()
         unfed_after = feedback.unfed_after(self.prefetch, window)  # observe() forgotten after these
         for _ in range(skip):  # finished batches that the framework skips itself, unseen
@@ -269,7 +271,7 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
                 try:
                     batch, weights = next(source)
                 except StopIteration:
-                    record.passed = True
+                    record.finish()
                     return
                 finally:
                     self._waited += time.perf_counter() - asked

@@ -163,6 +163,14 @@ class LoopChecks:
                 "sampler.state_dict(batches_done=step) beside a torch DataLoader (exact with workers), or use "
                 "num_workers=0, or stream the data (batchsel.StreamBatches resumes exactly with workers)",
             )
+        if workers and getattr(loader, "_in_order", True) is False:
+            self.warn_once(
+                "in_order",
+                f"DataLoader(num_workers={workers}, in_order=False) hands batches to the loop in the order the "
+                "workers finish them, so no checkpoint can say which of them were trained: a resume mid-epoch "
+                "repeats some and skips others (sampler.state_dict() refuses the epoch's position). Keep "
+                "in_order=True (the default) where you resume mid-epoch",
+            )
         if window > prefetch and self.profile.lag_matters:  # offline: plans at the epoch start
             self.warn_once(
                 "num_workers",

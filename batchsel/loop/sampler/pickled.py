@@ -26,6 +26,8 @@ WORLD: tuple[tuple[str, str], ...] = (("_given", "given"), ("_lazy", "lazy"), ("
 WORLD += (("_rank", "found_rank"), ("_world_size", "found_size"), ("_resolved", "resolved"))
 RECORD: tuple[tuple[str, str], ...] = (("_resume", "resume"), ("_iter_epoch", "epoch"), ("_iter_base", "base"))
 RECORD += (("_yielded", "yielded"), ("_history", "history"), ("_iter_pending", "pending"), ("_passed", "passed"))
+# a copy keeps the loader's look-ahead, not its iterator: its checkpoint then asks for the step
+RECORD += (("_iter_window", "window"),)
 FEEDBACK: tuple[tuple[str, str], ...] = (
     ("_observe_calls", "calls"),
     ("_fed", "fed"),

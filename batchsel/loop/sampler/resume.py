@@ -9,7 +9,7 @@ and whether it was saved by the same data and settings.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -46,8 +46,10 @@ class IterationRecord:
         self.pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         self.passed = False  # whether the latest iteration ran to its end
         # the DataLoader iterator running the latest iteration (not pickled: a new one
-        # attaches itself), its look-ahead, and how many batches were handed out before it
-        self.loader: weakref.ref[Any] | None = None
+        # attaches itself), whether it hands batches out in order, its look-ahead, and how
+        # many batches were handed out before it
+        self.loader: Callable[[], Any] | None = None
+        self.ordered = True
         self.window = 0
         self.attached_at = 0
 
@@ -87,25 +89,39 @@ class IterationRecord:
         window : int
             Its look-ahead, ``num_workers * prefetch_factor``.
         """
+        # weak while the epoch runs: a loop that leaves it drops the iterator, and its workers
         self.loader = None if loader is None else weakref.ref(loader)
+        self.ordered = getattr(loader, "_in_order", True) is not False
         self.window, self.attached_at = window, self.yielded
+
+    def finish(self) -> None:
+        """The iteration handed out its last batch: the loop may still be up to the
+        loader's look-ahead behind, so its iterator (workers done) is held until the next
+        iteration, to tell a checkpoint taken after the loop how far the loop got."""
+        self.passed = True
+        loader = self.loader() if self.loader is not None else None
+        if loader is not None:  # its attributes only: the iterator itself would be copied into forked workers
+            attributes = vars(loader)
+            self.loader = lambda: attributes
 
     def in_flight(self) -> int | None:
         """Batches handed to the DataLoader that its training loop has not received yet:
-        0 for a loop of its own, None where a loader with workers cannot tell.
+        0 for a loop of its own or without workers, None where a loader with workers cannot
+        tell (its iterator dropped mid-epoch, a copy of the sampler, batches out of order).
 
         Returns
         -------
         int or None
             The batches the workers hold, which a checkpoint taken now must not count.
         """
-        if self.loader is None or self.window == 0:
+        if self.window == 0:
             return 0
-        loader = self.loader()
-        if loader is None:  # the loop dropped its iterator: it ended, or left the epoch
-            return 0 if self.passed else None
-        received = getattr(loader, "_num_yielded", None)  # torch's count of the batches returned
-        return max(self.yielded - self.attached_at - received, 0) if isinstance(received, int) else None
+        loader = self.loader() if self.loader is not None else None
+        attributes = loader if isinstance(loader, dict) or loader is None else vars(loader)
+        received = (attributes or {}).get("_num_yielded")  # torch's count of the batches returned
+        if not self.ordered or not isinstance(received, int):
+            return None
+        return max(self.yielded - self.attached_at - received, 0)
 
     def handed(self, batch: np.ndarray, keep: bool) -> None:
         """Count a batch handed out; ``keep`` it where the selector's batches are recorded."""
@@ -166,10 +182,16 @@ class IterationRecord:
         else:
             held = self.in_flight()
             if held is None:
+                if not self.ordered:
+                    raise ValueError(
+                        "the DataLoader hands batches out of order (in_order=False): no position in the epoch says "
+                        "which were trained; checkpoint at an epoch's end, or use in_order=True"
+                    )
                 raise ValueError(
                     f"sampler.state_dict() cannot tell how many of the {yielded} batches handed to the DataLoader "
-                    f"(num_workers fetching {self.window} ahead) the training loop has finished: pass your step "
-                    "count, sampler.state_dict(batches_done=step)"
+                    f"(num_workers fetching {self.window} ahead) the training loop has finished (its iterator is "
+                    "gone, or this is a copy of the sampler): pass your step count, "
+                    "sampler.state_dict(batches_done=step)"
                 )
             done = yielded - held
         if done > yielded:

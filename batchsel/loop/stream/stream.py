@@ -94,6 +94,11 @@ def _check_uncollated(batch: Any) -> None:
     if isinstance(batch, StreamBatch):
         again, first = not isinstance(batch.epoch, int), batch.ids[:1]
         what = f"a StreamBatch of epoch {batch.epoch!r}"
+        if not again and any(isinstance(i, list) for i in first):  # batch_size=None keeps the epoch an int
+            raise TypeError(
+                f"the stream's ids are sequences ({first[0]!r}): the DataLoader turns tuple ids into lists, which "
+                "key nothing; give each example one int or string id (e.g. join the tuple's parts into a string)"
+            )
     else:
         first = batch[:1] if isinstance(batch, (list, tuple)) or hasattr(batch, "shape") else []
         again, what = any(isinstance(b, StreamBatch) for b in first), f"a {type(batch).__name__} of StreamBatches"
