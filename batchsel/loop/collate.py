@@ -64,8 +64,11 @@ def _as_1d(item: Any, where: str, python_floats: Any = None) -> Any:
     return tensor
 
 
-def _pad(items: list[Any], pad_value: Any, where: str) -> tuple[Any, Any]:
-    """``(padded [B, L], mask [B, L] bool)`` of the 1-D tensors ``items``."""
+def _pad(items: list[Any], pad_value: Any, where: str, always_checked: bool = True) -> tuple[Any, Any]:
+    """``(padded [B, L], mask [B, L] bool)`` of the 1-D tensors ``items``. The pad value
+    is checked against their dtype in every batch (so a bad one fails at the first, not at
+    the first that needs padding), unless ``always_checked=False``: a later tuple element
+    of one length (multi-hot labels) never takes it."""
     import torch
     from torch.nn.utils.rnn import pad_sequence
 
@@ -73,8 +76,8 @@ def _pad(items: list[Any], pad_value: Any, where: str) -> tuple[Any, Any]:
     for t in items[1:]:
         dtype = torch.promote_types(dtype, t.dtype)
     lengths = torch.tensor([len(t) for t in items], dtype=torch.long)
-    padding = bool((lengths != lengths[0]).any())  # a value that never lands needs no check
-    if padding and not (dtype.is_floating_point or dtype.is_complex):
+    padding = bool((lengths != lengths[0]).any())
+    if (padding or always_checked) and not (dtype.is_floating_point or dtype.is_complex):
         low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
         if not float(pad_value).is_integer() or not low <= pad_value <= high:
             raise ValueError(f"pad_value={pad_value!r} cannot pad {where}, whose values are {dtype}")
@@ -192,7 +195,7 @@ def _collate_tuples(examples: Sequence[Any], pad_value: Any) -> tuple:
         if all(kinds):
             # Python floats stay float64, as default_collate makes them
             items = [_as_1d(v, f"item {i}'s element {j}", torch.float64) for i, v in enumerate(column)]
-            rest.append(_pad(items, values[j], f"element {j} of the items")[0])
+            rest.append(_pad(items, values[j], f"element {j} of the items", always_checked=False)[0])
         elif any(kinds):
             i = kinds.index(False)
             raise TypeError(
