@@ -41,9 +41,8 @@ NPROBE = 4
 #: cosine >= threshold singles out near-duplicates only where random pairs of rows are far
 #: less alike: when nine in ten random pairs are positively similar (one direction) and their
 #: median dissimilarity (1 - cosine) is under this many times the threshold's (1 - threshold),
-#: the "near-duplicates" are mostly that direction (digits' pixels: random pairs at 0.69,
-#: 81 % "near-duplicates" at 0.95; centred, -0.02 and 4.5 %; a random ReLU layer's outputs
-#: 0.3, an embedding's about 0)
+#: the "near-duplicates" are mostly that direction (raw pixels and counts; not centred
+#: features, nor an embedding, whose random pairs sit near 0: tests/test_audit_baseline.py)
 CROWDED_RATIO = 8.0
 #: ... and at least this share of rows is removed (below it, nothing to warn about)
 CROWDED_REMOVED = 0.05

@@ -79,6 +79,12 @@ def _first_batch_cuts(losses: np.ndarray) -> tuple[float, float]:
     return mean, mean - max(abs(mean) / 2, 2 * float(losses.std()))
 
 
+def _cut_of(threshold: float) -> float:
+    """The fitted cut of a state saved without one (before losses below 0 had their own):
+    :func:`_first_batch_cuts`'s for a spread of 0, half the threshold where it is >= 0."""
+    return threshold - abs(threshold) / 2
+
+
 def _shuffled_batch(run: AutoRun, size: int) -> np.ndarray:
     """The next ``size`` examples of the run's shuffle that no batch of the epoch drew
     yet, so random batches are a shuffle's: each example once an epoch."""
@@ -245,7 +251,7 @@ class AutoSelector(LossRankSelector):
         state.setdefault("_mode", state.pop("mode_", "warm-up"))
         state.setdefault("_pressure_now", state.pop("pressure_now_", 1.0))
         threshold = state.get("threshold_")
-        state.setdefault("fitted_below_", None if threshold is None else threshold / 2)
+        state.setdefault("fitted_below_", None if threshold is None else _cut_of(threshold))
         self.__dict__.update(state)
 
     @property
@@ -383,7 +389,7 @@ class AutoSelector(LossRankSelector):
         self.fitted_below_ = None
         if self.threshold_ is not None:  # (older states have no cut: half the threshold, below it)
             below = state.get("fitted_below")
-            below = _first_batch_cuts(np.array([self.threshold_]))[1] if below is None else float(below)
+            below = _cut_of(self.threshold_) if below is None else float(below)
             self.fitted_below_ = min(below, self.threshold_)
         self._started = bool(state["started"])
         self._suspect_seen = int(state["suspect_seen"])

@@ -88,6 +88,23 @@ def saves_sampler_at_dispatch(loader: Any) -> bool:
     return type(loader).__module__.startswith("torchdata")
 
 
+def hands_out_in_order(loader: Any) -> bool:
+    """Whether ``loader`` (a DataLoader iterator) hands batches to the loop in the order
+    the sampler gave them (``DataLoader(in_order=True)``, torch's default).
+
+    Parameters
+    ----------
+    loader : DataLoader iterator or None
+        The iterator asking for batches (None: a loop of its own).
+
+    Returns
+    -------
+    bool
+        False only for ``in_order=False``.
+    """
+    return getattr(loader, "_in_order", True) is not False
+
+
 def check_not_resharded(caller: Any, sampler: Any) -> None:
     """Refuse to be iterated by accelerate's ``BatchSamplerShard`` over several ranks
     (``accelerator.prepare(DataLoader(batch_sampler=sampler))``): it would keep every

@@ -13,7 +13,7 @@ import warnings
 from typing import Any
 
 from batchsel.core.callers import user_stacklevel
-from batchsel.loop.sampler.frameworks import saves_sampler_at_dispatch
+from batchsel.loop.sampler.frameworks import hands_out_in_order, saves_sampler_at_dispatch
 from batchsel.loop.sampler.profile import SelectorProfile
 from batchsel.loop.sampler.resume import IterationRecord
 
@@ -163,7 +163,7 @@ class LoopChecks:
                 "sampler.state_dict(batches_done=step) beside a torch DataLoader (exact with workers), or use "
                 "num_workers=0, or stream the data (batchsel.StreamBatches resumes exactly with workers)",
             )
-        if workers and getattr(loader, "_in_order", True) is False:
+        if workers and not hands_out_in_order(loader):
             self.warn_once(
                 "in_order",
                 f"DataLoader(num_workers={workers}, in_order=False) hands batches to the loop in the order the "

@@ -15,6 +15,7 @@ import numpy as np
 
 from batchsel.core.checks import check_int
 from batchsel.core.state import from_portable
+from batchsel.loop.sampler.frameworks import hands_out_in_order
 
 #: the version of :meth:`SelectionBatchSampler.state_dict`'s output
 STATE_VERSION = 1
@@ -45,10 +46,10 @@ class IterationRecord:
         self.history: list[np.ndarray] = []  # batches handed out by the latest iteration (online / feedback)
         self.pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         self.passed = False  # whether the latest iteration ran to its end
-        # the DataLoader iterator running the latest iteration (not pickled: a new one
-        # attaches itself), whether it hands batches out in order, its look-ahead, and how
-        # many batches were handed out before it
-        self.loader: Callable[[], Any] | None = None
+        # the attributes of the DataLoader iterator running the latest iteration (None: no
+        # loader, or it is gone; not pickled: a new one attaches itself), whether it hands
+        # batches out in order, its look-ahead, and how many batches were handed out before it
+        self.loader_attributes: Callable[[], dict[str, Any] | None] = lambda: None
         self.ordered = True
         self.window = 0
         self.attached_at = 0
@@ -90,8 +91,9 @@ class IterationRecord:
             Its look-ahead, ``num_workers * prefetch_factor``.
         """
         # weak while the epoch runs: a loop that leaves it drops the iterator, and its workers
-        self.loader = None if loader is None else weakref.ref(loader)
-        self.ordered = getattr(loader, "_in_order", True) is not False
+        held = None if loader is None else weakref.ref(loader)
+        self.loader_attributes = lambda: None if held is None else getattr(held(), "__dict__", None)
+        self.ordered = hands_out_in_order(loader)
         self.window, self.attached_at = window, self.yielded
 
     def finish(self) -> None:
@@ -99,10 +101,9 @@ class IterationRecord:
         loader's look-ahead behind, so its iterator (workers done) is held until the next
         iteration, to tell a checkpoint taken after the loop how far the loop got."""
         self.passed = True
-        loader = self.loader() if self.loader is not None else None
-        if loader is not None:  # its attributes only: the iterator itself would be copied into forked workers
-            attributes = vars(loader)
-            self.loader = lambda: attributes
+        attributes = self.loader_attributes()
+        if attributes is not None:  # its attributes only: the iterator itself would be copied into forked workers
+            self.loader_attributes = lambda: attributes
 
     def in_flight(self) -> int | None:
         """Batches handed to the DataLoader that its training loop has not received yet:
@@ -116,9 +117,7 @@ class IterationRecord:
         """
         if self.window == 0:
             return 0
-        loader = self.loader() if self.loader is not None else None
-        attributes = loader if isinstance(loader, dict) or loader is None else vars(loader)
-        received = (attributes or {}).get("_num_yielded")  # torch's count of the batches returned
+        received = (self.loader_attributes() or {}).get("_num_yielded")  # torch's count of the batches returned
         if not self.ordered or not isinstance(received, int):
             return None
         return max(self.yielded - self.attached_at - received, 0)

@@ -13,7 +13,7 @@ import numpy as np
 from batchsel.loop.stream.feedback import LossTable, plain_ids
 from batchsel.loop.stream.pools import LearntSkipping, first_repeat
 from batchsel.loop.stream.sources import StreamSource, reraise
-from batchsel.selectors.buckets.costs import check_costs
+from batchsel.selectors.buckets.costs import check_costs, value_cost
 
 
 class Pool(NamedTuple):
@@ -100,11 +100,13 @@ class PoolReader:
         try:  # sequences (token ids): their lengths, in one pass
             sizes = np.fromiter(map(len, values), dtype=np.float64, count=len(values))
         except TypeError:  # numbers (a precomputed length), 0-d tensors and numpy scalars included
-            try:
-                sizes = np.fromiter(map(_size, values), dtype=np.float64, count=len(values))
-            except (TypeError, ValueError) as error:
-                bad = type(next(v for v in values if not _sized(v))).__name__
-                raise TypeError(f"cost {self.cost!r} must be a sequence or a number, got a {bad}") from error
+            where = f"cost {self.cost!r}"
+            sizes = np.empty(len(values))
+            for i, value in enumerate(values):
+                try:
+                    sizes[i] = value_cost(value, where)
+                except (TypeError, ValueError) as error:
+                    raise TypeError(f"{where} must be a sequence or a number, got a {type(value).__name__}") from error
         return check_costs(sizes, name=f"cost {self.cost!r}")
 
     def read(
@@ -176,25 +178,6 @@ class PoolReader:
         if weight:
             weights.append(weight)
         return bool(weight)
-
-
-def _size(value: Any) -> float:
-    """A cost field's value as a cost: a sequence's length, a number itself (a 0-d tensor
-    or array too, which have a ``shape`` and a ``__len__`` that raises)."""
-    if isinstance(value, (str, bytes)):
-        return float(len(value))
-    shape = getattr(value, "shape", None)
-    if shape is not None:
-        return float(shape[0]) if len(shape) else float(value)
-    return float(len(value)) if hasattr(value, "__len__") else float(value)
-
-
-def _sized(value: Any) -> bool:
-    try:
-        _size(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 __all__ = ["Pool", "PoolReader"]

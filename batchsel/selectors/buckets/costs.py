@@ -74,10 +74,28 @@ def check_costs(costs: Any, num_examples: int | None = None, name: str = "costs"
     return array
 
 
-def _size(value: Any, where: str) -> float:
+def value_cost(value: Any, where: str) -> float:
     """A column value's cost: its length for a sequence, itself for a number (a 0-d
     tensor or array, a numpy scalar included: a ``datasets`` column in torch or numpy
-    format gives one per example)."""
+    format gives one per example).
+
+    Parameters
+    ----------
+    value : Any
+        The value.
+    where : str
+        Where it comes from, for the message.
+
+    Returns
+    -------
+    float
+        Its cost.
+
+    Example
+    -------
+    >>> value_cost([4, 5, 6], "column 'input_ids'"), value_cost(np.int64(7), "column 'n'")
+    (3.0, 7.0)
+    """
     if isinstance(value, (str, bytes)):
         return float(len(value))
     shape = getattr(value, "shape", None)
@@ -146,7 +164,7 @@ def example_costs(source: Any, column: str | None = None, cost: Callable[[Any], 
         whole = tensor_to_numpy(values)
         if isinstance(whole, np.ndarray) and whole.ndim == 1 and whole.dtype.kind in "biuf":
             return check_costs(whole, name=where)  # a column of numbers in torch / numpy format
-        return check_costs([_size(v, where) for v in values], name=where)
+        return check_costs([value_cost(v, where) for v in values], name=where)
     if cost is not None:
         if not callable(cost):
             raise TypeError(f"cost must be callable, got {type(cost).__name__}")
@@ -161,4 +179,4 @@ def example_costs(source: Any, column: str | None = None, cost: Callable[[Any], 
     return check_costs(source)
 
 
-__all__ = ["check_costs", "example_costs"]
+__all__ = ["check_costs", "example_costs", "value_cost"]
