@@ -94,6 +94,24 @@ def spawn_torch(fn, world_size: int, *args) -> None:
     )
 
 
+def exit_after_result() -> None:
+    """End a framework job (Lightning, HF Trainer) whose ranks have written their results:
+    wait for every rank, close the process group, and leave without interpreter teardown.
+    That teardown, after the Trainer, aborts now and then in a C++ destructor
+    ("terminate called without an active exception", SIGABRT on rank 0) even after
+    ``destroy_process_group``; the job has nothing left to check by then."""
+    import sys
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def run_session(cmd: list, env: dict, timeout: float, cwd: "os.PathLike | str | None" = None) -> tuple[int, str]:
     """Run a launcher (and its ranks) in a session of its own: (exit code, output); on a
     hang the whole process group is killed and the test fails with the output's tail."""

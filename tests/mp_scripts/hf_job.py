@@ -16,6 +16,7 @@ import torch
 
 from batchsel import RandomSelector
 from batchsel.integrations.hf import BatchselTrainer
+from common import exit_after_result
 
 N, BATCH, DIM, CLASSES = 40, 4, 4, 3
 
@@ -157,18 +158,8 @@ def main(out: str) -> None:
     }
     with open(f"{out}.rank{rank}.json", "w") as f:
         json.dump(result, f)
-    # as the other jobs do: a process group left to interpreter exit can abort in gloo's
-    # threads ("terminate called without an active exception", seen once under load)
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
     main(sys.argv[1])
-    # The job's result is written. Interpreter teardown after the Trainer and accelerate
-    # still aborted now and then in a C++ destructor ("terminate called without an active
-    # exception", rank 0, SIGABRT: 1 run in 6 here, and in earlier releases despite
-    # destroy_process_group); skip it, it has nothing left to check.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_after_result()

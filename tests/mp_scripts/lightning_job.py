@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from batchsel import RandomSelector, SelectionBatchSampler
 from batchsel.integrations.lightning import BatchselCallback
 from batchsel.selectors import LossRankSelector
+from common import exit_after_result
 
 N, BATCH, DIM, CLASSES = 40, 4, 4, 3
 
@@ -126,3 +127,4 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    exit_after_result()
