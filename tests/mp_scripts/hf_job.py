@@ -13,10 +13,10 @@ import sys
 import warnings
 
 import torch
+from common import exit_after_result
 
 from batchsel import RandomSelector
 from batchsel.integrations.hf import BatchselTrainer
-from common import exit_after_result
 
 N, BATCH, DIM, CLASSES = 40, 4, 4, 3
 

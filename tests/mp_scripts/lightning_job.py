@@ -18,12 +18,12 @@ import warnings
 
 import lightning.pytorch as pl
 import torch
+from common import exit_after_result
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchsel import RandomSelector, SelectionBatchSampler
 from batchsel.integrations.lightning import BatchselCallback
 from batchsel.selectors import LossRankSelector
-from common import exit_after_result
 
 N, BATCH, DIM, CLASSES = 40, 4, 4, 3
 
