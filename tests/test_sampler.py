@@ -642,7 +642,7 @@ def test_a_short_epoch_without_feedback_is_warned_when_the_next_starts():
 
 def test_feedback_or_an_unfinished_peek_is_not_warned():
     data = TensorDataset(torch.randn(200, 4), torch.arange(200))
-    fed = SelectionBatchSampler(LossRankSelector(200, 8, seed=0), rank=0, world_size=1, prefetch=4)
+    fed = SelectionBatchSampler(LossRankSelector(200, 8, seed=0), rank=0, world_size=1, prefetch=4, workers_ahead=4)
 
     def run():
         for epoch in range(2):
@@ -685,15 +685,22 @@ def test_infobatch_without_set_epoch_is_warned_before_its_schedule_overruns():
 
 @pytest.mark.parametrize("prefetch", [4, 6])
 def test_batches_do_not_depend_on_num_workers_when_prefetch_covers_the_window(prefetch):
-    """DataLoader(num_workers=2) asks for 4 batches ahead (2 x prefetch_factor 2): with
-    prefetch >= 4 the sampler selects only the rest ahead, the batches of num_workers=0."""
+    """DataLoader(num_workers=2) asks for 4 batches ahead (2 x prefetch_factor 2): with that
+    window stated (workers_ahead=4) and prefetch >= 4 the sampler selects only the rest
+    ahead, the batches of num_workers=0."""
     data = TensorDataset(torch.randn(160, 4), torch.arange(160))
 
-    def run(workers):
-        sampler = SelectionBatchSampler(LossRankSelector(160, 8, seed=0), rank=0, world_size=1, prefetch=prefetch)
+    def run(workers, stated):
+        selector = LossRankSelector(160, 8, seed=0)
+        sampler = SelectionBatchSampler(selector, rank=0, world_size=1, prefetch=prefetch, workers_ahead=stated)
         return _loader_epoch(sampler, data, num_workers=workers)
 
-    assert _no_warning(lambda: run(2)) == run(0)
+    assert _no_warning(lambda: run(2, stated=4)) == run(0, stated=0)
+    # a look-ahead not stated is the loader's window on top of the sampler's own: warned, with both fixes
+    with pytest.warns(UserWarning, match=rf"late, not {prefetch}.*prefetch={prefetch}, workers_ahead=4\)"):
+        unstated = run(2, stated=0)
+    sampler = SelectionBatchSampler(LossRankSelector(160, 8, seed=0), rank=0, world_size=1, prefetch=prefetch + 4)
+    assert unstated == _loader_epoch(sampler, data, num_workers=0)
 
 
 def test_num_workers_beyond_prefetch_is_warned_with_the_prefetch_that_matches():
@@ -720,11 +727,13 @@ def test_weighted_batches_into_an_unwrapped_dataset_are_warned():
 
 
 # -- the README's checkpoint, sampler.state_dict() in a loop with DataLoader workers --------
-def _checkpointed_run(make, workers, stop=None, state=None, prefetch=0):
-    """The README's loop over two epochs; ``stop``: checkpoint with the plain
+def _checkpointed_run(make, workers, stop=None, state=None, prefetch=0, stated=None):
+    """The README's loop over two epochs, the sampler told the loader's look-ahead
+    (``stated``, default ``2 * workers``); ``stop``: checkpoint with the plain
     ``sampler.state_dict()`` after that many steps of epoch 1 and end there."""
     data = TensorDataset(torch.arange(104))
-    sampler = SelectionBatchSampler(make(), rank=0, world_size=1, prefetch=prefetch)
+    ahead = 2 * workers if stated is None else stated
+    sampler = SelectionBatchSampler(make(), rank=0, world_size=1, prefetch=prefetch, workers_ahead=ahead)
     first = 0 if state is None else int(state["epoch"])
     if state is not None:
         sampler.load_state_dict(state)
@@ -739,43 +748,55 @@ def _checkpointed_run(make, workers, stop=None, state=None, prefetch=0):
     return got, None
 
 
-@pytest.mark.parametrize(
-    "make, prefetch",
-    [
-        (lambda: RandomSelector(104, 8, seed=0), 0),
-        (lambda: AutoSelector(104, 8, labels=np.arange(104) % 3, seed=0), 4),
-        (lambda: LossRankSelector(104, 8, seed=0), 4),
-    ],
-    ids=["random", "auto-prefetch4", "loss-rank-prefetch4"],
-)
-def test_plain_state_dict_with_workers_resumes_the_batches_still_to_train(make, prefetch):
-    """Before: the state counted the 4 batches the workers had fetched ahead as trained, so
-    the resumed run skipped them (5 + 4 of 13, silently)."""
-    full, _ = _checkpointed_run(make, 2, prefetch=prefetch)
-    before, state = _checkpointed_run(make, 2, stop=5, prefetch=prefetch)
-    after, _ = _checkpointed_run(make, 2, state=state, prefetch=prefetch)
+_RESUMED = {
+    "random": lambda: RandomSelector(104, 8, seed=0),
+    "loss-rank": lambda: LossRankSelector(104, 8, seed=0),
+    "auto": lambda: AutoSelector(104, 8, labels=np.arange(104) % 3, seed=0),
+}
+
+
+@pytest.mark.parametrize("workers", [0, 2, 4])
+@pytest.mark.parametrize("kind, prefetch", [("random", 0), ("loss-rank", 0), ("loss-rank", 4), ("auto", 4)], ids=str)
+def test_plain_state_dict_with_workers_resumes_the_batches_still_to_train(kind, prefetch, workers):
+    """The README's loop, the look-ahead stated: before, the state counted the batches the
+    workers had fetched ahead as trained, so the resumed run skipped them (5 + 4 of 13,
+    silently). 4 workers fetch 8 ahead: at step 5 the sampler has handed out all 13."""
+    make = _RESUMED[kind]
+    full, _ = _checkpointed_run(make, workers, prefetch=prefetch)
+    before, state = _checkpointed_run(make, workers, stop=5, prefetch=prefetch)
+    after, _ = _checkpointed_run(make, workers, state=state, prefetch=prefetch)
     assert len(before) == 13 + 5 and len(full) == 26
     assert before + after == full
 
 
-def test_plain_state_dict_is_refused_where_the_loader_cannot_tell_its_look_ahead():
-    sampler = SelectionBatchSampler(RandomSelector(40, 4, seed=0), rank=0, world_size=1)
+def test_a_look_ahead_not_stated_is_refused_naming_the_value():
+    """The loader is seen to fetch 4 ahead, the sampler was told 0: the plain form would
+    count 4 untrained batches as trained, so it refuses, naming both exact forms."""
+    with pytest.raises(ValueError, match=r"workers_ahead=4\).*batches_done=step"):
+        _checkpointed_run(_RESUMED["random"], 2, stop=5, stated=0)
 
-    class Opaque:  # a loader iterator that keeps no count of the batches it returned
-        pass
 
-    loader = Opaque()
-    batches = iter(sampler)
-    next(batches)
-    sampler._record.attach(loader, window=4)
-    with pytest.raises(ValueError, match=r"state_dict\(batches_done=step\)"):
-        sampler.state_dict()
-    assert sampler.state_dict(batches_done=1)["position"] == 1
+def test_batches_and_the_checkpoint_do_not_depend_on_torchs_private_names(monkeypatch):
+    """The sampler finds the DataLoader's iterator in torch's frames only to warn and, in an
+    epoch's tail, to read its count: with that lookup gone (torch renamed its names) the
+    batches are the same and a checkpoint mid-epoch resumes exactly; one in the tail is
+    refused, naming the exact form, never counted wrong."""
+    make = _RESUMED["loss-rank"]
+    full, _ = _checkpointed_run(make, 2, prefetch=4)
+    before, state = _checkpointed_run(make, 2, stop=5, prefetch=4)
+    monkeypatch.setattr("batchsel.loop.sampler.batch_sampler.loader_iterator", lambda caller, sampler: None)
+    assert _checkpointed_run(make, 2, prefetch=4)[0] == full
+    blind_before, blind_state = _checkpointed_run(make, 2, stop=5, prefetch=4)
+    assert blind_before == before and blind_state["position"] == state["position"]
+    after, _ = _checkpointed_run(make, 2, state=blind_state, prefetch=4)
+    assert before + after == full
+    with pytest.raises(ValueError, match=r"last 4 batches.*state_dict\(batches_done=step\)"):
+        _checkpointed_run(make, 2, stop=11, prefetch=4)  # the sampler ran out at step 10
 
 
 def test_the_window_warning_points_at_the_users_loop_not_at_torch():
     data = TensorDataset(torch.randn(160, 4), torch.arange(160))
-    sampler = SelectionBatchSampler(LossRankSelector(160, 8, seed=0), rank=0, world_size=1)
+    sampler = SelectionBatchSampler(LossRankSelector(160, 8, seed=0), rank=0, world_size=1, workers_ahead=4)
     with pytest.warns(UserWarning, match="asks for batches 4 ahead") as seen:
         _loader_epoch(sampler, data, num_workers=2)
     (warning,) = [w for w in seen if "ahead" in str(w.message)]
@@ -793,35 +814,40 @@ def _break_after(sampler, data, steps, **loader_kwargs):
     return got
 
 
-@pytest.mark.parametrize("steps", [10, 12, 13])
-def test_a_checkpoint_after_leaving_the_loop_in_the_last_window_is_exact(steps):
-    """The sampler has handed out the whole epoch (13 batches) while the loop is up to 4
-    behind: before, such a checkpoint counted them all and the resume skipped the rest."""
+def _random_sampler(**kwargs):
+    return SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1, workers_ahead=4, **kwargs)
+
+
+@pytest.mark.parametrize("steps", [3, 9, 10, 12, 13])
+def test_a_checkpoint_after_leaving_the_loop_is_exact(steps):
+    """The loop leaves the epoch (13 batches) after ``steps`` and drops its iterator. Up to
+    step 9 the workers hold 4 batches; from step 10 the sampler has run out and torch's
+    own count says how far the loop got (before: the whole epoch counted as trained)."""
     data = TensorDataset(torch.arange(104))
-    full = _break_after(SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1), data, 13)
-    sampler = SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1)
+    full = _break_after(_random_sampler(), data, 13)
+    sampler = _random_sampler()
     head = _break_after(sampler, data, steps)
     state = sampler.state_dict()
-    resumed = SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1)
+    resumed = _random_sampler()
     resumed.load_state_dict(state)
     assert head + _break_after(resumed, data, 13) == full
 
 
-def test_a_checkpoint_the_sampler_cannot_place_is_refused_naming_the_step_form():
+def test_a_copy_of_the_sampler_counts_mid_epoch_and_refuses_in_the_tail():
     data = TensorDataset(torch.arange(104))
-    sampler = SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1)
+    sampler = _random_sampler()
     _break_after(sampler, data, 3)  # the iterator is gone with 4 more batches in its workers
-    with pytest.raises(ValueError, match=r"state_dict\(batches_done=step\)"):
-        sampler.state_dict()
-    assert sampler.state_dict(batches_done=3)["position"] == 3
-    copy = pickle.loads(pickle.dumps(sampler))  # a copy keeps the look-ahead, not the iterator
+    assert pickle.loads(pickle.dumps(sampler)).state_dict()["position"] == 3
+    _break_after(sampler, data, 11)  # the tail: only the loader's count tells, and a copy has no loader
+    copy = pickle.loads(pickle.dumps(sampler))
+    assert copy.state_dict(batches_done=11)["position"] == 11
     with pytest.raises(ValueError, match=r"state_dict\(batches_done=step\)"):
         copy.state_dict()
 
 
 def test_batches_out_of_order_are_warned_and_their_position_refused():
     data = TensorDataset(torch.arange(104))
-    sampler = SelectionBatchSampler(RandomSelector(104, 8, seed=0), rank=0, world_size=1)
+    sampler = _random_sampler()
     with pytest.warns(UserWarning, match=r"in_order=False\) hands batches to the loop in the order"):
         loader = iter(DataLoader(data, batch_sampler=sampler, num_workers=2, in_order=False))
         next(loader)

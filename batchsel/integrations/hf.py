@@ -292,17 +292,19 @@ class BatchselTrainerMixin:
         else:
             collator = self._get_collator_with_removed_columns(collator, description="training")
         # Built now, not in __init__: under torchrun the process group exists by now.
+        workers = self.args.dataloader_num_workers
+        extra = {"prefetch_factor": self.args.dataloader_prefetch_factor} if workers > 0 else {}
         kwargs = {
             "drop_last": self.args.dataloader_drop_last,
             "weighted": self._batchsel_profile.weighted_plans,
+            # the loader built below fetches this many batches ahead (torch's prefetch_factor defaults to 2)
+            "workers_ahead": workers * (extra.get("prefetch_factor") or 2) if workers > 0 else 0,
             **self.batchsel_sampler_kwargs,
         }
         sampler = SelectionBatchSampler(selector, **kwargs)
         self.batchsel_sampler = sampler
         if self._batchsel_checkpoint is not None:
             self._batchsel_restore(self._batchsel_checkpoint)
-        workers = self.args.dataloader_num_workers
-        extra = {"prefetch_factor": self.args.dataloader_prefetch_factor} if workers > 0 else {}
         # Not through accelerator.prepare: BatchSamplerShard would shard the rank's own
         # batches again, and DataLoaderShard fetches one batch ahead.
         indexed = IndexedDataset(dataset, self.batchsel_index_column, self.batchsel_weight_column)

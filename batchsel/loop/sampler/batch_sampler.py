@@ -108,11 +108,11 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         the training thread still paid.
 
         A DataLoader with workers asks for ``num_workers * prefetch_factor`` batches ahead
-        of the loop: that window is part of the lag, and the sampler selects only the rest
-        ahead itself. With ``prefetch`` at least the window the batches are those of
-        ``num_workers=0`` with the same ``prefetch``; a smaller one gets the window's lag
-        and a warning. Selectors without feedback (random, graph blocks, offline plans)
-        yield exactly the batches of ``prefetch=0``.
+        of the loop (``workers_ahead``): that window is part of the lag, and the sampler
+        selects only the rest ahead itself. With ``prefetch`` at least the window the
+        batches are those of ``num_workers=0`` with the same ``prefetch``; a smaller one
+        gets the window's lag and a warning. Selectors without feedback (random, graph
+        blocks, offline plans) yield exactly the batches of ``prefetch=0``.
 
         In the usual loop (``for batch in loader: step; observe``) batch ``t + 1`` is
         selected from the feedback of batches ``<= t - 1`` with ``prefetch=1`` (``<= t``
@@ -129,6 +129,16 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         takes. Over torch.distributed the process group's own ``timeout`` applies. Each
         all-gather also checks that every rank is at the same :meth:`observe` call of the
         same epoch (``RuntimeError`` naming each rank's call otherwise).
+
+    workers_ahead : int, default 0
+        The batches the DataLoader's workers fetch ahead of the training loop:
+        ``num_workers * prefetch_factor`` (torch's ``prefetch_factor`` is 2 by default),
+        0 without workers. Stated, not guessed: the feedback lag (``prefetch``) counts it,
+        and :meth:`state_dict` subtracts it from the batches handed out, so a checkpoint
+        counts the batches the loop trained, not those the workers fetched. Where the
+        DataLoader is seen to fetch another number ahead, a warning names the value and
+        :meth:`state_dict` refuses to count (``batches_done=step`` is exact in any loop).
+        The Lightning and Hugging Face integrations pass their step count themselves.
 
     Notes
     -----
@@ -167,6 +177,7 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         drop_last: bool = False,
         prefetch: int | None = None,
         timeout: float | None = 1800.0,
+        workers_ahead: int = 0,
     ) -> None:
         profile = self._profile = SelectorProfile(selector)  # TypeError for anything else
         profile.check_seed(seed)
@@ -174,6 +185,7 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         self.sync_every = check_int(sync_every, "sync_every", minimum=1)
         self.prefetch = profile.default_prefetch if prefetch is None else check_int(prefetch, "prefetch", minimum=0)
         self.timeout = gather_timeout(timeout)
+        self.workers_ahead = check_int(workers_ahead, "workers_ahead", minimum=0)
         self._checks = LoopChecks(profile)
         self._checks.weights_dropped(weighted)
         self.weighted, self.drop_last = bool(weighted), bool(drop_last)
@@ -240,20 +252,26 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         # a process group may exist now (one process so far), and it must agree with
         # explicit values; a multi-rank answer is final
         self._world.refresh()
+        # torch's frames are read to refuse accelerate's re-sharding and to warn where the
+        # loader's look-ahead is not the one stated; no batch depends on them
         caller = sys._getframe(1)
         check_not_resharded(caller, self)
         loader = loader_iterator(caller, self)
-        window = self._checks.loader(loader, self.weighted, self.prefetch)
+        del caller
+        window = self.workers_ahead
+        seen, mismatch = self._checks.loader(loader, self.weighted, self.prefetch, window)
         feedback, record = self._feedback, self._record
         feedback.background.stop()  # an earlier iteration left unfinished: its selection ends first
         epoch = self.epoch
         self._checks.previous_pass(record, epoch, feedback.fed)
         start, pending, skip = record.begin(epoch)
-        own_count = loader is None or saves_sampler_at_dispatch(loader)  # torchdata's counts what it dispatched
-        record.attach(None if own_count else loader, 0 if own_count else window)
-        del caller, loader  # the generator must not keep the loop's iterator alive
+        if loader is not None and saves_sampler_at_dispatch(loader):
+            record.attach(None, 0)  # torchdata's loader saves the sampler as it dispatches: that count is its own
+        else:
+            record.attach(loader, window, mismatch)
+        del loader  # the generator must not keep the loop's iterator alive
         feedback.restart()
-        unfed_after = feedback.unfed_after(self.prefetch, window)  # observe() forgotten after these
+        unfed_after = feedback.unfed_after(self.prefetch, seen)  # observe() forgotten after these
         for _ in range(skip):  # finished batches that the framework skips itself, unseen
             record.yielded += 1
             yield []
@@ -289,8 +307,10 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         ``torch.save`` / ``torch.load`` handle it with the model's state).
 
         ``batches_done``: the batches of the current epoch the loop has finished. The
-        default, the batches it received from the DataLoader (not those workers fetched
-        ahead), is exact for a checkpoint taken after a step; else pass your step count.
+        default, the batches handed out less the ``workers_ahead`` the DataLoader's
+        workers hold, is exact for a checkpoint taken after a step; in an epoch's last
+        ``workers_ahead`` batches it needs the loader's own count, and without one it
+        raises ``ValueError`` naming the exact form: pass your step count.
         Batches an online selector drew ahead of that point are replayed first on resume.
 
         ``all_ranks=True`` (collective) returns every rank's state in one dict, so that

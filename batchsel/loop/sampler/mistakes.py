@@ -2,8 +2,9 @@
 "Common mistakes").
 
 A weighted plan yielded without its weights, a pass without ``set_epoch``, a feedback
-selector given no feedback, weighted keys into a dataset that cannot take them, and a
-DataLoader whose workers ask for more batches ahead than the sampler's ``prefetch``.
+selector given no feedback, weighted keys into a dataset that cannot take them, a
+DataLoader whose workers ask for more batches ahead than the sampler's ``prefetch``. (One
+that fetches ahead other than ``workers_ahead`` says is refused by the checkpoint's count.)
 Each warning names the fix.
 """
 
@@ -120,27 +121,35 @@ class LoopChecks:
             f"follow the training. Call sampler.observe(batch, {sorted(needed)[0]}=...) after each step",
         )
 
-    def loader(self, loader: Any, weighted: bool, prefetch: int) -> int:
-        """Warn of what a DataLoader iterating the sampler changes, and return how many
-        batches it asks for ahead of the training loop (its workers' prefetch: the feedback
-        lag it adds).
+    def loader(self, loader: Any, weighted: bool, prefetch: int, stated: int) -> tuple[int, str | None]:
+        """Warn of what a DataLoader iterating the sampler changes, and compare its
+        look-ahead with the one the sampler was told (``workers_ahead``).
+
+        The loader is found from torch's frames and private attributes, which only warn
+        or refuse: the batches and a checkpoint's count follow the stated look-ahead, and
+        where the loader is seen to differ, :meth:`SelectionBatchSampler.state_dict`
+        refuses to count (a loop that never checkpoints is not warned).
 
         Parameters
         ----------
         loader : DataLoader iterator or None
-            The iterator asking for batches (None: a loop of its own).
+            The iterator asking for batches (None: a loop of its own, or not found).
         weighted : bool
             Whether the sampler yields ``(index, weight)`` keys.
         prefetch : int
             The sampler's ``prefetch``.
+        stated : int
+            The sampler's ``workers_ahead``.
 
         Returns
         -------
-        int
-            ``num_workers * prefetch_factor`` (0 without workers or loader).
+        tuple
+            ``(seen, mismatch)``: the larger of the stated look-ahead and the loader's
+            ``num_workers * prefetch_factor``, and why they differ (None where they agree
+            or no loader was seen).
         """
         if loader is None:
-            return 0
+            return stated, None
         dataset = getattr(loader, "_dataset", None)
         if weighted and dataset is not None and not getattr(dataset, "accepts_weighted_keys", False):
             self.warn_once(
@@ -152,6 +161,14 @@ class LoopChecks:
             )
         workers = int(getattr(loader, "_num_workers", 0) or 0)
         window = workers * int(getattr(loader, "_prefetch_factor", None) or 0)
+        mismatch = None
+        if window != stated and not saves_sampler_at_dispatch(loader):
+            mismatch = (
+                f"the DataLoader (num_workers={workers}) fetches {window} batches ahead of the training loop and the "
+                f"sampler was told workers_ahead={stated}: build it with SelectionBatchSampler(..., "
+                f"workers_ahead={window}) (num_workers x prefetch_factor), or pass your step count, "
+                "sampler.state_dict(batches_done=step)"
+            )
         if workers and self.profile.uses_feedback and saves_sampler_at_dispatch(loader):
             # it snapshots the sampler when a batch is dispatched, before the losses of the
             # batches in flight are observed: those losses are missing from the checkpoint
@@ -171,16 +188,18 @@ class LoopChecks:
                 "repeats some and skips others (sampler.state_dict() refuses the epoch's position). Keep "
                 "in_order=True (the default) where you resume mid-epoch",
             )
-        if window > prefetch and self.profile.lag_matters:  # offline: plans at the epoch start
+        lag = window + max(prefetch - stated, 0)  # the loader's window and the sampler's own selections ahead
+        if lag != prefetch and self.profile.lag_matters:  # offline: plans at the epoch start
             self.warn_once(
                 "num_workers",
                 f"DataLoader(num_workers={workers}) asks for batches {window} ahead of the training step, so "
-                f"{self.profile.name} sees the feedback {window} batches late, not {prefetch} "
-                f"(prefetch={prefetch}): its batches are those of num_workers=0 with prefetch={window}. Pass "
-                f"SelectionBatchSampler(prefetch={window}) for batches that do not depend on num_workers, or "
-                f"load in the main process (num_workers=0) where loading is cheap",
+                f"{self.profile.name} sees the feedback {lag} batches late, not {prefetch} "
+                f"(prefetch={prefetch}, workers_ahead={stated}): its batches are those of num_workers=0 with "
+                f"prefetch={lag}. Pass SelectionBatchSampler(prefetch={max(prefetch, window)}, "
+                f"workers_ahead={window}) for batches that do not depend on num_workers, or load in the main "
+                f"process (num_workers=0) where loading is cheap",
             )
-        return window
+        return max(window, stated), mismatch
 
 
 __all__ = ["LoopChecks"]

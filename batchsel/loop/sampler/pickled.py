@@ -27,7 +27,7 @@ WORLD += (("_rank", "found_rank"), ("_world_size", "found_size"), ("_resolved", 
 RECORD: tuple[tuple[str, str], ...] = (("_resume", "resume"), ("_iter_epoch", "epoch"), ("_iter_base", "base"))
 RECORD += (("_yielded", "yielded"), ("_history", "history"), ("_iter_pending", "pending"), ("_passed", "passed"))
 # a copy keeps the loader's look-ahead, not its iterator: its checkpoint then asks for the step
-RECORD += (("_iter_window", "window"),)
+RECORD += (("_iter_window", "window"), ("_iter_attached_at", "attached_at"), ("_iter_mismatch", "mismatch"))
 FEEDBACK: tuple[tuple[str, str], ...] = (
     ("_observe_calls", "calls"),
     ("_fed", "fed"),
@@ -110,6 +110,7 @@ def from_pickled(owner: Any, state: dict[str, Any]) -> dict[str, Any]:
     state.setdefault("timeout", 1800.0)  # pickled before these existed
     state.setdefault("_waited", 0.0)
     state.setdefault("_handed", 0)
+    state.setdefault("workers_ahead", 0)
     parts = dict(_profile=profile, _world=world, _lengths=lengths, _record=record, _feedback=feedback)
     return {**state, **parts, "_checks": checks}
 

@@ -46,13 +46,17 @@ class IterationRecord:
         self.history: list[np.ndarray] = []  # batches handed out by the latest iteration (online / feedback)
         self.pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         self.passed = False  # whether the latest iteration ran to its end
-        # the attributes of the DataLoader iterator running the latest iteration (None: no
-        # loader, or it is gone; not pickled: a new one attaches itself), whether it hands
-        # batches out in order, its look-ahead, and how many batches were handed out before it
+        # the look-ahead of the DataLoader running the latest iteration, as stated
+        # (``workers_ahead``), whether its loader was seen to differ, and how many batches
+        # were handed out before it started
+        self.window = 0
+        self.mismatch: str | None = None
+        self.attached_at = 0
+        # the loader's iterator, for the epoch's tail only (None: none, gone, or a copy of
+        # the sampler; not pickled: a new one attaches itself), and whether it hands
+        # batches out in order
         self.loader_attributes: Callable[[], dict[str, Any] | None] = lambda: None
         self.ordered = True
-        self.window = 0
-        self.attached_at = 0
 
     def begin(self, epoch: int) -> tuple[int, list[np.ndarray], int]:
         """Start an iteration over ``epoch``, from the restart point when it is that epoch's.
@@ -79,48 +83,60 @@ class IterationRecord:
         self.passed = False
         return start, pending, skip
 
-    def attach(self, loader: Any, window: int) -> None:
-        """Note the DataLoader iterator that runs this iteration (None: a loop of its own)
-        and how many batches it asks for ahead of the training loop.
+    def attach(self, loader: Any, window: int, mismatch: str | None = None) -> None:
+        """Note the look-ahead of the DataLoader that runs this iteration, as stated, and
+        its iterator where one was found (None: a loop of its own, or not found).
 
         Parameters
         ----------
         loader : DataLoader iterator or None
-            The iterator asking for the batches.
+            The iterator asking for the batches; read only in the epoch's tail.
         window : int
-            Its look-ahead, ``num_workers * prefetch_factor``.
+            The stated look-ahead, ``num_workers * prefetch_factor`` (the sampler's
+            ``workers_ahead``).
+        mismatch : str or None
+            Why the stated look-ahead is not the loader's (a checkpoint's default count
+            then refuses, naming this); None where it agrees or no loader was seen.
         """
         # weak while the epoch runs: a loop that leaves it drops the iterator, and its workers
         held = None if loader is None else weakref.ref(loader)
         self.loader_attributes = lambda: None if held is None else getattr(held(), "__dict__", None)
         self.ordered = hands_out_in_order(loader)
-        self.window, self.attached_at = window, self.yielded
+        self.window, self.mismatch, self.attached_at = window, mismatch, self.yielded
 
     def finish(self) -> None:
-        """The iteration handed out its last batch: the loop may still be up to the
-        loader's look-ahead behind, so its iterator (workers done) is held until the next
-        iteration, to tell a checkpoint taken after the loop how far the loop got."""
+        """The iteration handed out its last batch and was asked for one more: the loop may
+        still be up to the loader's look-ahead behind, so the loader's attributes are held
+        until the next iteration, to tell a checkpoint taken after the loop how far it got."""
         self.passed = True
         attributes = self.loader_attributes()
         if attributes is not None:  # its attributes only: the iterator itself would be copied into forked workers
             self.loader_attributes = lambda: attributes
 
     def in_flight(self) -> int | None:
-        """Batches handed to the DataLoader that its training loop has not received yet:
-        0 for a loop of its own or without workers, None where a loader with workers cannot
-        tell (its iterator dropped mid-epoch, a copy of the sampler, batches out of order).
+        """Batches handed to the DataLoader that its training loop has not received yet.
+
+        A DataLoader with workers asks for ``window`` batches before its loop receives the
+        first and for one more each time the loop receives one (torch's documented
+        ``prefetch_factor``, in order), so while the epoch lasts the loop is exactly
+        ``window`` batches behind the sampler. Once the sampler has run out that stops
+        holding: the loop is then between ``window - 1`` batches and none behind, which
+        only the loader's own count tells, where it keeps one.
 
         Returns
         -------
         int or None
-            The batches the workers hold, which a checkpoint taken now must not count.
+            The batches in flight, which a checkpoint taken now must not count; None where
+            that cannot be told (the stated look-ahead is not the loader's, batches out of
+            order, or the epoch's tail without the loader's count).
         """
-        if self.window == 0:
-            return 0
-        received = (self.loader_attributes() or {}).get("_num_yielded")  # torch's count of the batches returned
-        if not self.ordered or not isinstance(received, int):
+        if self.mismatch is not None or not self.ordered:
             return None
-        return max(self.yielded - self.attached_at - received, 0)
+        handed = self.yielded - self.attached_at
+        if not self.passed or self.window <= 1:
+            return min(self.window, handed)
+        received = (self.loader_attributes() or {}).get("_num_yielded")  # torch's count, where it keeps one
+        return max(handed - received, 0) if isinstance(received, int) else None
 
     def handed(self, batch: np.ndarray, keep: bool) -> None:
         """Count a batch handed out; ``keep`` it where the selector's batches are recorded."""
@@ -181,17 +197,7 @@ class IterationRecord:
         else:
             held = self.in_flight()
             if held is None:
-                if not self.ordered:
-                    raise ValueError(
-                        "the DataLoader hands batches out of order (in_order=False): no position in the epoch says "
-                        "which were trained; checkpoint at an epoch's end, or use in_order=True"
-                    )
-                raise ValueError(
-                    f"sampler.state_dict() cannot tell how many of the {yielded} batches handed to the DataLoader "
-                    f"(num_workers fetching {self.window} ahead) the training loop has finished (its iterator is "
-                    "gone, or this is a copy of the sampler): pass your step count, "
-                    "sampler.state_dict(batches_done=step)"
-                )
+                raise ValueError(self.unknown_position())
             done = yielded - held
         if done > yielded:
             raise ValueError(f"batches_done={done} but only {yielded} batches of epoch {epoch} were handed out")
@@ -205,6 +211,21 @@ class IterationRecord:
             drawn = drawn if len(drawn) >= len(self.pending) else self.pending
             pending = [np.array(b, dtype=np.int64) for b in drawn[done - self.base :]]
         return {"epoch": epoch, "position": done + len(pending), "pending": pending}
+
+    def unknown_position(self) -> str:
+        """Why :meth:`in_flight` cannot tell the loop's position, and the exact form."""
+        if not self.ordered:
+            return (
+                "the DataLoader hands batches out of order (in_order=False): no position in the epoch says "
+                "which were trained; checkpoint at an epoch's end, or use in_order=True"
+            )
+        if self.mismatch is not None:
+            return f"sampler.state_dict() cannot count the batches trained: {self.mismatch}"
+        return (
+            f"sampler.state_dict() cannot tell how many of the epoch's last {self.window} batches handed to the "
+            f"DataLoader (workers_ahead={self.window}) the training loop has finished: pass your step count, "
+            "sampler.state_dict(batches_done=step)"
+        )
 
     def restart_at(self, state: dict[str, Any], position: int, placeholders: bool) -> None:
         """Restart the saved epoch at ``position`` when it is next iterated.
