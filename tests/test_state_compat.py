@@ -44,3 +44,26 @@ def test_every_kind_of_selector_is_recorded():
     recorded = {type(V1.selectors()[name][0]()).__name__ for name in RECORDED if name in V1.selectors()}
     selectors = {n for n in batchsel.__all__ if n.endswith("Selector") and n != "Selector"}
     assert recorded == selectors
+
+
+@pytest.mark.parametrize("name", sorted(set(RECORDED) - {"loss_rank_two_ranks"}))
+def test_this_releases_state_loads_with_weights_only_and_resumes_alike(name):
+    import io
+
+    make, kwargs = V1.selectors()[name]
+    _, state = V1.run(make, kwargs, stop=V1.STOP)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    rest, _ = V1.run(make, kwargs, state=loaded)
+    assert rest == RECORDED[name]["rest"]
+
+
+def test_a_sampler_pickled_by_0_1_0_is_refused_naming_the_state_dict():
+    from batchsel import SelectionBatchSampler
+
+    flat = {"selector": None, "_yielded": 3, "_iter_epoch": 0}  # the flat form 0.1.0 pickled
+    sampler = SelectionBatchSampler.__new__(SelectionBatchSampler)
+    with pytest.raises(ValueError, match=r"pickled by batchsel 0\.1\.0.*sampler\.state_dict\(\)"):
+        sampler.__setstate__(flat)

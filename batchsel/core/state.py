@@ -1,14 +1,74 @@
-"""State dicts that ``torch.load(weights_only=True)`` reads: numpy arrays travel as
-tensors, numpy scalars as Python ones, so a checkpoint holding a batchsel state loads
-with torch's safe default."""
+"""Resume state: the protocol every stateful part keeps, the one version number of the
+saved forms, and dicts that ``torch.load(weights_only=True)`` reads (numpy arrays travel
+as tensors, numpy scalars as Python ones, so a checkpoint holding a batchsel state loads
+with torch's safe default)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from batchsel.core.checks import tensor_to_numpy
+
+#: the version of every saved form batchsel writes (samplers, selectors, streams,
+#: filters): one number for the release's formats, raised when any of them changes.
+#: 0.1.0 wrote 1.
+STATE_VERSION = 1
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """What can be checkpointed and resumed: torchdata's ``Stateful`` protocol.
+    ``state_dict()`` returns plain containers, numbers, strings and tensors
+    (:func:`to_portable`), which ``torch.save`` writes and ``torch.load(weights_only=True)``
+    reads; ``load_state_dict(state)`` restores it.
+
+    Example
+    -------
+    >>> from batchsel import RandomSelector
+    >>> isinstance(RandomSelector(10, 2), Stateful)
+    True
+    """
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def check_version(state: Any, what: str) -> dict[str, Any]:
+    """``state`` if it is a saved form of a version this release reads, else ``ValueError``
+    naming ``what`` should have been given.
+
+    Parameters
+    ----------
+    state : Any
+        A saved state (a dict with ``version``).
+    what : str
+        The class whose ``state_dict()`` made it, for the message.
+
+    Returns
+    -------
+    dict
+        ``state``, unchanged.
+
+    Examples
+    --------
+    >>> check_version({"version": 1}, "Thing")
+    {'version': 1}
+    >>> check_version([], "Thing")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a Thing state (pass what Thing.state_dict() returned): got list
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"not a {what} state (pass what {what}.state_dict() returned): got {type(state).__name__}")
+    version = state.get("version")
+    if not isinstance(version, int) or not 1 <= version <= STATE_VERSION:
+        raise ValueError(
+            f"not a {what} state of a version this release reads (1 to {STATE_VERSION}): version {version!r}"
+        )
+    return state
 
 
 def to_portable(obj: Any) -> Any:

@@ -346,10 +346,18 @@ class BackgroundSelection:
         #: hold all feedback back until the next iteration starts or this one runs out (a
         #: selector that reads it only when it plans an epoch: one hand-over per epoch)
         self.per_iteration = per_iteration
-        self._apply = lambda observations: self.clock.run(apply, observations)
+        self._feed = apply
         #: feedback not handed to the selector yet, oldest first
         self.deferred: list[Observation] = [] if deferred is None else deferred
         self._thread: _SelectionThread | None = None  # the running iteration's
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy has no thread (a thread neither copies nor pickles): its iteration starts its own
+        return {**self.__dict__, "_thread": None}
+
+    def _apply(self, observations: list[Observation]) -> None:
+        """Hand ``observations`` to the selector, timed by :attr:`clock`."""
+        self.clock.run(self._feed, observations)
 
     def run(self, source: Iterator[Item], depth: int) -> Iterator[Item]:
         """``source``'s items. With ``depth > 0`` each is selected in a daemon thread

@@ -205,5 +205,37 @@ class TorchDistComm(CommBase):
         self._ensure_init()
         self._dist.barrier(group=self.group)
 
+    def wait_for_ranks(self, what: str, timeout: float | None) -> None:
+        """Return once every rank has called it, or raise ``RuntimeError`` naming ``what``
+        and the ranks that did not arrive after ``timeout`` seconds.
+
+        Only a bound tighter than the process group's own (``timeout`` below this
+        communicator's, torch's 30 minutes by default) costs anything: gloo's
+        ``monitored_barrier``, which names the missing ranks, one message per rank. A
+        looser or no bound is the process group's, which every collective has anyway;
+        backends without a monitored barrier (NCCL) keep that one too.
+
+        Parameters
+        ----------
+        what : str
+            The collective about to run, named in the error.
+        timeout : float or None
+            Seconds to wait; None: as long as the process group waits.
+        """
+        if timeout is None or not timeout < self.timeout or self.size == 1:
+            return
+        self._ensure_init()
+        if self._dist.get_backend(self.group) != "gloo":
+            return
+        try:
+            self._dist.monitored_barrier(
+                group=self.group, timeout=datetime.timedelta(seconds=timeout), wait_all_ranks=True
+            )
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"{what}: rank {self.rank} waited {timeout:g} s for the other ranks, which did not arrive "
+                f"(a rank stopped, or does not make this call: every rank must) - {exc}"
+            ) from exc
+
 
 __all__ = ["TorchDistComm", "destroy_process_group", "torch_dist_initialized"]

@@ -1,17 +1,22 @@
 """The batch sampler: DistributedSampler's contract over a batchsel selector.
 
 :class:`SelectionBatchSampler` keeps the contract (rank and world size, ``set_epoch``,
-iteration, ``len``, ``state_dict`` / ``load_state_dict``) and hands the rest to its parts:
+iteration, ``len``), the feedback (``observe``), the checks that every rank works from
+the same plan (``fingerprint``, ``verify``) and resume (``state_dict`` /
+``load_state_dict``), and hands the work to its parts:
 :class:`~batchsel.loop.sampler.profile.SelectorProfile` (what kind of selector it drives),
 :class:`~batchsel.loop.sampler.world.RankWorld` (ranks and communicator),
 :class:`~batchsel.loop.sampler.lengths.EpochLengths`,
-:class:`~batchsel.loop.sampler.resume.IterationRecord` (exact resume),
+:class:`~batchsel.loop.sampler.resume.IterationRecord` (exact resume, its state typed in
+:class:`~batchsel.loop.sampler.resume.SamplerState`),
 :class:`~batchsel.loop.sampler.exchange.FeedbackExchange` (feedback across ranks and the
 selection ahead) and :class:`~batchsel.loop.sampler.mistakes.LoopChecks` (the warnings).
+Each part pickles as it is (threads and the DataLoader's iterator stay behind).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import sys
 import time
@@ -20,10 +25,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from batchsel.core.checks import check_int
-from batchsel.core.state import to_portable
 from batchsel.distributed.comm import Communicator
-from batchsel.loop.sampler.agreement import PlanAgreement
-from batchsel.loop.sampler.exchange import FeedbackExchange, FeedbackMethods, gather_timeout
+from batchsel.loop.sampler.exchange import FeedbackExchange, gather_timeout
 from batchsel.loop.sampler.frameworks import (
     EpochSetter,
     check_not_resharded,
@@ -32,15 +35,20 @@ from batchsel.loop.sampler.frameworks import (
 )
 from batchsel.loop.sampler.lengths import EpochLengths
 from batchsel.loop.sampler.mistakes import LoopChecks
-from batchsel.loop.sampler.pickled import from_pickled, to_pickled
 from batchsel.loop.sampler.profile import SelectorProfile
-from batchsel.loop.sampler.resume import IterationRecord, check_same_run, every_rank, own_state, run_keys, stamp
+from batchsel.loop.sampler.resume import IterationRecord, RunRecord, SamplerState, every_rank
 from batchsel.loop.sampler.weighted import WeightedBatch
 from batchsel.loop.sampler.world import RankWorld
+from batchsel.selectors.hashing import digest
 from batchsel.selectors.selector import Selector
 
+#: seconds a state call across ranks (``state_dict(all_ranks=True)``, ``verify``) waits
+#: for every rank by default before it raises, naming the call: such calls come at fixed
+#: points of a loop, where ranks meet within moments unless one does not make the call
+STATE_CALL_TIMEOUT = 30.0
 
-class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
+
+class SelectionBatchSampler:
     """Yields this rank's batches (lists of int indices) of a selector's epoch plan.
 
     Use it as ``DataLoader(dataset, batch_sampler=sampler)``; ``num_workers > 0`` works
@@ -301,10 +309,131 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         finally:  # a loop that breaks early: the prefetch thread stops now, not at garbage collection
             source.close()
 
+    # -- feedback -----------------------------------------------------------------------
+    def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
+        """Hand the selector feedback on the examples ``indices`` (a batch just trained
+        on): per-example ``losses``, ``logits`` (rows), ``embeddings`` (rows); numpy
+        arrays or tensors (detached here). A selector that does not read feedback
+        (e.g. RandomSelector) costs nothing here.
+
+        Only what the selector reads (its ``feedback_fields``) is kept; a call whose
+        feedback is all unread is dropped (SubmodularSelector at its default weights reads
+        embeddings only, so logits cost nothing). In a multi-rank job with a selector
+        that uses feedback, the rest is buffered and all-gathered every ``sync_every``
+        calls (a collective); every rank's selector then observes every rank's feedback,
+        in the same order. So every rank calls ``observe`` alike: as often, with the same
+        kinds of feedback.
+        """
+        if not self._profile.uses_feedback:
+            return
+        start = time.perf_counter()
+        try:
+            self._feedback.observe(
+                indices, losses, logits, embeddings, sync_every=self.sync_every, timeout=self.timeout
+            )
+        finally:
+            self._waited += time.perf_counter() - start
+
+    def sync(self) -> None:
+        """All-gather the buffered feedback now (collective) and hand it to the selector:
+        round by round (call order), rank by rank within a round."""
+        self._feedback.sync(self.timeout)
+
+    def batch_indices(self, batch: int) -> np.ndarray:
+        """The example indices of batch number ``batch`` (counted from the epoch's start) of
+        the epoch being iterated, as handed out: for a framework that gives feedback after
+        the fact by batch number (Lightning's ``batch_idx``), without an index column in
+        the data. Recorded for selectors that use feedback.
+
+        >>> from batchsel import LossRankSelector
+        >>> sampler = SelectionBatchSampler(LossRankSelector(10, 2), rank=0, world_size=1)
+        >>> first = next(iter(sampler))
+        >>> sampler.batch_indices(0).tolist() == first
+        True
+        """
+        batch = check_int(batch, "batch", minimum=0)
+        if not self._profile.records_batches:
+            raise ValueError(f"{self._profile.name} uses no feedback: its batches are not recorded")
+        return self._record.batch(batch)
+
+    def cost(self) -> dict[str, float]:
+        """What selection has cost so far, in seconds, since the sampler was built.
+
+        ``selection``: drawing batches and handing feedback to the selector, on whichever
+        thread did it (``prefetch``); ``compile``: numba compiling kernels inside that
+        (:func:`batchsel.warmup` moves it out of a timed run); ``training_thread``: what
+        the training loop spent in the sampler (getting batches, waiting for the thread,
+        :meth:`observe` with its conversions and all-gathers), compilation left out: the
+        part of the selection it did not hide; ``batches`` handed out and
+        ``ms_per_batch`` = ``training_thread`` per batch.
+
+        >>> from batchsel import LossRankSelector
+        >>> sampler = SelectionBatchSampler(LossRankSelector(100, 10), rank=0, world_size=1)
+        >>> for batch in sampler:
+        ...     sampler.observe(batch, losses=np.ones(len(batch)))
+        >>> cost = sampler.cost()
+        >>> cost["batches"], cost["selection"] > 0
+        (10.0, True)
+        """
+        clock = self._feedback.background.clock
+        exposed = max(0.0, self._waited - clock.compile)
+        return {
+            "batches": float(self._handed),
+            "selection": clock.select,
+            "compile": clock.compile,
+            "training_thread": exposed,
+            "ms_per_batch": 1e3 * exposed / max(self._handed, 1),
+        }
+
+    # -- agreement across ranks -----------------------------------------------------------
+    def fingerprint(self, epoch: int | None = None) -> str:
+        """16 hex digits identifying the epoch's plan: the plan's own fingerprint for an
+        offline selector. An online selector draws its batches as training goes, and part
+        of its state (the examples this rank used) differs between ranks by design; its
+        fingerprint covers what must agree: epoch, world size, batches per rank and
+        :meth:`Selector.fingerprint <batchsel.selectors.Selector.fingerprint>` (class,
+        settings such as seed and weights, and a digest of the data: embeddings, shards).
+
+        >>> from batchsel import RandomSelector
+        >>> sampler = SelectionBatchSampler(RandomSelector(10, 2, seed=0), rank=0, world_size=1)
+        >>> sampler.verify() == sampler.fingerprint(), len(sampler.fingerprint())
+        (True, 16)
+        """
+        epoch = self.epoch if epoch is None else check_int(epoch, "epoch", minimum=0)
+        if not self._profile.online:
+            self._feedback.background.apply_held_back()  # a plan drawn now must see the feedback so far
+            return self.selector.plan(epoch, self.world_size).fingerprint()
+        h = hashlib.sha256()
+        digest([epoch, self.world_size, len(self), self.selector.fingerprint(self.world_size)], h)
+        return h.hexdigest()[:16]
+
+    def verify(self, epoch: int | None = None, timeout: float | None = STATE_CALL_TIMEOUT) -> str:
+        """All-gather every rank's :meth:`fingerprint` (collective) and raise
+        ``RuntimeError`` if they differ (different seeds, data or selector settings on
+        different ranks would give overlapping or missing batches). Returns the
+        fingerprint. A rank that does not make the call fails the others within
+        ``timeout`` seconds (MPI, torch.distributed over gloo), naming it."""
+        mine = self.fingerprint(epoch)
+        comm = self.comm
+        if comm is None or self.world_size == 1:
+            return mine
+        wait = getattr(comm, "wait_for_ranks", None)
+        if wait is not None:
+            wait("sampler.verify(), a collective", timeout)
+        prints = comm.allgather(mine)
+        if len(set(prints)) != 1:
+            raise RuntimeError(
+                f"ranks disagree on the plan of epoch {self.epoch if epoch is None else epoch}: "
+                f"fingerprints by rank {prints}"
+            )
+        return mine
+
     # -- resume -------------------------------------------------------------------------
-    def state_dict(self, batches_done: int | None = None, all_ranks: bool = False) -> dict[str, Any]:
+    def state_dict(
+        self, batches_done: int | None = None, all_ranks: bool = False, timeout: float | None = STATE_CALL_TIMEOUT
+    ) -> dict[str, Any]:
         """Everything needed to resume this rank mid-epoch (arrays as torch tensors, so
-        ``torch.save`` / ``torch.load`` handle it with the model's state).
+        ``torch.save`` / ``torch.load(weights_only=True)`` handle it with the model's state).
 
         ``batches_done``: the batches of the current epoch the loop has finished. The
         default, the batches handed out less the ``workers_ahead`` the DataLoader's
@@ -313,47 +442,53 @@ class SelectionBatchSampler(FeedbackMethods, PlanAgreement):
         raises ``ValueError`` naming the exact form: pass your step count.
         Batches an online selector drew ahead of that point are replayed first on resume.
 
-        ``all_ranks=True`` (collective) returns every rank's state in one dict, so that
-        rank 0 alone can save the checkpoint; :meth:`load_state_dict` picks its own part.
+        ``all_ranks=True`` (collective: every rank calls it) returns every rank's state in
+        one dict, so that rank 0 alone can save the checkpoint; :meth:`load_state_dict`
+        picks its own part. A rank that does not make the call fails the others within
+        ``timeout`` seconds (MPI, torch.distributed over gloo), naming the call.
 
         With ``prefetch``, the selections in flight are waited for: their batches are saved
         as pending (replayed first on resume), the feedback not yet handed to the selector
         under ``deferred``, and the selector's state is the one after those selections.
         """
         ahead, deferred = self._feedback.held()
-        state = self._record.saved(self.epoch, batches_done, ahead, self._profile.online)
-        state.update(selector=self.selector.state_dict(), observations=list(self._feedback.buffer), deferred=deferred)
-        stamp(state, run_keys(self.selector, self.rank, self.world_size, len(self)))
-        return to_portable(every_rank(state, self.comm, self.world_size) if all_ranks else state)
+        place = self._record.saved(self.epoch, batches_done, ahead, self._profile.online)
+        run = RunRecord.of(self.selector, self.rank, self.world_size, len(self))
+        state = SamplerState(run, place, self.selector.state_dict(), list(self._feedback.buffer), deferred)
+        saved = state.to_dict()
+        return every_rank(saved, self.comm, self.world_size, timeout) if all_ranks else saved
 
     def load_state_dict(self, state: dict[str, Any], placeholders: bool = False) -> None:
-        """Restore :meth:`state_dict`'s output: the next iteration over the saved epoch
-        yields exactly the batches that were still to come (call :meth:`set_epoch` with
-        that epoch as usual; another epoch starts from its beginning).
+        """Restore :meth:`state_dict`'s output (this version's, or 0.1.0's): the next
+        iteration over the saved epoch yields exactly the batches that were still to come
+        (call :meth:`set_epoch` with that epoch as usual; another epoch starts from its
+        beginning).
 
         ``placeholders=True`` is for a framework that skips the finished batches itself
         (the Hugging Face Trainer's ``skip_first_batches`` drops the first ``k`` batches of
         the batch sampler unseen): the next iteration first yields one empty batch for
         each finished one, so the framework's count and the sampler's agree and no batch
         is skipped twice."""
-        state = own_state(state, lambda: (self.rank, self.world_size))
-        epoch_length = self._num_batches_of(check_int(state["epoch"], "epoch", minimum=0))
-        check_same_run(state, run_keys(self.selector, self.rank, self.world_size, epoch_length))
-        position = check_int(state["position"], "position", minimum=0)
-        if position > epoch_length:
-            raise ValueError(f"the state's position {position} is past the epoch's {epoch_length} batches")
+        saved = SamplerState.from_dict(state, lambda: (self.rank, self.world_size))
+        place = saved.place
+        epoch_length = self._num_batches_of(place.epoch)
+        saved.run.check_resumed_by(RunRecord.of(self.selector, self.rank, self.world_size, epoch_length))
+        if place.position > epoch_length:
+            raise ValueError(f"the state's position {place.position} is past the epoch's {epoch_length} batches")
         self._feedback.background.stop(flush=False)  # an iteration with prefetch still running: its thread stops first
-        self.selector.load_state_dict(state["selector"])
-        self._feedback.restore(state["observations"], state.get("deferred", []))
-        self._record.restart_at(state, position, placeholders)
-        self.epoch = int(state["epoch"])
-
-    # pickled in the flat form of earlier versions (batchsel.loop.sampler.pickled)
-    def __getstate__(self) -> dict[str, Any]:
-        return to_pickled(self.__dict__)
+        self.selector.load_state_dict(saved.selector)
+        self._feedback.restore(saved.observations, saved.deferred)
+        self._record.restart_at(place, placeholders)
+        self.epoch = place.epoch
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(from_pickled(self, state))
+        if "_record" not in state:  # the flat form 0.1.0 pickled
+            raise ValueError(
+                "this SelectionBatchSampler was pickled by batchsel 0.1.0, whose pickled form this release "
+                "does not read: save sampler.state_dict() and load it into a new sampler (states carry "
+                "across releases)"
+            )
+        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         return (

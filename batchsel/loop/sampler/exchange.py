@@ -11,12 +11,9 @@ batches the sampler selects ahead beside what a DataLoader's workers already ask
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Callable
 
-import numpy as np
-
-from batchsel.core.checks import check_int, check_number
+from batchsel.core.checks import check_number
 from batchsel.loop.feedback import exchange, merged, observation, settle
 from batchsel.loop.prefetch import BackgroundSelection, Observation
 from batchsel.loop.sampler.profile import SelectorProfile
@@ -98,6 +95,11 @@ class FeedbackExchange:
         # prefetch runs, each selection ahead applies what came before it (call order decides)
         per_epoch = profile.feedback_per_epoch  # then handed over once an epoch, in one call
         self.background = BackgroundSelection(self.feed_selector, deferred or [], per_iteration=per_epoch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy may load where the tensors' device is not: the feedback travels as numpy
+        self.background.deferred = [settle(o) for o in self.background.deferred]
+        return {**self.__dict__, "buffer": [settle(o) for o in self.buffer]}
 
     # -- one iteration ----------------------------------------------------------------------
     def restart(self) -> None:
@@ -218,103 +220,4 @@ class FeedbackExchange:
         self.background.deferred = [dict(o) for o in deferred]
 
 
-class FeedbackMethods:
-    """The sampler's feedback methods: :meth:`observe`, :meth:`sync`, :meth:`batch_indices`
-    and :meth:`cost`, over its :class:`FeedbackExchange`.
-
-    A mixin of :class:`~batchsel.loop.sampler.SelectionBatchSampler`, which sets the
-    attributes declared here.
-
-    Example
-    -------
-    >>> from batchsel import RandomSelector, SelectionBatchSampler
-    >>> isinstance(SelectionBatchSampler(RandomSelector(10, 2), rank=0, world_size=1), FeedbackMethods)
-    True
-    """
-
-    sync_every: int
-    timeout: float | None
-    _profile: SelectorProfile
-    _record: IterationRecord
-    _feedback: FeedbackExchange
-    _waited: float  # the training thread's seconds in the sampler
-    _handed: int  # batches handed out
-
-    def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
-        """Hand the selector feedback on the examples ``indices`` (a batch just trained
-        on): per-example ``losses``, ``logits`` (rows), ``embeddings`` (rows); numpy
-        arrays or tensors (detached here). A selector that does not override
-        ``Selector.observe`` (e.g. RandomSelector) costs nothing here.
-
-        Only what the selector reads (its ``feedback_fields``) is kept; a call whose
-        feedback is all unread is dropped (SubmodularSelector at its default weights reads
-        embeddings only, so logits cost nothing). In a multi-rank job with a selector
-        that uses feedback, the rest is buffered and all-gathered every ``sync_every``
-        calls (a collective); every rank's selector then observes every rank's feedback,
-        in the same order. So every rank calls ``observe`` alike: as often, with the same
-        kinds of feedback.
-        """
-        if not self._profile.uses_feedback:
-            return
-        start = time.perf_counter()
-        try:
-            self._feedback.observe(
-                indices, losses, logits, embeddings, sync_every=self.sync_every, timeout=self.timeout
-            )
-        finally:
-            self._waited += time.perf_counter() - start
-
-    def cost(self) -> dict[str, float]:
-        """What selection has cost so far, in seconds, since the sampler was built.
-
-        ``selection``: drawing batches and handing feedback to the selector, on whichever
-        thread did it (``prefetch``); ``compile``: numba compiling kernels inside that
-        (:func:`batchsel.warmup` moves it out of a timed run); ``training_thread``: what
-        the training loop spent in the sampler (getting batches, waiting for the thread,
-        :meth:`observe` with its conversions and all-gathers), compilation left out: the
-        part of the selection it did not hide; ``batches`` handed out and
-        ``ms_per_batch`` = ``training_thread`` per batch.
-
-        >>> import numpy as np
-        >>> from batchsel import LossRankSelector, SelectionBatchSampler
-        >>> sampler = SelectionBatchSampler(LossRankSelector(100, 10), rank=0, world_size=1)
-        >>> for batch in sampler:
-        ...     sampler.observe(batch, losses=np.ones(len(batch)))
-        >>> cost = sampler.cost()
-        >>> cost["batches"], cost["selection"] > 0
-        (10.0, True)
-        """
-        clock = self._feedback.background.clock
-        exposed = max(0.0, self._waited - clock.compile)
-        return {
-            "batches": float(self._handed),
-            "selection": clock.select,
-            "compile": clock.compile,
-            "training_thread": exposed,
-            "ms_per_batch": 1e3 * exposed / max(self._handed, 1),
-        }
-
-    def sync(self) -> None:
-        """All-gather the buffered feedback now (collective) and hand it to the selector:
-        round by round (call order), rank by rank within a round."""
-        self._feedback.sync(self.timeout)
-
-    def batch_indices(self, batch: int) -> np.ndarray:
-        """The example indices of batch number ``batch`` (counted from the epoch's start) of
-        the epoch being iterated, as handed out: for a framework that gives feedback after
-        the fact by batch number (Lightning's ``batch_idx``), without an index column in
-        the data. Recorded for selectors that use feedback.
-
-        >>> from batchsel import LossRankSelector, SelectionBatchSampler
-        >>> sampler = SelectionBatchSampler(LossRankSelector(10, 2), rank=0, world_size=1)
-        >>> first = next(iter(sampler))
-        >>> sampler.batch_indices(0).tolist() == first
-        True
-        """
-        batch = check_int(batch, "batch", minimum=0)
-        if not self._profile.records_batches:
-            raise ValueError(f"{self._profile.name} uses no feedback: its batches are not recorded")
-        return self._record.batch(batch)
-
-
-__all__ = ["FeedbackExchange", "FeedbackMethods", "UNFED_GRACE", "gather_timeout"]
+__all__ = ["FeedbackExchange", "UNFED_GRACE", "gather_timeout"]

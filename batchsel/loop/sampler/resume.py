@@ -2,23 +2,23 @@
 
 :class:`IterationRecord` keeps the latest iteration's place in its epoch (the batches an
 online selector drew, which a checkpoint must replay) and a loaded checkpoint's restart
-point. :func:`own_state` and :func:`check_same_run` read a saved state: this rank's part,
-and whether it was saved by the same data and settings.
+point. :class:`SamplerState` is one rank's saved state, typed: the run it belongs to
+(:class:`RunRecord`), where its epoch restarts (:class:`EpochPosition`), the selector's
+state and the feedback not applied yet; :func:`every_rank` gathers every rank's.
 """
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
 
 from batchsel.core.checks import check_int
-from batchsel.core.state import from_portable
+from batchsel.core.state import STATE_VERSION, check_version, from_portable, to_portable
 from batchsel.loop.sampler.frameworks import hands_out_in_order
 
-#: the version of :meth:`SelectionBatchSampler.state_dict`'s output
-STATE_VERSION = 1
 # what every saved state holds (states of older versions lack the run's sizes and the
 # feedback held back by a prefetch run, which are checked or restored only when present)
 REQUIRED = ("rank", "world_size", "seed", "method", "epoch", "position", "pending", "selector", "observations")
@@ -33,13 +33,15 @@ class IterationRecord:
     >>> record.begin(epoch=0)                   # no restart point: from the beginning
     (0, [], 0)
     >>> record.handed(np.array([4, 2]), keep=True)
-    >>> record.batch(0).tolist(), record.saved(0, None, [], online=True)["position"]
+    >>> record.batch(0).tolist(), record.saved(0, None, [], online=True).position
     ([4, 2], 1)
     """
 
     def __init__(self) -> None:
-        #: a loaded state's restart point, until the iteration over its epoch starts
-        self.resume: dict[str, Any] | None = None
+        #: a loaded state's restart point, until the iteration over its epoch starts, and
+        #: whether finished batches are handed out as placeholders first
+        self.resume: EpochPosition | None = None
+        self.placeholders = False
         self.epoch: int | None = None  # epoch of the latest iteration
         self.base = 0  # batch number the latest iteration started from
         self.yielded = 0  # batches of that epoch handed out so far
@@ -47,16 +49,20 @@ class IterationRecord:
         self.pending: list[np.ndarray] = []  # batches that iteration replays from a checkpoint
         self.passed = False  # whether the latest iteration ran to its end
         # the look-ahead of the DataLoader running the latest iteration, as stated
-        # (``workers_ahead``), whether its loader was seen to differ, and how many batches
+        # (``workers_ahead``), why its loader was seen to differ, and how many batches
         # were handed out before it started
         self.window = 0
         self.mismatch: str | None = None
         self.attached_at = 0
-        # the loader's iterator, for the epoch's tail only (None: none, gone, or a copy of
-        # the sampler; not pickled: a new one attaches itself), and whether it hands
-        # batches out in order
-        self.loader_attributes: Callable[[], dict[str, Any] | None] = lambda: None
+        # the loader's iterator, read in the epoch's tail only: weak while the epoch runs,
+        # its attributes once the sampler ran out (None: no loader, gone, or a copy of the
+        # sampler: not pickled, a new one attaches itself); whether it hands batches out in order
+        self._loader: weakref.ref | None = None
+        self._kept: dict[str, Any] | None = None
         self.ordered = True
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_loader": None, "_kept": None}
 
     def begin(self, epoch: int) -> tuple[int, list[np.ndarray], int]:
         """Start an iteration over ``epoch``, from the restart point when it is that epoch's.
@@ -74,10 +80,10 @@ class IterationRecord:
             to hand out as placeholders (a framework skips them itself).
         """
         start, pending, skip = 0, [], 0
-        if self.resume is not None and self.resume["epoch"] == epoch:
-            start, pending = self.resume["position"], self.resume["pending"]
-            skip = start - len(pending) if self.resume.get("placeholders") else 0
-        self.resume = None
+        if self.resume is not None and self.resume.epoch == epoch:
+            start, pending = self.resume.position, self.resume.pending
+            skip = self.resume.batches_done if self.placeholders else 0
+        self.resume, self.placeholders = None, False
         self.epoch, self.base, self.pending = epoch, start - len(pending), list(pending)
         self.yielded, self.history = self.base - skip, []
         self.passed = False
@@ -99,8 +105,7 @@ class IterationRecord:
             then refuses, naming this); None where it agrees or no loader was seen.
         """
         # weak while the epoch runs: a loop that leaves it drops the iterator, and its workers
-        held = None if loader is None else weakref.ref(loader)
-        self.loader_attributes = lambda: None if held is None else getattr(held(), "__dict__", None)
+        self._loader, self._kept = (None if loader is None else weakref.ref(loader)), None
         self.ordered = hands_out_in_order(loader)
         self.window, self.mismatch, self.attached_at = window, mismatch, self.yielded
 
@@ -109,9 +114,21 @@ class IterationRecord:
         still be up to the loader's look-ahead behind, so the loader's attributes are held
         until the next iteration, to tell a checkpoint taken after the loop how far it got."""
         self.passed = True
-        attributes = self.loader_attributes()
-        if attributes is not None:  # its attributes only: the iterator itself would be copied into forked workers
-            self.loader_attributes = lambda: attributes
+        # its attributes only: the iterator itself would be copied into forked workers
+        self._kept, self._loader = self.loader_attributes(), None
+
+    def loader_attributes(self) -> dict[str, Any] | None:
+        """The attributes of the latest iteration's DataLoader iterator, where one is known.
+
+        Returns
+        -------
+        dict or None
+            Its ``__dict__`` (kept once the sampler ran out), None without one.
+        """
+        if self._kept is not None:
+            return self._kept
+        loader = None if self._loader is None else self._loader()
+        return getattr(loader, "__dict__", None)
 
     def in_flight(self) -> int | None:
         """Batches handed to the DataLoader that its training loop has not received yet.
@@ -165,7 +182,7 @@ class IterationRecord:
             )
         return self.history[i]
 
-    def saved(self, epoch: int, batches_done: int | None, ahead: list[Any], online: bool) -> dict[str, Any]:
+    def saved(self, epoch: int, batches_done: int | None, ahead: list[Any], online: bool) -> EpochPosition:
         """Where a run resumed from now restarts ``epoch``.
 
         Parameters
@@ -182,12 +199,12 @@ class IterationRecord:
 
         Returns
         -------
-        dict
-            ``epoch``, ``position`` (batches the selector has drawn) and ``pending`` (those
-            to replay first); a loaded restart point not iterated yet, unchanged.
+        EpochPosition
+            The batches the selector has drawn and those to replay first; a loaded restart
+            point not iterated yet, unchanged.
         """
         if self.resume is not None:  # loaded and not iterated yet: unchanged
-            return {k: v for k, v in self.resume.items() if k != "placeholders"}
+            return self.resume
         active = self.epoch == epoch
         yielded = self.yielded if active else 0
         if batches_done is not None:
@@ -210,7 +227,7 @@ class IterationRecord:
             drawn = self.history + [batch for batch, _ in ahead]
             drawn = drawn if len(drawn) >= len(self.pending) else self.pending
             pending = [np.array(b, dtype=np.int64) for b in drawn[done - self.base :]]
-        return {"epoch": epoch, "position": done + len(pending), "pending": pending}
+        return EpochPosition(epoch, done + len(pending), pending)
 
     def unknown_position(self) -> str:
         """Why :meth:`in_flight` cannot tell the loop's position, and the exact form."""
@@ -227,37 +244,208 @@ class IterationRecord:
             "sampler.state_dict(batches_done=step)"
         )
 
-    def restart_at(self, state: dict[str, Any], position: int, placeholders: bool) -> None:
-        """Restart the saved epoch at ``position`` when it is next iterated.
+    def restart_at(self, place: EpochPosition, placeholders: bool) -> None:
+        """Restart ``place.epoch`` at ``place`` when it is next iterated.
+
+        Parameters
+        ----------
+        place : EpochPosition
+            A saved state's position, checked against the epoch's length.
+        placeholders : bool
+            Hand out an empty batch for each finished one first.
+        """
+        self.resume, self.placeholders = place, bool(placeholders)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a saved state records of its run, checked against the run that resumes it:
+    another dataset size, batch size or batch count would put the saved position at
+    another point of the epoch (offline selectors have no state of their own to object).
+
+    ``num_examples``, ``batch_size`` and ``num_batches`` are None in states written before
+    they were recorded; such fields are not checked.
+
+    Example
+    -------
+    >>> from batchsel import RandomSelector
+    >>> saved = RunRecord.of(RandomSelector(10, 2), rank=0, world_size=1, num_batches=5)
+    >>> saved.check_resumed_by(RunRecord.of(RandomSelector(12, 2), rank=0, world_size=1, num_batches=6))
+    Traceback (most recent call last):
+    ...
+    ValueError: the state was saved with num_examples=10, this sampler has 12; resume with the data and selector settings of the saved run
+    """
+
+    rank: int
+    world_size: int
+    seed: int
+    method: str
+    num_examples: int | None = None
+    batch_size: int | None = None
+    num_batches: int | None = None
+
+    @classmethod
+    def of(cls, selector: Any, rank: int, world_size: int, num_batches: int) -> RunRecord:
+        """The record of a sampler's run.
+
+        Parameters
+        ----------
+        selector : Selector
+            The sampler's selector.
+        rank, world_size : int
+            This rank and the number of ranks.
+        num_batches : int
+            The rank's batches in the saved epoch.
+
+        Returns
+        -------
+        RunRecord
+        """
+        return cls(
+            rank,
+            world_size,
+            selector.seed,
+            type(selector).__name__,
+            selector.num_examples,
+            selector.batch_size,
+            num_batches,
+        )
+
+    def check_resumed_by(self, mine: RunRecord) -> None:
+        """``ValueError`` naming the first recorded field that ``mine`` (the resuming
+        sampler's record) does not share.
+
+        Parameters
+        ----------
+        mine : RunRecord
+            The resuming sampler's record.
+        """
+        for f in fields(self):
+            saved, value = getattr(self, f.name), getattr(mine, f.name)
+            if saved is not None and saved != value:
+                raise ValueError(
+                    f"the state was saved with {f.name}={saved!r}, this sampler has {value!r}; "
+                    f"resume with the data and selector settings of the saved run"
+                )
+
+
+@dataclass
+class EpochPosition:
+    """Where a resumed run restarts its epoch: ``position`` batches drawn by the selector,
+    of which the last ``pending`` were not trained yet (an online selector's, replayed
+    first on resume)."""
+
+    epoch: int
+    position: int
+    pending: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def batches_done(self) -> int:
+        """The batches of the epoch the loop had finished."""
+        return self.position - len(self.pending)
+
+
+@dataclass
+class SamplerState:
+    """One rank's resume state, typed: the run it belongs to, where its epoch restarts,
+    the selector's own state, and the feedback not handed to the selector yet (the
+    ``observations`` buffered for the next all-gather, and what a prefetch run held back,
+    ``deferred``).
+
+    :meth:`to_dict` writes the saved form (flat, with :data:`~batchsel.core.state.STATE_VERSION`,
+    arrays as tensors: ``torch.load(weights_only=True)`` reads it), :meth:`from_dict`
+    reads it back, also as written by 0.1.0.
+
+    Example
+    -------
+    >>> from batchsel import RandomSelector
+    >>> run = RunRecord.of(RandomSelector(10, 2), rank=0, world_size=1, num_batches=5)
+    >>> state = SamplerState(run, EpochPosition(epoch=1, position=2), selector={}, observations=[], deferred=[])
+    >>> saved = state.to_dict()
+    >>> saved["version"], saved["batches_done"], SamplerState.from_dict(saved, lambda: (0, 1)) == state
+    (1, 2, True)
+    """
+
+    run: RunRecord
+    place: EpochPosition
+    selector: dict[str, Any]
+    observations: list[Any]
+    deferred: list[Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The saved form: one flat dict, arrays as tensors.
+
+        Returns
+        -------
+        dict
+            ``version``, the run's fields, ``epoch``, ``position``, ``pending``,
+            ``batches_done``, ``selector``, ``observations`` and ``deferred``.
+        """
+        place = self.place
+        return to_portable(
+            {
+                "version": STATE_VERSION,
+                **asdict(self.run),
+                "epoch": place.epoch,
+                "position": place.position,
+                "pending": [np.asarray(b, dtype=np.int64) for b in place.pending],
+                "batches_done": place.batches_done,
+                "selector": self.selector,
+                "observations": list(self.observations),
+                "deferred": list(self.deferred),
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, state: Any, rank_of: Callable[[], tuple[int, int]]) -> SamplerState:
+        """This rank's state from a saved one: one rank's, or every rank's
+        (``state_dict(all_ranks=True)``), as this version or 0.1.0 wrote it.
 
         Parameters
         ----------
         state : dict
-            This rank's saved state (its ``epoch`` and ``pending`` batches).
-        position : int
-            Batches the selector had drawn, checked against the epoch's length.
-        placeholders : bool
-            Hand out an empty batch for each finished one first.
+            :meth:`to_dict`'s output, or :func:`every_rank`'s.
+        rank_of : callable
+            Returns ``(rank, world_size)`` of this job; called only for every rank's state.
+
+        Returns
+        -------
+        SamplerState
+            ``ValueError`` for anything else, naming what is missing.
         """
-        self.resume = {
-            "epoch": int(state["epoch"]),
-            "position": position,
-            "placeholders": bool(placeholders),
-            "pending": [np.asarray(b, dtype=np.int64) for b in state["pending"]],
-        }
+        state = from_portable(check_version(state, "SelectionBatchSampler"))
+        if "ranks" in state:
+            rank, world_size = rank_of()
+            if len(state["ranks"]) != world_size:
+                raise ValueError(f"the state holds {len(state['ranks'])} ranks, this job has {world_size}")
+            state = state["ranks"][rank]
+        missing = sorted(set(REQUIRED) - set(state))
+        if missing:
+            raise ValueError(f"the state lacks {missing}: pass what SelectionBatchSampler.state_dict() returned")
+        run = RunRecord(**{f.name: state.get(f.name) for f in fields(RunRecord)})
+        place = EpochPosition(
+            check_int(state["epoch"], "epoch", minimum=0),
+            check_int(state["position"], "position", minimum=0),
+            [np.asarray(b, dtype=np.int64) for b in state["pending"]],
+        )
+        observations, deferred = list(state["observations"]), list(state.get("deferred", []))
+        return cls(run, place, state["selector"], observations, deferred)
 
 
-def every_rank(state: dict[str, Any], comm: Any, world_size: int) -> dict[str, Any]:
-    """Every rank's state in one dict (collective), so that rank 0 alone can save it.
+def every_rank(state: dict[str, Any], comm: Any, world_size: int, timeout: float | None) -> dict[str, Any]:
+    """Every rank's saved state in one dict (collective), so that rank 0 alone can save it.
 
     Parameters
     ----------
     state : dict
-        This rank's state.
+        This rank's saved state (:meth:`SamplerState.to_dict`).
     comm : Communicator or None
         The ranks' communicator (``ValueError`` without one).
     world_size : int
         The number of ranks.
+    timeout : float or None
+        Seconds to wait for every rank before ``RuntimeError`` names the call (where the
+        communicator can bound the wait: MPI, torch.distributed over gloo).
 
     Returns
     -------
@@ -266,111 +454,10 @@ def every_rank(state: dict[str, Any], comm: Any, world_size: int) -> dict[str, A
     """
     if comm is None:
         raise ValueError("all_ranks=True needs a communicator (this sampler has none)")
+    wait = getattr(comm, "wait_for_ranks", None)
+    if wait is not None:
+        wait("sampler.state_dict(all_ranks=True), a collective", timeout)
     return {"version": STATE_VERSION, "world_size": world_size, "ranks": comm.allgather(state)}
 
 
-def own_state(state: Any, rank_of: Any) -> dict[str, Any]:
-    """This rank's part of a saved state, checked for what every state holds.
-
-    Parameters
-    ----------
-    state : dict
-        :meth:`SelectionBatchSampler.state_dict`'s output, of one rank or of all
-        (``all_ranks=True``).
-    rank_of : callable
-        Returns ``(rank, world_size)`` of this job; called only for a state of all ranks.
-
-    Returns
-    -------
-    dict
-        The rank's state, arrays back as numpy arrays; ``ValueError`` for anything else.
-    """
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-        raise ValueError(f"not a SelectionBatchSampler state (version {STATE_VERSION}): {type(state).__name__}")
-    state = from_portable(state)
-    if "ranks" in state:
-        rank, world_size = rank_of()
-        if len(state["ranks"]) != world_size:
-            raise ValueError(f"the state holds {len(state['ranks'])} ranks, this job has {world_size}")
-        state = state["ranks"][rank]
-    missing = sorted(set(REQUIRED) - set(state))
-    if missing:
-        raise ValueError(f"the state lacks {missing}: pass what SelectionBatchSampler.state_dict() returned")
-    return state
-
-
-def run_keys(selector: Any, rank: int, world_size: int, num_batches: int) -> dict[str, Any]:
-    """What a saved state records of the run, to check it against the resuming one.
-
-    Parameters
-    ----------
-    selector : Selector
-        The sampler's selector.
-    rank : int
-        This rank.
-    world_size : int
-        The number of ranks.
-    num_batches : int
-        The rank's batches in the saved epoch.
-
-    Returns
-    -------
-    dict
-        ``rank``, ``world_size``, ``seed``, ``method``, ``num_examples``, ``batch_size``
-        and ``num_batches``, in that order.
-    """
-    return {
-        "rank": rank,
-        "world_size": world_size,
-        "seed": selector.seed,
-        "method": type(selector).__name__,
-        "num_examples": selector.num_examples,
-        "batch_size": selector.batch_size,
-        "num_batches": num_batches,
-    }
-
-
-def stamp(state: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with the version, the run's keys (:func:`run_keys`) and ``batches_done``.
-
-    Parameters
-    ----------
-    state : dict
-        A rank's state: where it restarts, the selector's state, the feedback.
-    run : dict
-        :func:`run_keys` of the saving sampler.
-
-    Returns
-    -------
-    dict
-        ``state``, updated in place.
-    """
-    first = ("rank", "world_size", "seed", "method")
-    state.update(version=STATE_VERSION, **{k: run[k] for k in first})
-    state["batches_done"] = state["position"] - len(state["pending"])
-    state.update({k: v for k, v in run.items() if k not in first})
-    return state
-
-
-def check_same_run(state: dict[str, Any], mine: dict[str, Any]) -> None:
-    """Refuse a state saved with other data or settings: another dataset size, batch size
-    or batch count puts the saved position at another point of the epoch (offline
-    selectors have no state of their own to object). States written before these were
-    recorded skip them.
-
-    Parameters
-    ----------
-    state : dict
-        This rank's saved state.
-    mine : dict
-        This sampler's :func:`run_keys`.
-    """
-    for key, value in mine.items():
-        if key in state and state[key] != value:
-            raise ValueError(
-                f"the state was saved with {key}={state[key]!r}, this sampler has {value!r}; "
-                f"resume with the data and selector settings of the saved run"
-            )
-
-
-__all__ = ["IterationRecord", "STATE_VERSION", "check_same_run", "every_rank", "own_state", "run_keys", "stamp"]
+__all__ = ["EpochPosition", "IterationRecord", "RunRecord", "SamplerState", "every_rank"]
