@@ -234,6 +234,47 @@ def test_a_rank_that_calls_sys_exit_mid_epoch_ends_the_job_at_once_naming_it(cas
     assert "waited 1800 s" not in output and seconds < 60, seconds
 
 
+STATE_CALL_JOB = ROOT / "tests" / "mp_scripts" / "state_call_job.py"
+
+
+def test_a_state_call_only_rank_0_makes_fails_within_its_timeout_under_torchrun():
+    """``if rank == 0: sampler.state_dict(all_ranks=True)``: before, rank 0 waited in the
+    all-gather for gloo's 30 minutes without a word; now it raises after the call's
+    timeout (3 s here), naming the call and the rank that did not arrive."""
+    from common import free_port, run_command
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    cmd += ["--master_port", str(free_port()), str(STATE_CALL_JOB), "torch"]
+    output = run_command(cmd, clean_env(), timeout=120)
+    found = re.search(r"rank 0 raised RuntimeError after ([\d.]+) s: (.*)", output)
+    assert found, output[-3000:]
+    seconds, message = float(found.group(1)), found.group(2)
+    assert "state_dict(all_ranks=True)" in message and "1" in message.split("did not arrive")[-1], message
+    assert seconds < 20, seconds
+
+
+@needs_mpi
+def test_a_state_call_only_rank_0_makes_ends_the_job_within_its_timeout_under_mpiexec():
+    import time
+
+    start = time.monotonic()
+    cmd = [
+        str(MPIEXEC),
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        "2",
+        sys.executable,
+        str(STATE_CALL_JOB),
+        "mpi",
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env())
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "state_dict(all_ranks=True)" in output and "waited 3 s" in output, output[-3000:]
+    assert time.monotonic() - start < 50  # rank 1 sleeps 60 s: the abort ended it
+
+
 def test_accelerate_prepare_of_the_sampler_is_refused_before_the_first_step():
     """accelerate's BatchSamplerShard would give each rank every second of its batches:
     104 of 200 examples per epoch, silently. Both ranks must refuse instead."""
