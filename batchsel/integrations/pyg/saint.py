@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from batchsel.core.checks import check_int, check_seed
-from batchsel.distributed.comm import get_communicator
+from batchsel.distributed.world import detect_world
 from batchsel.integrations.pyg.subgraphs import Subgraphs, require_pyg
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class GraphSAINTSampler(DataLoader):
         )
 
     def _rank(self) -> int:
-        return get_communicator().rank if self.rank is None else self.rank
+        return detect_world()[0].rank if self.rank is None else self.rank
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.rank is None:  # settled before workers copy this loader

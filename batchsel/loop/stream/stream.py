@@ -28,7 +28,7 @@ from torch.utils.data import IterableDataset
 
 from batchsel.core.checks import check_int, check_number
 from batchsel.core.world import World
-from batchsel.loop.sampler.world import RankWorld
+from batchsel.distributed.world import detect_world
 from batchsel.loop.stream.checkpoint import STATE_VERSION, check_resume, check_state
 from batchsel.loop.stream.feedback import EpochRepeats, LossTable, warn_unfed
 from batchsel.loop.stream.pools import LearntSkipping, group_by_cost, pool_order, split_count
@@ -119,11 +119,10 @@ def _collated_id(example_id: Any) -> bool:
 
 
 def _world(rank: int | None, world_size: int | None, batches_per_epoch: int | None) -> World:
-    """Explicit values, else the job's (the sampler's lookup: torch.distributed, MPI under
-    mpiexec, torchrun's variables, else one process); several ranks need
-    ``batches_per_epoch``."""
-    _, rank, world_size = RankWorld.lookup(rank, world_size, None)
-    world = World(rank, world_size)
+    """Explicit values, else the job's (:func:`~batchsel.distributed.world.detect_world`:
+    torch.distributed, MPI under mpiexec, torchrun's variables, else one process); several
+    ranks need ``batches_per_epoch``."""
+    world, _ = detect_world(rank, world_size)
     if world.size > 1 and batches_per_epoch is None:
         raise ValueError(
             f"world_size {world.size} needs batches_per_epoch= (every rank must yield as many batches, and a "
