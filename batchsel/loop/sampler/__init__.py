@@ -9,12 +9,13 @@ rank works from the same plan. Its selection ahead of the training step (``prefe
 is :class:`~batchsel.loop.prefetch.BackgroundSelection`. torch itself is imported
 only where a tensor is touched, so ``import batchsel`` stays light.
 
-The sampler keeps DistributedSampler's contract (:mod:`.batch_sampler`) and hands the
-rest to its parts: what kind of selector it drives (:mod:`.profile`), ranks
-(:mod:`.world`), epoch lengths (:mod:`.lengths`), resume (:mod:`.resume`), feedback
-(:mod:`.exchange`), agreement across ranks (:mod:`.agreement`), the loop's mistakes
-(:mod:`.mistakes`), frameworks (:mod:`.frameworks`), its pickled form (:mod:`.pickled`);
-weighted batches and datasets are in :mod:`.weighted`.
+The sampler keeps DistributedSampler's contract, its feedback, the ranks' agreement and
+resume (:mod:`.batch_sampler`), and hands the work to its parts: what kind of selector it
+drives (:mod:`.profile`), ranks (:mod:`.world`, over the one detection in
+:mod:`batchsel.distributed.world`), epoch lengths (:mod:`.lengths`), the iteration's
+record and the typed resume state (:mod:`.resume`), feedback across ranks
+(:mod:`.exchange`), the loop's mistakes (:mod:`.mistakes`), frameworks
+(:mod:`.frameworks`); weighted batches and datasets are in :mod:`.weighted`.
 """
 
 from batchsel.loop.sampler.batch_sampler import SelectionBatchSampler
