@@ -1,17 +1,15 @@
 """batchsel: data selection and mini-batch scheduling for data-parallel training.
 
 Three classes replace ``shuffle=True`` (measured against random batches at equal wall
-time, docs: which-method.md):
+time: docs/which-method.md):
 
 - ``AutoSelector(N, B, labels=y)`` in ``SelectionBatchSampler``, for any run: loss-rank's
   batches where the run's losses say they pay, random ones where they point to wrong
-  labels (+1.75 points over random on average on two tasks whose step dominates, random's
-  level under 25 % wrong labels; docs: design/auto.md).
+  labels (docs: design/auto.md).
 - ``BucketSelector(lengths, batch_size=B)`` with ``pad_collate``, for examples of different
-  lengths: batches of similar length, the ranks balanced (random's accuracy in about half
-  its wall on a transformer; docs: guide/variable-length.md).
+  lengths: batches of similar length, the ranks balanced (docs: guide/variable-length.md).
 - ``StreamBatches``, for a training set that streams: a bounded buffer's batches, grouped
-  by length (59 % wall saved on that transformer fed as shards; docs: guide/streaming.md).
+  by length (docs: guide/streaming.md).
 
 Beyond them: loss-rank, InfoBatch and score-based pruning, candidate filters (loss,
 gradient norm, RHO-LOSS), submodular (SMDL) and graph-consistent batches, set functions
@@ -19,10 +17,7 @@ and ``maximize``, near-duplicate removal (``deduplicate``) and a data audit (``a
 Adapters for torch and MPI live in ``batchsel.integrations``.
 """
 
-from batchsel import (
-    _compat,
-    _numba_colour,  # noqa: F401 - before numba loads
-)
+from batchsel import _numba_colour  # noqa: F401 - before numba loads
 from batchsel.core.version import __version__
 from batchsel.data.audit import Audit, audit
 from batchsel.data.dedup import Deduplication, deduplicate
@@ -64,7 +59,9 @@ from batchsel.submodular.optimizers import Selection, greedi_facility_location, 
 from batchsel.submodular.partition import submodular_partition
 from batchsel.submodular.streaming import ReferenceFacilityLocation, SieveStreaming
 
-_compat.install()
+# modules that moved in 0.2: their old paths are deprecation stubs, imported only when asked for
+_MOVED = {"io", "communicator", "functions", "optimizers", "streaming", "sharded", "dedup", "data_audit", "plan"}
+_MOVED |= {"report", "plotting", "filters", "irreducible", "losses"}
 
 
 def __getattr__(name: str):
@@ -86,7 +83,7 @@ def __getattr__(name: str):
 
         return getattr(stream, name)
     # the subpackages that import torch or frameworks, and modules that moved (deprecated paths)
-    if name in ("integrations", "loop", "cli", "apricot") or _compat.new_name(f"{__name__}.{name}") is not None:
+    if name in ("integrations", "loop", "cli", "apricot") or name in _MOVED:
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")

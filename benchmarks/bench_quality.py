@@ -453,10 +453,9 @@ class KeptRows(batchsel.Selector):
         self.inner = inner
         self._local = np.full(num_examples, -1, dtype=np.int64)
         self._local[self.keep] = np.arange(len(self.keep))
-        # the sampler reads these: the inner selector's behaviour
-        self.online, self.uses_feedback = inner.online, inner.uses_feedback
-        self.feedback_fields, self.default_prefetch = inner.feedback_fields, inner.default_prefetch
-        self.full_batches, self.supports_start = inner.full_batches, inner.supports_start
+
+    def capabilities(self) -> batchsel.selectors.SelectorCapabilities:
+        return self.inner.capabilities()  # the sampler reads these: the inner selector's behaviour
 
     @property
     def epoch_examples(self) -> int:

@@ -282,24 +282,28 @@ def test_supports_start_resumes_without_replaying(kind, data):
         assert resumed == full[start:]
 
 
-def test_capabilities_of_subclasses_follow_what_they_override():
-    class Observes(RandomSelector):
+def test_capabilities_of_subclasses_are_declared_not_inferred():
+    """Overriding observe / iter_batches infers nothing (issue 60): the base's value is
+    kept, with a warning naming the declaration (tests/test_capabilities.py has the rest)."""
+    with pytest.warns(UserWarning, match="declare"):
+
+        class Observes(RandomSelector):
+            def observe(self, indices, losses=None, logits=None, embeddings=None):
+                pass
+
+    with pytest.warns(UserWarning, match="supports_start=False"):
+
+        class NoStart(RandomSelector):
+            def iter_batches(self, epoch, rank=0, world_size=1):
+                yield from super().iter_batches(epoch, rank, world_size)
+
+    class Declared(RandomSelector, uses_feedback=True, supports_start=False):
         def observe(self, indices, losses=None, logits=None, embeddings=None):
             pass
 
-    class NoStart(RandomSelector):
-        def iter_batches(self, epoch, rank=0, world_size=1):
-            yield from super().iter_batches(epoch, rank, world_size)
-
-    class Declared(RandomSelector):
-        uses_feedback = False
-
-        def observe(self, indices, losses=None, logits=None, embeddings=None):
-            pass
-
-    assert Observes.uses_feedback and Observes.supports_start
-    assert not NoStart.uses_feedback and not NoStart.supports_start
-    assert not Declared.uses_feedback
+    assert not Observes.uses_feedback and Observes.supports_start
+    assert not NoStart.uses_feedback and NoStart.supports_start
+    assert Declared.uses_feedback and not Declared.supports_start
     assert not Selector.uses_feedback and not RandomSelector.uses_feedback
 
 

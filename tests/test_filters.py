@@ -216,7 +216,9 @@ def test_cost_counts_the_timed_forward(monkeypatch):
     import types
 
     clock = types.SimpleNamespace(now=0.0)
-    monkeypatch.setattr("batchsel.loop.filters.time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr(
+        "batchsel.loop.filters.candidate_filter.time", types.SimpleNamespace(perf_counter=lambda: clock.now)
+    )
     f = CandidateFilter(2, 2)
     for _ in range(3):
         with f.timed():

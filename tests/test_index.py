@@ -8,8 +8,9 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-import batchsel.index as index_module
-from batchsel.index import EmbeddingIndex, knn_graph
+import batchsel.index.embedding_index as index_module
+from batchsel.index import NPROBE_STEPS, NPROBE_TARGET, EmbeddingIndex, knn_graph
+from batchsel.index.ivf import ivf_list_blocks
 
 
 def clustered(n, d, clusters, seed=0, center_scale=0.5):
@@ -117,7 +118,7 @@ def test_ivf_nprobe_is_tuned_to_the_data(blobs, caplog):
     harder data gets a larger nprobe, hopeless data a warning; a given nprobe is kept."""
     separated = clustered(20_000, 32, 200, seed=6, center_scale=2.0)
     easy = EmbeddingIndex(separated, metric="l2", kind="ivf", progress=False)
-    assert easy.index.nprobe == easy.nprobe_ and easy.recall_ >= index_module.NPROBE_TARGET
+    assert easy.index.nprobe == easy.nprobe_ and easy.recall_ >= NPROBE_TARGET
     weak = clustered(20_000, 32, 200, seed=6, center_scale=0.3)
     hard = EmbeddingIndex(weak, metric="l2", kind="ivf", progress=False)
     assert hard.nprobe_ > easy.nprobe_
@@ -127,7 +128,7 @@ def test_ivf_nprobe_is_tuned_to_the_data(blobs, caplog):
     noise = np.random.default_rng(7).standard_normal((20_000, 64)).astype(np.float32)
     with caplog.at_level(logging.WARNING, logger="batchsel.index"):
         lost = EmbeddingIndex(noise, metric="l2", kind="ivf", progress=False)
-    assert lost.nprobe_ == index_module.NPROBE_STEPS[-1] and lost.recall_ < 0.95
+    assert lost.nprobe_ == NPROBE_STEPS[-1] and lost.recall_ < 0.95
     assert any("recall@10 is only" in r.getMessage() for r in caplog.records)
     fixed = EmbeddingIndex(blobs[:20_000], metric="l2", kind="ivf", nprobe=3, progress=False)
     assert fixed.index.nprobe == fixed.nprobe_ == 3
@@ -137,7 +138,8 @@ def test_ivf_nprobe_is_tuned_to_the_data(blobs, caplog):
 def test_ivf_graph_search_in_list_order_equals_plain_search(small, metric, monkeypatch):
     """The k-NN graph of an IVF index takes its queries from the inverted lists, in
     blocks: it must find exactly what searching the points in data order finds."""
-    monkeypatch.setattr(index_module, "BLOCK_ROWS", 37)  # many blocks, lists cut across blocks
+    # many blocks, lists cut across blocks (the index's module binds the function: patch it there)
+    monkeypatch.setattr(index_module, "ivf_list_blocks", lambda index, dim: ivf_list_blocks(index, dim, 37))
     index = EmbeddingIndex(small, metric=metric, kind="ivf", nprobe=2, progress=False)
     assert index.index.nlist > 3
     D, I = index.neighbors(5)
@@ -390,3 +392,10 @@ def test_missing_neighbours_and_empty_graphs_raise(small, monkeypatch):
     monkeypatch.setattr(ivf, "neighbors", lambda k: none)
     with pytest.raises(ValueError, match="graph of 400 points is empty"):
         ivf.knn_graph(k=4)
+
+
+def test_rows_of_gives_the_embeddings_of_points_as_the_index_holds_them(small):
+    # public (data/dedup.py reads an index's rows, a ShardedIndex's included): it was _rows_of
+    index = EmbeddingIndex(small.astype(np.float64), metric="cosine", kind="flat", progress=False)
+    rows = index.rows_of(np.array([3, 0]))
+    assert rows.dtype == np.float32 and np.array_equal(rows, small[[3, 0]].astype(np.float32))

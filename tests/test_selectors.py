@@ -19,8 +19,8 @@ from batchsel import (
     submodular_partition,
 )
 from batchsel.selectors import gradient_proxies, graph_blocks, partition_values
-from batchsel.selectors.base import batch_sizes
 from batchsel.selectors.coreset import class_budgets
+from batchsel.selectors.sharding import batch_sizes
 from batchsel.selectors.submodular import entropy_of_logits
 
 

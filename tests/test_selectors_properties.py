@@ -15,7 +15,7 @@ from batchsel import (
     RandomSelector,
     SubmodularSelector,
 )
-from batchsel.selectors.base import batch_sizes
+from batchsel.selectors.sharding import batch_sizes
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

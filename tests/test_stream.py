@@ -74,7 +74,9 @@ def test_rank_probabilities_order_and_ratio():
     losses = np.array([0.5, 3.0, np.nan, 1.0])
     p = rank_probabilities(losses, 100.0, np.random.default_rng(0))
     assert np.argsort(-p).tolist() == [2, 1, 3, 0]
-    assert p.max() / p.min() == pytest.approx(100.0 ** (3 / 4))
+    # the first rank pressure times the last's, the loss-rank selector's rule (it was 100 ** (3 / 4))
+    assert p.max() / p.min() == pytest.approx(100.0)
+    assert np.allclose(np.sort(p)[::-1], LossRankSelector(4, 1, pressure=100.0).probabilities(4))
     assert np.allclose(rank_probabilities(losses, 1.0, np.random.default_rng(0)), 0.25)
 
 

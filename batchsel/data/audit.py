@@ -15,8 +15,8 @@ Everything comes from the ``k`` nearest neighbours (cosine) of every row, one se
   (Northcutt et al., JAIR 2021): per-class thresholds, the calibrated confident joint, the
   estimated share of wrong labels, and the rows most likely mislabelled, ranked. The
   estimate is as good as the probabilities: embeddings that separate the classes poorly
-  count the neighbours' errors as wrong labels (mnist1d's raw features: 62 % for 25 %),
-  a model that classifies well does not;
+  count the neighbours' errors as wrong labels, a model that classifies well does not
+  (measured: docs/guide/cli.md, the audit);
 - outliers: rows far less similar to their neighbours than rows usually are;
 - cluster structure: how much more similar neighbours are than random pairs.
 """
@@ -59,8 +59,7 @@ OUTLIER_MADS = 5.0
 PRIOR_WEIGHT = 0.5
 #: below this mean share of the neighbours' vote for their top class, the embeddings
 #: separate the classes too poorly for the noise estimate: it then counts the model's
-#: errors as wrong labels (mnist1d's raw features: 0.47 on clean labels, estimate 45 %;
-#: digits 0.88 clean, 0.66 with 25 % wrong labels, estimate 26 %; bench_labels.py)
+#: errors as wrong labels (measured: docs/guide/cli.md, the audit; bench_labels.py)
 MIN_AGREEMENT = 0.5
 #: where the class probabilities of the noise estimate came from, as the report says it
 SOURCES = {"neighbours": "from the neighbours' votes", "given": "from the given probabilities"}
@@ -346,7 +345,8 @@ def confident_learning(probs: np.ndarray, labels: np.ndarray) -> tuple[float, np
 
 
 def _advice(a: Audit) -> list[str]:
-    """What the regime benchmark measured on data like this (docs: which-method.md)."""
+    """What the regime benchmark measured on data like this, without its figures (they are in
+    docs: which-method.md, which each tip names)."""
     tips = []
     if a.neighbor_agreement is not None and a.neighbor_agreement < MIN_AGREEMENT:
         if a.probability_source == "given":
@@ -364,10 +364,10 @@ def _advice(a: Audit) -> list[str]:
             )
     if a.noise_rate is not None and a.noise_rate >= 0.05:
         tips.append(
-            f"about {a.noise_rate:.0%} of labels look wrong: with 25 % wrong labels no method beat random "
+            f"about {a.noise_rate:.0%} of labels look wrong: under wrong labels no method beat random "
             f"batches at equal wall time, and loss-seeking ones (loss-rank, loss / gradient-norm filters) "
-            f"ended 2-38 points below it; keep random batches (shorter runs did best), or clean the "
-            f"flagged labels first"
+            f"ended below it; keep random batches (shorter runs did best), or clean the flagged labels "
+            f"first (docs: which-method.md)"
         )
     if a.zero_rows.size:
         tips.append(
@@ -383,19 +383,19 @@ def _advice(a: Audit) -> list[str]:
         tips.append(
             f"{removed:.0%} of rows are near-duplicates at cosine >= {a.threshold:g}: removing them "
             f"(batchsel dedup) saves that share of every epoch's steps; on redundant data loss-rank "
-            f"ended +0.2 to +5.4 points above random at the full budget"
+            f"ended above random at the full budget (docs: which-method.md)"
         )
     if a.imbalance is not None and a.imbalance >= 5:
         tips.append(
-            f"classes are imbalanced ({a.imbalance:.0f}x): loss-rank saved 29-33 % of the wall time on "
-            f"the long-tailed step-dominated tasks; pass labels to InfoBatchSelector (its rule without "
-            f"them lost 3-4 points on long tails)"
+            f"classes are imbalanced ({a.imbalance:.0f}x): loss-rank saved wall time on the long-tailed "
+            f"tasks whose step dominates; pass labels to InfoBatchSelector, whose rule without them lost "
+            f"accuracy on long tails (docs: which-method.md)"
         )
     if not tips:
         tips.append(
             "no label noise, duplication or imbalance stands out: loss-rank is the method to try first "
-            "(it saved 31 % of the wall time on the clean ResNet task, 25-59 % on the digits MLPs); "
-            "with a model that overfits, nothing beat random batches"
+            "(it saved wall time on the clean tasks whose step dominates); with a model that overfits, "
+            "nothing beat random batches (docs: which-method.md)"
         )
     return tips
 

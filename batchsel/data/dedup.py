@@ -223,7 +223,7 @@ def zero_rows(index: EmbeddingIndex, D: np.ndarray, I: np.ndarray, first_row: in
     maybe = np.flatnonzero(~((I >= 0) & (D > 0)).any(axis=1)) + first_row
     if not maybe.size:
         return maybe.astype(np.int64)
-    rows = np.asarray(index._rows_of(maybe))  # float32, as the index saw them
+    rows = np.asarray(index.rows_of(maybe))  # float32, as the index saw them
     return maybe[~rows.any(axis=1)].astype(np.int64)
 
 
@@ -305,7 +305,7 @@ def random_pair_similarities(index: EmbeddingIndex, seed: int) -> np.ndarray:
     n = index.num_examples
     rng = np.random.default_rng([seed, 0xA0D17])
     a, b = rng.integers(0, n, (2, min(20_000, n * 4)))
-    x = index._rows_of(np.concatenate([a, b]))
+    x = index.rows_of(np.concatenate([a, b]))
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
     return np.einsum("ij,ij->i", x[: a.size], x[a.size :])
 

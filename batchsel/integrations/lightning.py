@@ -154,7 +154,7 @@ class BatchselCallback(Callback):
         # Lightning's batch_idx continues from the restored progress after a resume
         self._done = batch_idx + 1
         sampler = self.sampler
-        if sampler is None or not sampler.selector.uses_feedback:
+        if sampler is None or not sampler.selector.capabilities().uses_feedback:
             return
         feedback = {k: outputs[k] for k in FEEDBACK_KEYS if isinstance(outputs, dict) and outputs.get(k) is not None}
         if not feedback:

@@ -1,6 +1,7 @@
 """Selectors: from embeddings, graphs and scores to each rank's batches (an EpochPlan)."""
 
 from batchsel.selectors.auto import AutoSelector
+from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.coreset import CoresetSelector, gradient_proxies
 from batchsel.selectors.epoch_feedback import EpochFeedbackSelector
 from batchsel.selectors.graph_blocks import GraphBlockSelector
@@ -15,6 +16,7 @@ from batchsel.submodular.partition import partition_values, submodular_partition
 
 __all__ = [
     "Selector",
+    "SelectorCapabilities",
     "OfflineSelector",
     "OnlineSelector",
     "EpochFeedbackSelector",

@@ -1,22 +1,16 @@
-"""The selector interface, its kinds and the random baseline, under their first import
-path (``from batchsel.selectors.base import Selector``): each lives in a module of its own.
+"""Deprecated: the selector interface's first import path (``from batchsel.selectors.base
+import Selector``, 0.1.0); import each name from its own module. Importing this module warns
+(``DeprecationWarning``).
 
-- :class:`Selector` (:mod:`~batchsel.selectors.selector`), with its capability flags
-  (:mod:`~batchsel.selectors.capabilities`) and :func:`digest`
-  (:mod:`~batchsel.selectors.hashing`);
-- the kinds :class:`OfflineSelector` (:mod:`~batchsel.selectors.offline`) and
-  :class:`OnlineSelector` (:mod:`~batchsel.selectors.online`, its runs in
-  :mod:`~batchsel.selectors.runs`);
-- :class:`RandomSelector` (:mod:`~batchsel.selectors.random_batches`);
-- how an epoch is dealt to ranks and cut into batches (:mod:`~batchsel.selectors.sharding`).
-
-A selector turns the data it was built from into each rank's batches for an epoch. Every
-selector is seeded; an epoch's plan depends only on (inputs, seed, epoch, world size) and,
-for online selectors, on the scores observed so far. Randomness comes from a local
-``numpy.random.Generator`` seeded from ``(seed, epoch, ...)``, never the global RNG.
+:class:`Selector`, :class:`OfflineSelector`, :class:`OnlineSelector` and
+:class:`RandomSelector` are in :mod:`batchsel.selectors`; ``digest`` in
+:mod:`batchsel.selectors.hashing`; ``epoch_rng``, ``split_batches``, ``batch_sizes``,
+``even_split`` and ``shard_length`` in :mod:`batchsel.selectors.sharding`; ``weighted_sum``
+and ``PARTITIONS`` in :mod:`batchsel.selectors.selector`; ``STATE_VERSION`` in
+:mod:`batchsel.selectors.online`. The names are those modules' own objects.
 """
 
-from __future__ import annotations
+import warnings
 
 from batchsel.selectors.hashing import DIGEST_FULL_BYTES, digest
 from batchsel.selectors.offline import OfflineSelector
@@ -41,3 +35,11 @@ __all__ = [
     "STATE_VERSION",
     "DIGEST_FULL_BYTES",
 ]
+
+warnings.warn(
+    "batchsel.selectors.base moved to batchsel.selectors (Selector, OfflineSelector, OnlineSelector, "
+    "RandomSelector) and batchsel.selectors.sharding (epoch_rng, split_batches, batch_sizes, even_split, "
+    "shard_length): import them from there (the old path will be removed)",
+    DeprecationWarning,
+    stacklevel=2,  # warnings skips importlib's frames: 2 is the import statement
+)

@@ -65,7 +65,13 @@ def class_budgets(counts: np.ndarray, fraction: float) -> np.ndarray:
     return np.minimum(budget, counts)
 
 
-class CoresetSelector(OfflineSelector):
+class CoresetSelector(
+    OfflineSelector,
+    uses_feedback=True,  # observe(embeddings=...) refreshes the vectors the coreset is fit to
+    feedback_fields=("embeddings",),
+    weighted_plans=True,
+    full_batches=True,  # DistributedSampler's policy over the coreset
+):
     """A weighted CRAIG coreset of ``fraction`` of the data, batched every epoch.
 
     Parameters
@@ -109,11 +115,6 @@ class CoresetSelector(OfflineSelector):
     >>> plan.num_batches, plan.weights(0) is not None
     (1, True)
     """
-
-    uses_feedback = True  # observe(embeddings=...) refreshes the vectors the coreset is fit to
-    feedback_fields = ("embeddings",)
-    weighted_plans = True
-    full_batches = True  # DistributedSampler's policy over the coreset
 
     @property
     def epoch_examples(self) -> int:

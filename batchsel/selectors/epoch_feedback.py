@@ -16,7 +16,12 @@ from batchsel.selectors.offline import OfflineSelector
 from batchsel.selectors.sharding import even_split, shard_length, split_batches
 
 
-class EpochFeedbackSelector(OfflineSelector):
+class EpochFeedbackSelector(
+    OfflineSelector,
+    uses_feedback=True,
+    epoch_lengths_vary=True,
+    feedback_per_epoch=True,  # read when the next epoch is planned
+):
     """A run of ``epochs`` epochs, each planned at once when it starts from the feedback
     observed until then, whose lengths differ but are known before the run: subclasses
     give :meth:`epoch_size` (the examples, over all ranks, of each epoch) and
@@ -45,9 +50,6 @@ class EpochFeedbackSelector(OfflineSelector):
     ([4, 2], 6)
     """
 
-    uses_feedback = True
-    epoch_lengths_vary = True
-    feedback_per_epoch = True  # read when the next epoch is planned
     epochs: int
     #: epoch -> share of the examples skipped, for every epoch planned (set by subclasses)
     pruned_share_: dict[int, float]

@@ -47,7 +47,7 @@ class LossRankRun(Run):
     pending: np.ndarray | None = None
 
 
-class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun]):
+class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedback_fields=("losses",)):
     """Rank-based online batch selection with selection pressure ``s_e`` (docs: design/loss-rank.md).
 
     Parameters
@@ -88,7 +88,6 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun]):
     True
     """
 
-    feedback_fields = ("losses",)
     run_type = LossRankRun
 
     def __init__(
@@ -138,12 +137,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun]):
 
     def probabilities(self, n: int) -> np.ndarray:
         """Selection probabilities of ranks 0..n-1 (largest loss first)."""
-        n = check_int(n, "n", minimum=1)
-        if n == 1:
-            return np.ones(1)
-        logp = -math.log(self._pressure) * np.arange(n) / (n - 1)
-        p = np.exp(logp - logp.max())
-        return p / p.sum()
+        return selection_probabilities(check_int(n, "n", minimum=1), self._pressure)
 
     def pressure_at(self, batch: int) -> float:
         """The pressure of the run's batch ``batch`` (per rank, counted over epochs):
@@ -430,6 +424,35 @@ def _loss_rank_batch(losses, pending, shard, sv, sp, cur, k, log_q, key):  # pra
 def _log_q(pressure: float, n: int) -> float:
     """log of the ratio of consecutive ranks' probabilities: ``p_r ∝ exp(r * log_q)``."""
     return -math.log(pressure) / max(n - 1, 1)
+
+
+def selection_probabilities(n: int, pressure: float) -> np.ndarray:
+    """Loshchilov & Hutter's selection probabilities of ranks ``0..n-1`` (largest loss first):
+    ``p_r ∝ pressure ** (-r / (n - 1))``, the first rank ``pressure`` times the last's. The
+    rule of the selector's draws, and of a stream's pools
+    (:func:`batchsel.loop.stream.pools.rank_probabilities`).
+
+    Parameters
+    ----------
+    n : int
+        The number of ranks, ``>= 1``.
+    pressure : float
+        The ratio of the first rank's probability to the last's, ``>= 1``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``n`` probabilities, decreasing, summing to 1.
+
+    Example
+    -------
+    >>> p = selection_probabilities(3, 100.0)
+    >>> round(float(p[0] / p[-1]), 6), round(float(p[0] / p[1]), 6)
+    (100.0, 10.0)
+    """
+    logp = np.arange(n) * _log_q(pressure, n)  # <= 0, its largest (0) first
+    p = np.exp(logp)
+    return p / p.sum()
 
 
 def _draw_ranks(n: int, k: int, pressure: float, rng: Any) -> np.ndarray:

@@ -20,7 +20,12 @@ STATE_VERSION = 1
 R = TypeVar("R", bound=Run)  # an online selector's run type
 
 
-class OnlineSelector(Selector, Generic[R]):
+class OnlineSelector(
+    Selector,
+    Generic[R],
+    online=True,
+    uses_feedback=True,  # the scores observed so far choose the batches
+):
     """The kind of selector that draws each batch from the scores known at that moment.
 
     Subclasses implement :meth:`_next_batch`. Batch ``t`` of (epoch, rank) uses the
@@ -41,8 +46,6 @@ class OnlineSelector(Selector, Generic[R]):
         ``seed``, ``drop_last``, ``partition``: :class:`Selector`'s.
     """
 
-    online = True
-    uses_feedback = True  # the scores observed so far choose the batches
     #: the class of this selector's runs (``OnlineSelector[ItsRun]`` types them)
     run_type: type[Run] = Run
 

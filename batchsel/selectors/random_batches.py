@@ -14,7 +14,7 @@ from batchsel.selectors.offline import OfflineSelector
 from batchsel.selectors.sharding import even_split, shard_length, split_batches
 
 
-class RandomSelector(OfflineSelector):
+class RandomSelector(OfflineSelector, full_batches=True):
     """Random batches: the same distribution and per-rank coverage as torch's
     ``DistributedSampler(shuffle=True)`` followed by ``BatchSampler(drop_last=False)``.
 
@@ -48,8 +48,6 @@ class RandomSelector(OfflineSelector):
     >>> plan.num_batches, sorted(plan.indices().tolist())
     (2, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     """
-
-    full_batches = True
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """An online selector's run state: :class:`Run`, what one (epoch, rank, world size) has
 drawn so far and which of its shard's examples are still unused, and the record of it
-that :meth:`~batchsel.selectors.base.OnlineSelector.state_dict` carries."""
+that :meth:`~batchsel.selectors.online.OnlineSelector.state_dict` carries."""
 
 from __future__ import annotations
 

@@ -21,11 +21,9 @@ import numpy as np
 from batchsel.core.checks import check_int, check_seed
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
-from batchsel.selectors.capabilities import Capabilities
+from batchsel.selectors.capabilities import PARTITIONS, Capabilities
 from batchsel.selectors.hashing import digest
 from batchsel.selectors.sharding import epoch_rng, epoch_shards
-
-PARTITIONS = ("random", "submodular")
 
 
 def weighted_sum(losses: Any, weights: Any) -> Any:
@@ -63,9 +61,10 @@ class Selector(Capabilities):
     (draws batch after batch from the feedback) or
     :class:`~batchsel.selectors.epoch_feedback.EpochFeedbackSelector` (plans each epoch
     from the feedback of the ones before). Deriving from ``Selector`` itself and
-    overriding the public :meth:`plan` or :meth:`iter_batches` works as well. Its
-    capability flags (what a sampler reads) are
-    :class:`~batchsel.selectors.capabilities.Capabilities`'.
+    overriding the public :meth:`plan` or :meth:`iter_batches` works as well. What it
+    can do and needs from the loop is :meth:`capabilities`
+    (:class:`~batchsel.selectors.capabilities.SelectorCapabilities`), declared once as
+    keywords of its class statement (``class Mine(OfflineSelector, uses_feedback=True)``).
 
     Parameters
     ----------
@@ -105,8 +104,9 @@ class Selector(Capabilities):
         self.drop_last = bool(drop_last)
         if partition not in PARTITIONS:
             raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
-        if partition not in self.partitions:
-            raise ValueError(f"{type(self).__name__} supports partition in {self.partitions}, got {partition!r}")
+        supported = type(self).partitions  # the class's: checked before a subclass sets its data
+        if partition not in supported:
+            raise ValueError(f"{type(self).__name__} supports partition in {supported}, got {partition!r}")
         self.partition = partition
         # world_size -> shard id of every example (GreedMax); depends only on data and seed
         self._shard_of: dict[int, np.ndarray] = {}

@@ -14,6 +14,7 @@ The terms, the order within the epoch, the measured costs and how the default we
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Sequence
 
@@ -22,6 +23,7 @@ import numpy as np
 from batchsel.core.checks import check_indices, check_int, check_rows, check_scale, load_embeddings
 from batchsel.core.rng import CounterKeyedBatches
 from batchsel.selectors._smdl_kernels import count_below
+from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.online import OnlineSelector
 from batchsel.selectors.smdl_pool import PoolSelection, SMDLRun
 
@@ -51,7 +53,17 @@ def entropy_of_logits(logits: np.ndarray) -> np.ndarray:
     return np.negative(h, out=h)
 
 
-class SubmodularSelector(CounterKeyedBatches, PoolSelection, OnlineSelector[SMDLRun]):
+class SubmodularSelector(
+    CounterKeyedBatches,
+    PoolSelection,
+    OnlineSelector[SMDLRun],
+    partitions=("random", "submodular"),
+    full_batches=True,
+    # a batch's selection is hidden by a thread behind the step; draws without replacement
+    # within an epoch, so a step of lag changes little (docs/design/sampler.md)
+    default_prefetch=1,
+    feedback_fields=("embeddings",),  # and the logits where U is weighed: capabilities()
+):
     """Submodular mini-batch selection (SMDL; docs: design/smdl.md), online.
 
     Keyword groups: randomness (`seed`), the objective (`weights`), the pool and the
@@ -127,11 +139,6 @@ class SubmodularSelector(CounterKeyedBatches, PoolSelection, OnlineSelector[SMDL
     >>> sel.observe(batches[0], logits=np.zeros((len(batches[0]), 10)))
     """
 
-    partitions = ("random", "submodular")
-    full_batches = True
-    # a batch's selection is hidden by a thread behind the step; draws without replacement
-    # within an epoch, so a step of lag changes little (docs/design/sampler.md)
-    default_prefetch = 1
     run_type = SMDLRun
 
     def __init__(
@@ -182,11 +189,14 @@ class SubmodularSelector(CounterKeyedBatches, PoolSelection, OnlineSelector[SMDL
         self._refreshed = False
         self.mean_ = self._mean()
 
-    @property
-    def feedback_fields(self) -> tuple[str, ...]:  # type: ignore[override]
-        # only U reads the logits: without it a sampler shares no logits (and, without
-        # refreshed embeddings, no collective at all)
-        return ("logits", "embeddings") if self.weights[0] > 0 else ("embeddings",)
+    def capabilities(self) -> SelectorCapabilities:
+        """The class's, with the logits among the feedback read where U is weighed: only
+        U reads them, so without it a sampler shares no logits (and, without refreshed
+        embeddings, no collective at all)."""
+        capabilities = super().capabilities()
+        if self.weights[0] > 0:
+            return dataclasses.replace(capabilities, feedback_fields=("logits", "embeddings"))
+        return capabilities
 
     def _mean(self) -> np.ndarray:
         total = np.zeros(self.embeddings.shape[1], dtype=np.float64)

@@ -9,16 +9,15 @@ import socket
 
 import numpy as np
 
-from batchsel.selectors.base import Selector, epoch_rng, even_split
+from batchsel.selectors import Selector
+from batchsel.selectors.sharding import epoch_rng, even_split
 
 
-class TinyOnline(Selector):
+class TinyOnline(Selector, online=True, uses_feedback=True):
     """A minimal online selector for tests: rank r's batch t is the B not-yet-used
     examples of r's shard (a per-epoch shuffle, split as DistributedSampler does) with the
     highest observed score, ties broken by the shuffle order. Scores are the latest loss
     observed for an example."""
-
-    online = True
 
     def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, drop_last: bool = False) -> None:
         super().__init__(num_examples, batch_size, seed=seed, drop_last=drop_last)

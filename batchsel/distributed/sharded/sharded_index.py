@@ -211,7 +211,7 @@ class ShardedIndex(EmbeddingIndex):
     def _scattered_source(self) -> np.ndarray:
         return np.load(self._path, mmap_mode="r") if self._path is not None else self._source
 
-    def _rows_of(self, indices: np.ndarray) -> np.ndarray:
+    def rows_of(self, indices: np.ndarray) -> np.ndarray:
         return np.asarray(self._scattered_source()[indices], dtype=np.float32)
 
     # -- search -----------------------------------------------------------------------

@@ -3,29 +3,29 @@
 The sampler and the framework integrations (Hugging Face, Lightning) branch on what kind
 of selector they drive: does it draw batches as training goes, which feedback does it
 read, do its plans carry weights, do its epochs differ in length. :class:`SelectorProfile`
-reads the selector's flags (``online``, ``uses_feedback``, ``feedback_fields``,
-``weighted_plans``, ...) and answers those questions, so no caller combines the flags
-itself.
+reads the selector's capabilities (``selector.capabilities()``: ``online``,
+``uses_feedback``, ``feedback_fields``, ``weighted_plans``, ...) once and answers those
+questions, so no caller combines the flags itself.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Iterator
 
 import numpy as np
 
 from batchsel.core.checks import check_seed
-from batchsel.loop.feedback import FEEDBACK
+from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.selector import Selector
 
 
 class SelectorProfile:
     """The answers the training loop needs about ``selector``.
 
-    What the selector reads of the loop's feedback is fixed when the profile is made (a
-    sampler reads it once, when it is built); the rest is read from the selector when
-    asked.
+    The selector's capabilities are read once, when the profile is made (a sampler reads
+    them when it is built); its answers follow from them.
 
     Parameters
     ----------
@@ -34,6 +34,8 @@ class SelectorProfile:
 
     Attributes
     ----------
+    capabilities : SelectorCapabilities
+        ``selector.capabilities()``, as read when the profile was made.
     uses_feedback : bool
         Whether the loop's feedback changes the selector's batches (it is all-gathered
         across ranks only then).
@@ -60,11 +62,18 @@ class SelectorProfile:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
         self.selector = selector
-        self.uses_feedback = bool(selector.uses_feedback)
-        self.feedback_fields: frozenset[str] = frozenset(getattr(selector, "feedback_fields", FEEDBACK))
+        capabilities = self.capabilities
+        self.uses_feedback = capabilities.uses_feedback
+        self.feedback_fields: frozenset[str] = frozenset(capabilities.feedback_fields)
         self.needed_fields: frozenset[str] = (
             self.feedback_fields - {"embeddings"} if self.uses_feedback else frozenset()
         )
+
+    @functools.cached_property
+    def capabilities(self) -> SelectorCapabilities:
+        """``selector.capabilities()``, read once (a profile unpickled with its sampler
+        reads them on first use)."""
+        return self.selector.capabilities()
 
     @property
     def name(self) -> str:
@@ -74,7 +83,7 @@ class SelectorProfile:
     @property
     def online(self) -> bool:
         """Whether it draws its batches as training goes (no plan made in advance)."""
-        return bool(self.selector.online)
+        return self.capabilities.online
 
     @property
     def records_batches(self) -> bool:
@@ -92,22 +101,22 @@ class SelectorProfile:
     @property
     def weighted_plans(self) -> bool:
         """Whether its plans carry weights (InfoBatch, coresets)."""
-        return bool(self.selector.weighted_plans)
+        return self.capabilities.weighted_plans
 
     @property
     def full_batches(self) -> bool:
         """Whether its batches are full but the last (BatchSampler's ``drop_last`` applies)."""
-        return bool(self.selector.full_batches)
+        return self.capabilities.full_batches
 
     @property
     def variable_batch_size(self) -> bool:
         """Whether its batches' sizes follow a cost budget (``batch_size``: the most a batch holds)."""
-        return bool(self.selector.variable_batch_size)
+        return self.capabilities.variable_batch_size
 
     @property
     def epoch_lengths_vary(self) -> bool:
         """Whether its epochs differ in length (dynamic pruning): known before each epoch."""
-        return bool(self.selector.epoch_lengths_vary)
+        return self.capabilities.epoch_lengths_vary
 
     @property
     def epochs(self) -> int:
@@ -117,17 +126,17 @@ class SelectorProfile:
     @property
     def supports_start(self) -> bool:
         """Whether ``iter_batches`` can start mid-epoch (else the first batches are skipped)."""
-        return bool(self.selector.supports_start)
+        return self.capabilities.supports_start
 
     @property
     def default_prefetch(self) -> int:
         """The batches selected ahead when the sampler is not told (``prefetch=None``)."""
-        return int(self.selector.default_prefetch)
+        return self.capabilities.default_prefetch
 
     @property
     def feedback_per_epoch(self) -> bool:
         """Whether it reads its feedback only when it plans an epoch (pruning)."""
-        return bool(getattr(self.selector, "feedback_per_epoch", False))
+        return self.capabilities.feedback_per_epoch
 
     def check_seed(self, seed: int | None) -> None:
         """Refuse a seed other than the selector's (``ValueError``): DistributedSampler's

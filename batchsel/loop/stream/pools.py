@@ -4,7 +4,8 @@
   gives, each example once an epoch);
 - ``"loss-rank"``: the never-trained examples of the pool once each, and the pool's
   other slots drawn with replacement among the rest by rank: rank ``i`` of ``n`` by
-  last loss with probability proportional to ``pressure ** (-i / n)``;
+  last loss with probability proportional to ``pressure ** (-i / (n - 1))``, the loss-rank
+  selector's rule;
 - ``"prune"``: InfoBatch's rule as examples are read (:class:`LearntSkipping`): one whose
   last loss is below the mean of the last losses is skipped with probability
   ``prune_ratio`` and, kept, weighted ``1 / (1 - prune_ratio)``.
@@ -25,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from batchsel.core.checks import check_int
+from batchsel.selectors.loss_rank import selection_probabilities
 
 
 def rank_probabilities(losses: np.ndarray, pressure: float, rng: np.random.Generator) -> np.ndarray:
@@ -32,8 +34,9 @@ def rank_probabilities(losses: np.ndarray, pressure: float, rng: np.random.Gener
 
     The examples are ranked by loss, highest first (a missing loss, ``nan``, counts as
     the highest: never-trained examples come first; ties in a random order), and rank
-    ``i`` of ``n`` gets probability proportional to ``pressure ** (-i / n)``: the first
-    rank ``pressure`` times the last's.
+    ``i`` of ``n`` gets probability proportional to ``pressure ** (-i / (n - 1))``: the
+    first rank ``pressure`` times the last's, as in the loss-rank selector
+    (:func:`~batchsel.selectors.loss_rank.selection_probabilities`).
 
     Parameters
     ----------
@@ -59,10 +62,9 @@ def rank_probabilities(losses: np.ndarray, pressure: float, rng: np.random.Gener
     key = np.where(np.isnan(losses), np.inf, losses)
     shuffled = rng.permutation(n)
     order = shuffled[np.argsort(-key[shuffled], kind="stable")]
-    ranks = np.empty(n, dtype=np.float64)
-    ranks[order] = np.arange(n)
-    weights = np.power(float(pressure), -ranks / n)
-    return weights / weights.sum()
+    probabilities = np.empty(n, dtype=np.float64)
+    probabilities[order] = selection_probabilities(n, float(pressure))
+    return probabilities
 
 
 def pool_order(count: int, losses: np.ndarray | None, pressure: float, rng: np.random.Generator) -> np.ndarray:

@@ -82,7 +82,7 @@ def check_costs_digest(state: Any, key: str, costs: np.ndarray, owner: str) -> N
         )
 
 
-class BucketSelector(OfflineSelector):
+class BucketSelector(OfflineSelector, variable_batch_size=True):
     """Batches of examples of similar cost (length, duration, size) under a cost budget,
     with the batches of every step nearly equal in cost across ranks.
 
@@ -163,8 +163,6 @@ class BucketSelector(OfflineSelector):
     >>> all(len(b) * costs[b].max() <= 110 for r in range(2) for b in plan.batches(r))
     True
     """
-
-    variable_batch_size = True
 
     def __init__(
         self,

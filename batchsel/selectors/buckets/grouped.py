@@ -4,6 +4,7 @@ of them share a batch)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any, Iterator
 
@@ -15,6 +16,7 @@ from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.buckets.bucket import check_costs_digest, costs_digest
 from batchsel.selectors.buckets.costs import check_costs
 from batchsel.selectors.buckets.kernels import regroup
+from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.hashing import digest
 from batchsel.selectors.selector import Selector
 from batchsel.selectors.sharding import epoch_rng
@@ -41,7 +43,8 @@ class CostGroupedSelector(Selector):
     on every rank); an online selector's (loss-rank) pool one rank's ``window`` batches,
     drawn together when the window starts, so the feedback lag grows by up to ``window -
     1`` batches. Feedback (``observe``), the state dict, the weights
-    (``weighted_loss``) and the epoch lengths are the selector's.
+    (``weighted_loss``), the epoch lengths and the capabilities (but ``full_batches``:
+    :meth:`capabilities`) are the selector's.
 
     ``window=1`` on one rank leaves the batches as they are; a larger window groups more
     (less padding) and mixes less (the shorter and the longer halves of two random
@@ -88,20 +91,13 @@ class CostGroupedSelector(Selector):
             drop_last=selector.drop_last,
         )
         self.batch_size = selector.batch_size
-        # what the loop reads is the selector's (instance attributes over the class's)
-        for flag in (
-            "online",
-            "uses_feedback",
-            "feedback_fields",
-            "epoch_lengths_vary",
-            "weighted_plans",
-            "default_prefetch",
-            "feedback_per_epoch",
-            "unplanned_params",
-        ):
-            setattr(self, flag, getattr(selector, flag))
         if hasattr(selector, "epochs"):
             self.epochs = selector.epochs
+
+    def capabilities(self) -> SelectorCapabilities:
+        """The selector's, but ``full_batches``: a window's steps come in a random order,
+        so its short batch need not be the epoch's last."""
+        return dataclasses.replace(self.selector.capabilities(), full_batches=False)
 
     def get_params(self) -> dict[str, Any]:
         return {"selector": self.selector, "costs": self.costs, "window": self.window, "packed": self.packed}

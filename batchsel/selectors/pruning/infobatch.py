@@ -25,7 +25,7 @@ def _first_of_each(sizes: np.ndarray, firsts: np.ndarray) -> np.ndarray:
 ANNEAL_RULES = ("reference", "paper")
 
 
-class InfoBatchSelector(EpochFeedbackSelector):
+class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fields=("losses",)):
     """InfoBatch's dynamic pruning, with epoch lengths known before the run.
 
     Each epoch e (from 0) of a run of ``epochs`` epochs:
@@ -121,9 +121,6 @@ class InfoBatchSelector(EpochFeedbackSelector):
     >>> [InfoBatchSelector(100, 10, epochs=10, anneal_rule=rule).prunes(8) for rule in ("reference", "paper")]
     [False, True]
     """
-
-    weighted_plans = True
-    feedback_fields = ("losses",)
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ from batchsel.selectors.sharding import epoch_rng
 SCORES = ("el2n", "forgetting")
 
 
-class ScorePruningSelector(EpochFeedbackSelector):
+class ScorePruningSelector(EpochFeedbackSelector, feedback_fields=("logits",)):
     """Score-based pruning of the training set: score every example during the first
     ``score_epochs`` epochs, which train on all of it, then train on the ``keep`` share chosen
     by coverage-centric selection for the rest of the run.
@@ -71,8 +71,6 @@ class ScorePruningSelector(EpochFeedbackSelector):
     >>> len(plan.indices()), sel.pruned_share_[1]
     (60, 0.4)
     """
-
-    feedback_fields = ("logits",)
 
     def __init__(
         self,

@@ -1,0 +1,15 @@
+"""Deprecated: this module moved to :mod:`batchsel.loop.filters` in 0.2; import from there.
+
+Its names are the new module's own objects; importing it warns (``DeprecationWarning``).
+"""
+
+import warnings
+
+from batchsel.loop.filters import *  # noqa: F403
+from batchsel.loop.filters import __all__  # noqa: F401
+
+warnings.warn(
+    "batchsel.filters moved to batchsel.loop.filters: import it from there (the old path will be removed)",
+    DeprecationWarning,
+    stacklevel=2,  # warnings skips importlib's frames: 2 is the import statement
+)
