@@ -9,14 +9,13 @@ from typing import Any, Generic, Iterator, TypeVar
 import numpy as np
 
 from batchsel.core.checks import check_int
-from batchsel.core.state import from_portable, to_portable
+from batchsel.core.state import STATE_VERSION, check_version, from_portable, to_portable
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.runs import Run
 from batchsel.selectors.selector import Selector
 from batchsel.selectors.sharding import epoch_rng, shard_length
 
-STATE_VERSION = 1
 R = TypeVar("R", bound=Run)  # an online selector's run type
 
 
@@ -150,10 +149,7 @@ class OnlineSelector(
         state : dict
             What :meth:`state_dict` returned, for a selector built from the same inputs.
         """
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(
-                f"not a {type(self).__name__} state (version {state.get('version') if isinstance(state, dict) else None!r})"
-            )
+        check_version(state, type(self).__name__)
         if state.get("class") != type(self).__name__:
             raise ValueError(f"state is from a {state.get('class')!r}, not a {type(self).__name__}")
         state = from_portable(state)
@@ -179,4 +175,4 @@ class OnlineSelector(
             self._runs[(world.rank, world.size)] = run
 
 
-__all__ = ["OnlineSelector", "STATE_VERSION"]
+__all__ = ["OnlineSelector", "STATE_VERSION"]  # STATE_VERSION: batchsel.core.state's

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import tensor_to_numpy
+from batchsel.core.state import STATE_VERSION, check_version
 
-STATE_VERSION = 1
 # settings a checkpoint must agree on (the counters are restored, these are checked)
 SETTINGS = (
     "batch_size",
@@ -87,12 +87,9 @@ def restored_state(filt: Any, state: dict[str, Any]) -> tuple[dict[str, int | fl
         For what is not a filter's state, naming every missing and unexpected key at
         once (as torch's ``load_state_dict``), or a setting that differs.
     """
-    if (
-        not isinstance(state, dict)
-        or state.get("version") != STATE_VERSION
-        or state.get("class") != type(filt).__name__
-    ):
-        raise ValueError(f"not a CandidateFilter state (version {STATE_VERSION})")
+    check_version(state, "CandidateFilter")
+    if state.get("class") != type(filt).__name__:
+        raise ValueError(f"not a {type(filt).__name__} state: its class is {state.get('class')!r}")
     # settings may lack the guards added later; older states have no history
     missing = sorted({"settings", "counters"} - set(state))
     missing += sorted(f"counters.{k}" for k in set(COUNTERS) - set(state.get("counters") or {}))

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from batchsel.core.state import STATE_VERSION, check_version
 from batchsel.loop.stream.feedback import LossTable
 
-STATE_VERSION = 1
 STATE_KEYS = ("version", "config", "epoch", "position", "losses")
 _OWN_STATE = "load the stream's own state (stream.load_state_dict) before the loader's"
 
@@ -35,10 +35,7 @@ def check_state(state: Any, config: dict[str, Any]) -> None:
     missing = sorted(set(STATE_KEYS) - set(state))
     if missing:
         raise ValueError(f"not a StreamBatches state (state_dict's output): missing keys {missing}")
-    if state["version"] != STATE_VERSION:
-        raise ValueError(
-            f"not a StreamBatches state of version {STATE_VERSION} (state_dict's output): version {state['version']!r}"
-        )
+    check_version(state, "StreamBatches")
     saved = state["config"]
     if not isinstance(saved, dict) or set(config) - set(saved):
         got = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
