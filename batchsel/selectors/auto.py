@@ -353,13 +353,13 @@ class AutoSelector(LossRankSelector):
         run.used[batch] = True
         return batch
 
-    def _new_run(self, epoch: int, rank: int, world_size: int) -> AutoRun:
-        run = super()._new_run(epoch, rank, world_size)
+    def _new_run(self, epoch: int, world: World) -> AutoRun:
+        run = super()._new_run(epoch, world)
         assert isinstance(run, AutoRun)  # run_type
         # loss-rank sorts the shard by index; the random batches read it in the epoch's own
         # shuffle, the order RandomSelector (DistributedSampler) batches it: while no batch of
         # the epoch is pressured, they are random's batches
-        run.shuffled = self._rank_shards(epoch, World(rank, world_size))[rank]
+        run.shuffled = self._rank_shards(epoch, world)[world.rank]
         return run
 
     # -- state ------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from numba import njit
 
 from batchsel.core.checks import check_indices, check_int, check_rows
 from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, uniform
+from batchsel.core.world import World
 from batchsel.selectors.online import OnlineSelector
 from batchsel.selectors.runs import Run
 
@@ -153,8 +154,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         done = min(1.0, batch / max(self.anneal_batches - 1, 1))
         return float(self._pressure ** (1.0 - done))
 
-    def _new_run(self, epoch: int, rank: int, world_size: int) -> LossRankRun:
-        run = super()._new_run(epoch, rank, world_size)
+    def _new_run(self, epoch: int, world: World) -> LossRankRun:
+        run = super()._new_run(epoch, world)
         # the shard's examples in index order: every batch scans their losses, read then in
         # memory order (fewer cache misses than the random split's order). Which examples
         # the shard holds is the random split's; ties are broken at random all the same (_pick)

@@ -67,10 +67,10 @@ class OnlineSelector(
         return check_int(epoch, "epoch", minimum=0)
 
     # -- runs -------------------------------------------------------------------------
-    def _new_run(self, epoch: int, rank: int, world_size: int) -> R:
-        """A fresh run of (epoch, rank) for ``world_size`` ranks (checked by the caller)."""
-        shard = self._rank_shards(epoch, World(rank, world_size))[rank]
-        return self.run_type.start(epoch, rank, shard, self.batch_size)  # type: ignore[return-value]
+    def _new_run(self, epoch: int, world: World) -> R:
+        """A fresh run of ``epoch`` for ``world``'s rank (checked by the caller)."""
+        shard = self._rank_shards(epoch, world)[world.rank]
+        return self.run_type.start(epoch, world.rank, shard, self.batch_size)  # type: ignore[return-value]
 
     def _restore_run(self, run: R) -> None:
         """Called on each run rebuilt by :meth:`load_state_dict` (``order``, ``m`` and
@@ -98,7 +98,7 @@ class OnlineSelector(
         key = (world.rank, world.size)
         run = self._runs.get(key)
         if run is None or run.epoch != epoch:
-            run = self._runs[key] = self._new_run(epoch, world.rank, world.size)
+            run = self._runs[key] = self._new_run(epoch, world)
         t = min(start, len(run.drawn))
         while t < total:
             batch = run.drawn[t] if t < len(run.drawn) else self._draw(run, world.rank)
@@ -111,7 +111,7 @@ class OnlineSelector(
         total = self._num_batches(world)
         per_rank = []
         for r in range(world.size):
-            run = self._new_run(epoch, r, world.size)
+            run = self._new_run(epoch, World(r, world.size))
             per_rank.append([self._draw(run, r) for _ in range(total)])
         return EpochPlan(
             per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method=type(self).__name__
@@ -168,8 +168,8 @@ class OnlineSelector(
         self._load_scores(state["scores"])
         self._runs = {}
         for record in state["runs"]:
-            world = self.world(record["world_size"], record["rank"])
-            run = self._new_run(record["epoch"], world.rank, world.size)
+            world = self.world(record["world_size"], rank=record["rank"])
+            run = self._new_run(record["epoch"], world)
             run.resume(record)
             self._restore_run(run)
             self._runs[(world.rank, world.size)] = run

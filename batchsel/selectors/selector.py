@@ -122,16 +122,18 @@ class Selector(Capabilities):
                 stacklevel=2,
             )
 
-    def world(self, world_size: int = 1, rank: int | None = None) -> World:
+    def world(self, world_size: int = 1, *, rank: int | None = None) -> World:
         """The checked :class:`~batchsel.core.world.World` of ``rank`` (0 when None) of
         ``world_size`` ranks: a valid range, and this selector's own limits
         (:meth:`world_error`). The one place a world is checked: every public entry point
-        calls it once and hands the result on. Raises as :meth:`check_world`."""
+        calls it once and hands the result on. Raises as :meth:`check_world`. ``rank`` is
+        keyword-only: ``World`` takes ``(rank, size)``, this the size first, and two ints
+        in the wrong order would be another world without a word."""
         world = World(0, world_size)
         error = self.world_error(world.size)
         if error is not None:
             raise ValueError(error)
-        return world if rank is None else World(rank, world.size)  # the size first, as ever
+        return world if rank is None else World(rank, world.size)  # the size first: its range is checked first
 
     def world_error(self, world_size: int) -> str | None:
         """Why this selector cannot plan for ``world_size`` ranks (a count >= 1), or None:
@@ -157,7 +159,7 @@ class Selector(Capabilities):
         ...
         ValueError: world_size must be <= the number of examples (10), got 11
         """
-        self.world(world_size, rank)
+        self.world(world_size, rank=rank)
 
     def _check_start(self, start: int, world: World) -> int:
         start = check_int(start, "start", minimum=0)
@@ -223,7 +225,7 @@ class Selector(Capabilities):
     def iter_batches(self, epoch: int, rank: int = 0, world_size: int = 1, start: int = 0) -> Iterator[np.ndarray]:
         """This rank's batches for ``epoch``, one at a time, from batch number ``start`` on."""
         epoch = self._check_epoch(epoch)
-        world = self.world(world_size, rank)
+        world = self.world(world_size, rank=rank)
         start = self._check_start(start, world)
         yield from self._iter_batches(epoch, world, start)
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from batchsel.core.checks import check_indices, check_int, check_rows, check_scale, load_embeddings
 from batchsel.core.rng import CounterKeyedBatches
+from batchsel.core.world import World
 from batchsel.selectors._smdl_kernels import count_below
 from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.online import OnlineSelector
@@ -293,8 +294,8 @@ class SubmodularSelector(
         # the pool: the first pool_size unused positions; the due ones are among them
         return self._greedy_batch(run, t, k, due, rng)
 
-    def _new_run(self, epoch: int, rank: int, world_size: int) -> SMDLRun:
-        run = super()._new_run(epoch, rank, world_size)
+    def _new_run(self, epoch: int, world: World) -> SMDLRun:
+        run = super()._new_run(epoch, world)
         run.order = run.order[::-1].copy()  # descending: the pool is a suffix of order[:m]
         run.ends = np.cumsum(run.sizes).tolist()  # where each batch's turn ends (see _due)
         return run
