@@ -289,14 +289,14 @@ class SelectionClock:
         self.select = 0.0
         self.compile = 0.0
 
-    def run(self, fn: Callable[..., Item], *args: Any) -> Item:
-        """``fn(*args)``, its seconds counted.
+    def run(self, fn: Callable[..., Item], *args: Any, **kwargs: Any) -> Item:
+        """``fn(*args, **kwargs)``, its seconds counted.
 
         Parameters
         ----------
         fn : callable
             The selection work.
-        *args : Any
+        *args, **kwargs : Any
             Its arguments.
 
         Returns
@@ -306,7 +306,7 @@ class SelectionClock:
         """
         compiled, start = compile_seconds(), time.perf_counter()
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         finally:
             took, compiled = time.perf_counter() - start, compile_seconds() - compiled
             self.compile += compiled
@@ -354,6 +354,16 @@ class BackgroundSelection:
     def __getstate__(self) -> dict[str, Any]:
         # a copy has no thread (a thread neither copies nor pickles): its iteration starts its own
         return {**self.__dict__, "_thread": None}
+
+    def applies_now(self) -> bool:
+        """Whether feedback given now goes to the selector at once: no selection running,
+        not held back for the next iteration, nothing held back before it."""
+        return self._thread is None and not self.per_iteration and not self.deferred
+
+    def apply_direct(self, observe: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """``observe(*args, **kwargs)`` now (where :meth:`applies_now`), timed as selection;
+        numba compiling inside it is counted apart, as in :meth:`observe`."""
+        self.clock.run(observe, *args, **kwargs)
 
     def _apply(self, observations: list[Observation]) -> None:
         """Hand ``observations`` to the selector, timed by :attr:`clock`."""

@@ -28,6 +28,9 @@ def compile_seconds() -> float:
     True
     """
     global _clock
+    clock = _clock
+    if clock is not None:  # read every step: no lock once the listener exists
+        return clock.total + (time.perf_counter() - clock.since if clock.depth else 0.0)
     with _clock_lock:
         if _clock is None:
             import numba.core.event as event

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from batchsel.core.checks import check_indices, check_labels, check_number, check_rows
+from batchsel.core.checks import check_labels, check_number
 from batchsel.core.world import World
 from batchsel.selectors.auto_kernels import record_losses
+from batchsel.selectors.feedback_checks import checked_losses
 from batchsel.selectors.loss_rank import LossRankRun, LossRankSelector
 
 logger = logging.getLogger(__name__)
@@ -287,8 +288,7 @@ class AutoSelector(LossRankSelector):
                 "observe() came before the first batch was drawn: feed back the losses of the batches "
                 "the selector gave (iterate the sampler or iter_batches first)"
             )
-        idx = check_indices(indices, self.num_examples)
-        values = check_rows(losses, len(idx), "losses", ndim=1)
+        idx, values = checked_losses(indices, losses, self.num_examples)
         if self.threshold_ is None:
             width = None if logits is None else np.shape(logits)[-1]
             if width and width > 1:
@@ -305,7 +305,9 @@ class AutoSelector(LossRankSelector):
     def _decide(self, observed: int) -> None:
         if self._mode == "noisy":
             return
-        seen, misfit, fitted = self._counts[0] / self.num_examples, self.misfit_share_, self.fitted_share_
+        counted, misfit_count, fitted_count = self._counts[:3].tolist()  # Python numbers: this runs every step
+        seen = counted / self.num_examples
+        misfit, fitted = misfit_count / max(counted, 1), fitted_count / max(counted, 1)
         if seen < 0.95:  # the first epoch: random batches, the shares would speak for part of the data
             self._mode, self._pressure_now = "warm-up", 1.0
             return
@@ -333,7 +335,7 @@ class AutoSelector(LossRankSelector):
             _ramp(misfit, self.noise_high, self.noise_low),  # few examples misfit
             _ramp(fitted, self.fitted_share, self.fitted_full),  # and most of them fitted
         )
-        now = float(self.pressure**gain)
+        now = float(self._pressure**gain)
         if self._mode != "select" or abs(math.log(now / self._pressure_now)) > math.log(2):
             logger.info("AutoSelector: misfit share %.3f, fitted share %.3f, pressure %.3g", misfit, fitted, now)
         self._mode, self._pressure_now = "select", now

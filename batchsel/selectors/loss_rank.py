@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from batchsel.core.checks import check_indices, check_int, check_rows
+from batchsel.core.checks import check_int
 from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, uniform
 from batchsel.core.world import World
+from batchsel.selectors.feedback_checks import checked_losses
 from batchsel.selectors.online import OnlineSelector
 from batchsel.selectors.runs import Run
 
@@ -132,8 +133,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         """Record the latest per-example ``losses`` of ``indices`` (others are ignored)."""
         if losses is None:
             return
-        idx = check_indices(indices, self.num_examples)
-        self.losses_[idx] = check_rows(losses, len(idx), "losses", ndim=1)
+        idx, values = checked_losses(indices, losses, self.num_examples)
+        self.losses_[idx] = values
         self._pending[idx] = False
 
     def probabilities(self, n: int) -> np.ndarray:
