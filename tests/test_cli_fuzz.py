@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 
 import batchsel
 from batchsel import cli
-from batchsel import plan as plan_module
+from batchsel.plans import plan as plan_module
 
 # BATCHSEL_FUZZ_SCALE=20 runs 20 times the examples, with fresh randomness: a bug hunt, not CI
 SCALE = int(os.environ.get("BATCHSEL_FUZZ_SCALE", "1"))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from batchsel import SubmodularSelector
+from batchsel.core.world import World
 from batchsel.selectors import _smdl_kernels
 
 
@@ -112,7 +113,7 @@ def test_coverage_every_is_deterministic_changes_the_picks_and_the_fingerprint()
 def test_only_the_entering_rows_are_computed():
     x = clustered(3000, 16, seed=7)
     sel = SubmodularSelector(x, 32, seed=1, coverage_every=8, max_delay=8)
-    run = sel._new_run(0, 0, 1)
+    run = sel._new_run(0, World(0, 1))
     sel._runs[(0, 1)] = run
     sel._next_batch(run, np.random.default_rng(0))
     cache = run["cache"]
