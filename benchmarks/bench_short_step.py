@@ -1,4 +1,4 @@
-"""What the sampler adds to a short training step (issue 60): the digits MLP at B = 32.
+"""What the sampler adds to a short training step: the digits MLP at B = 32.
 
 The fast tier's ``digits-mlp`` task of ``bench_quality.py`` (scikit-learn's digits, 1077
 training examples, MLP 64-64-10, SGD 0.05 momentum 0.9, B = 32: a step of 0.2-0.8 ms,
@@ -24,7 +24,7 @@ sampler costs the step itself (``rest of step``: the step's own work runs slower
 numpy-heavy feedback code, whose caches it has to win back); ``x random at 0.5 ms`` is
 that excess over a 0.5 ms step.
 
-The issue's target: the feedback path (``observe``, and what ``next`` adds over random's)
+The target: the feedback path (``observe``, and what ``next`` adds over random's)
 at most 0.05 ms a step, so that a 0.5 ms step with loss-rank or AutoSelector is <= 1.10x
 random's.
 
@@ -226,7 +226,7 @@ def header(res: dict[str, Any], command: str) -> list[str]:
         *([f"Sources measured: {res['label']}.", ""] if res.get("label") else []),
         "`next` / `observe`: the loop's time inside `next(sampler)` and `sampler.observe(...)` per step; "
         "`next over random`: the first less random's in the same round; `feedback`: `observe` plus `next over "
-        "random`, the issue's budget of 0.05 ms; `rest of step`: the wall less both (forward, backward, the "
+        "random`, the budget of 0.05 ms; `rest of step`: the wall less both (forward, backward, the "
         "optimizer, indexing); `x random`: wall per step over random's (same threads, same round); `extra`: "
         "the wall per step less random's (same round), the sampler's cost to the step included; `x random at "
         "0.5 ms`: `(0.5 + extra) / 0.5`. AutoSelector is past its warm-up (loss-rank batches) in every timed epoch.",
