@@ -39,8 +39,10 @@ from batchsel.selectors import (
     coverage_centric_selection,
 )
 from batchsel.selectors.buckets.bucket import BucketSelector
+from batchsel.selectors.buckets.cost_model import CostModel
 from batchsel.selectors.buckets.costs import example_costs
 from batchsel.selectors.buckets.grouped import CostGroupedSelector
+from batchsel.selectors.buckets.step_balanced import StepBalancedSelector
 from batchsel.selectors.scores import gradnorm_scores, loss_scores
 from batchsel.submodular.functions import (
     Custom,
@@ -128,6 +130,8 @@ __all__ = [
     "coverage_centric_selection",
     "BucketSelector",
     "CostGroupedSelector",
+    "StepBalancedSelector",
+    "CostModel",
     "example_costs",
     "submodular_partition",
     "CandidateFilter",

@@ -45,6 +45,7 @@ def selectors():
         "InfoBatchSelector": [batchsel.InfoBatchSelector(N, B, epochs=3)],
         "ScorePruningSelector": [batchsel.ScorePruningSelector(y, B, epochs=3)],
         "BucketSelector": [batchsel.BucketSelector(rng.integers(1, 50, N), max_cost=200)],
+        "StepBalancedSelector": [batchsel.StepBalancedSelector(RandomSelector(N, B), rng.integers(1, 50, N))],
     }
 
 
@@ -68,6 +69,25 @@ def test_cost_grouped_keeps_every_capability_but_full_batches(selectors):
             assert SelectorProfile(grouped).capabilities == ours
     with pytest.raises(ValueError, match="already a CostGroupedSelector"):
         CostGroupedSelector(CostGroupedSelector(RandomSelector(N, B), costs), costs)
+
+
+#: what StepBalancedSelector changes on purpose: micro-batches of varying sizes, none full,
+#: whose weights carry the step's normalization
+STEP_CHANGES = {"variable_batch_size": True, "weighted_plans": True, "full_batches": False}
+
+
+def test_step_balanced_keeps_every_capability_but_its_micro_batches(selectors):
+    costs = np.arange(N) % 17 + 1
+    for name, built in selectors.items():
+        for sel in built:
+            if sel.online:
+                with pytest.raises(ValueError, match="CostGroupedSelector"):
+                    batchsel.StepBalancedSelector(sel, costs)
+                continue
+            theirs = sel.capabilities()
+            ours = batchsel.StepBalancedSelector(sel, costs).capabilities()
+            for field in FIELDS:
+                assert getattr(ours, field) == STEP_CHANGES.get(field, getattr(theirs, field)), (name, field)
 
 
 def test_cost_grouped_changes_full_batches_on_purpose():

@@ -43,7 +43,11 @@ def test_every_kind_of_selector_is_recorded():
 
     recorded = {type(V1.selectors()[name][0]()).__name__ for name in RECORDED if name in V1.selectors()}
     selectors = {n for n in batchsel.__all__ if n.endswith("Selector") and n != "Selector"}
-    assert recorded == selectors
+    assert recorded == selectors - SINCE_0_1_0  # every selector 0.1.0 had
+
+
+# selectors added after 0.1.0: no state of theirs was written by it (their own tests resume them)
+SINCE_0_1_0 = {"StepBalancedSelector"}
 
 
 @pytest.mark.parametrize("name", sorted(set(RECORDED) - {"loss_rank_two_ranks"}))

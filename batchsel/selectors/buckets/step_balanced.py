@@ -1,0 +1,250 @@
+"""Random steps, balanced ranks: :class:`StepBalancedSelector` keeps each optimizer step's
+examples those of another selector's global batch (every rank's batch of that step) and
+splits them over the ranks and their micro-batches so that every rank's share costs nearly
+the same."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any, Iterator
+
+import numpy as np
+
+from batchsel.core.checks import check_int
+from batchsel.core.world import World
+from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.buckets.bucket import check_costs_digest, costs_digest
+from batchsel.selectors.buckets.cost_model import CostModel
+from batchsel.selectors.buckets.costs import check_costs
+from batchsel.selectors.buckets.step_kernels import deal_micro_batches, split_step
+from batchsel.selectors.capabilities import SelectorCapabilities
+from batchsel.selectors.hashing import digest
+from batchsel.selectors.selector import Selector, weighted_sum
+from batchsel.selectors.sharding import epoch_rng
+
+#: the generator stream of the split (ties in length, the ranks' labels), apart from the selector's
+STEP_STREAM = 0x5B5A
+
+#: the key :meth:`StepBalancedSelector.state_dict` adds to the selector's state
+STEP_COSTS_KEY = "step_balanced_costs_digest"
+
+
+class StepBalancedSelector(Selector):
+    """Every optimizer step a random draw, every rank equally busy.
+
+    Step ``t``'s examples are those of ``selector``'s step ``t`` over all ranks (its global
+    batch of about ``world_size * batch_size``: random batches, or an offline selection:
+    InfoBatch, a coreset), as with the selector alone, so the steps are as random as its
+    batches. They are sorted by cost, cut into ``world_size * accumulation`` contiguous
+    micro-batches of nearly equal cost under ``cost_model`` (padding to each micro-batch's
+    longest), and dealt to the ranks, ``accumulation`` each, the costliest first to the
+    least loaded rank. Each rank trains its ``accumulation`` micro-batches and then the
+    optimizer steps.
+
+    The plan's weights make the step's gradient the global batch's mean, whatever the
+    micro-batches' sizes: each example weighs ``world_size / G`` (``G`` the step's
+    examples; times the selector's own weight), and :meth:`weighted_loss` is the *sum* of
+    weight times loss, whose gradients DDP averages over the ranks and the loop adds over
+    the micro-batches. So use ``SelectionBatchSampler(..., weighted=True)`` and
+    ``loss = selector.weighted_loss(losses, w)`` with no scaling of one's own.
+
+    Parameters
+    ----------
+    selector : Selector
+        The offline selector whose steps are split (``RandomSelector``,
+        ``InfoBatchSelector``, ``CoresetSelector``, ...): its plan must be known on every
+        rank. An online selector (loss-rank) is refused: use
+        :class:`~batchsel.CostGroupedSelector`.
+    costs : array-like
+        One cost ``>= 0`` per example (its length in tokens).
+    accumulation : int, default 1
+        Micro-batches per rank and step (gradient accumulation): more of them pad less
+        and balance the ranks better.
+    cost_model : CostModel, optional
+        What a micro-batch costs; default padded tokens (:class:`CostModel`).
+
+    Raises
+    ------
+    ValueError
+        An online selector; costs of another length, negative or not finite; a step with
+        fewer examples than ``world_size * accumulation`` micro-batches (when its plan is
+        made, naming the step).
+
+    See Also
+    --------
+    batchsel.BucketSelector : the epoch grouped by length (throughput over randomness).
+    batchsel.CostGroupedSelector : regrouping by cost within windows of steps.
+
+    Example
+    -------
+    >>> from batchsel import RandomSelector
+    >>> lengths = np.random.default_rng(0).lognormal(4, 1, 64).round() + 1
+    >>> sel = StepBalancedSelector(RandomSelector(64, 8, seed=0), lengths, accumulation=2)
+    >>> plan = sel.plan(0, world_size=2)
+    >>> [len(plan.batches(r)) for r in range(2)], sel.num_batches(world_size=2)
+    ([8, 8], 8)
+    >>> step0 = np.concatenate([plan.batches(r)[t] for r in range(2) for t in (0, 1)])
+    >>> inner = RandomSelector(64, 8, seed=0).plan(0, 2)
+    >>> sorted(step0.tolist()) == sorted(np.concatenate([inner.batches(r)[0] for r in range(2)]).tolist())
+    True
+    """
+
+    def __init__(
+        self, selector: Selector, costs: Any, *, accumulation: int = 1, cost_model: CostModel | None = None
+    ) -> None:
+        if not isinstance(selector, Selector):
+            raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
+        if selector.online:
+            raise ValueError(
+                f"{type(selector).__name__} draws its batches as training goes, so no rank knows the others' "
+                "batches of a step to split: use CostGroupedSelector for an online selector"
+            )
+        if cost_model is not None and not isinstance(cost_model, CostModel):
+            raise TypeError(f"cost_model must be a CostModel, got {type(cost_model).__name__}")
+        self.selector = selector
+        self.costs = check_costs(costs, selector.num_examples)
+        self.accumulation = check_int(accumulation, "accumulation", minimum=1)
+        self.cost_model = CostModel() if cost_model is None else cost_model
+        super().__init__(selector.num_examples, selector.batch_size, seed=selector.seed, drop_last=selector.drop_last)
+        if hasattr(selector, "epochs"):
+            self.epochs = selector.epochs
+
+    def capabilities(self) -> SelectorCapabilities:
+        """The selector's, with micro-batches of varying sizes that carry weights (the
+        step's normalization), none of them full."""
+        return dataclasses.replace(
+            self.selector.capabilities(), variable_batch_size=True, weighted_plans=True, full_batches=False
+        )
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "selector": self.selector,
+            "costs": self.costs,
+            "accumulation": self.accumulation,
+            "cost_model": self.cost_model,
+        }
+
+    def fingerprint(self, world_size: int = 1) -> str:
+        """The selector's fingerprint with the split's settings and costs."""
+        h = hashlib.sha256()
+        model = dataclasses.astuple(self.cost_model)
+        parts = [type(self).__name__, self.selector.fingerprint(world_size), self.costs, self.accumulation, model]
+        digest(parts, h)
+        return h.hexdigest()[:16]
+
+    def world_error(self, world_size: int) -> str | None:
+        return self.selector.world_error(world_size)
+
+    def num_batches(self, world_size: int = 1, epoch: int = 0) -> int:
+        """Micro-batches per rank in ``epoch``: the selector's steps times ``accumulation``."""
+        if self.epoch_lengths_vary:
+            return self.accumulation * self.selector.num_batches(world_size, epoch=epoch)  # type: ignore[call-arg]
+        return self.accumulation * self.selector.num_batches(world_size)
+
+    def _num_batches(self, world: World) -> int:
+        return self.accumulation * self.selector.num_batches(world.size)
+
+    # -- the split ------------------------------------------------------------------------
+    def _plan(self, epoch: int, world: World) -> EpochPlan:
+        plan = self.selector.plan(epoch, world.size)
+        ranks = range(world.size)
+        weighted = plan.weights(0) is not None
+        out_b: list[list[np.ndarray]] = [[] for _ in ranks]
+        out_w: list[list[np.ndarray]] = [[] for _ in ranks]
+        model = self.cost_model
+        for t in range(plan.num_batches):
+            step = np.concatenate([plan.batches(r)[t] for r in ranks])
+            inner_w = np.concatenate([plan.weights(r)[t] for r in ranks]) if weighted else None
+            for r, members, weights in self._split(epoch, t, step, inner_w, world.size):
+                out_b[r].extend(members)
+                out_w[r].extend(weights)
+        return EpochPlan(
+            out_b,
+            out_w,
+            num_examples=self.num_examples,
+            epoch=epoch,
+            seed=self.seed,
+            method=f"step-balanced {plan.method} x{self.accumulation}, {model}",
+        )
+
+    def _split(
+        self, epoch: int, t: int, step: np.ndarray, inner_w: np.ndarray | None, world_size: int
+    ) -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray]]]:
+        """Step ``t``'s examples as each rank's ``accumulation`` micro-batches and weights."""
+        groups = world_size * self.accumulation
+        if len(step) < groups:
+            raise ValueError(
+                f"step {t} of epoch {epoch} holds {len(step)} examples, fewer than world_size x accumulation = "
+                f"{world_size} x {self.accumulation} micro-batches: lower accumulation, or drop the short last "
+                "step (the selector's drop_last=True)"
+            )
+        rng = epoch_rng(self.seed, epoch, STEP_STREAM, t)
+        lengths = self.costs[step]
+        order = np.lexsort((rng.random(len(step)), -lengths))  # longest first, ties in a random order
+        sorted_lengths = lengths[order]
+        model = self.cost_model
+        starts = split_step(sorted_lengths, groups, model.per_token, model.per_token_squared, model.per_batch)
+        bounds = np.append(starts, len(step))
+        costs = np.array(
+            [model.batch_cost(int(bounds[g + 1] - bounds[g]), float(sorted_lengths[bounds[g]])) for g in range(groups)]
+        )
+        rank_of = rng.permutation(world_size)[deal_micro_batches(costs, world_size, self.accumulation)]
+        scale = world_size / len(step)
+        for r in range(world_size):
+            mine = np.flatnonzero(rank_of == r)
+            members = [step[order[bounds[g] : bounds[g + 1]]] for g in mine]
+            if inner_w is None:
+                weights = [np.full(len(m), scale) for m in members]
+            else:
+                weights = [scale * inner_w[order[bounds[g] : bounds[g + 1]]] for g in mine]
+            yield r, members, weights
+
+    def step_costs(self, epoch: int = 0, world_size: int = 1) -> np.ndarray:
+        """Each rank's cost at each optimizer step (its micro-batches' together), under the
+        cost model.
+
+        Parameters
+        ----------
+        epoch : int, default 0
+            The epoch.
+        world_size : int, default 1
+            The ranks.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(steps, world_size)`` float64.
+        """
+        plan = self.plan(epoch, world_size)
+        a = self.accumulation
+        out = np.zeros((plan.num_batches // a, world_size))
+        for r in range(world_size):
+            for i, b in enumerate(plan.batches(r)):
+                out[i // a, r] += self.cost_model.batch_cost(len(b), float(self.costs[b].max()))
+        return out
+
+    # -- the selector's own -------------------------------------------------------------
+    def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
+        """The selector's ``observe``."""
+        self.selector.observe(indices, losses=losses, logits=logits, embeddings=embeddings)
+
+    def weighted_loss(self, losses: Any, weights: Any) -> Any:
+        """A micro-batch's training loss: the sum of weight times loss (the weights carry
+        the step's normalization, ``world_size / G``, times the selector's own)."""
+        return weighted_sum(losses, weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The selector's state, with a digest of the costs."""
+        return {**self.selector.state_dict(), STEP_COSTS_KEY: costs_digest(self.costs)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the selector's state, once the costs are checked to be the saved run's."""
+        check_costs_digest(state, STEP_COSTS_KEY, self.costs, type(self).__name__)
+        self.selector.load_state_dict({k: v for k, v in state.items() if k != STEP_COSTS_KEY})
+
+    def __repr__(self) -> str:
+        return f"StepBalancedSelector({self.selector!r}, accumulation={self.accumulation}, {self.cost_model})"
+
+
+__all__ = ["StepBalancedSelector"]

@@ -1,0 +1,174 @@
+"""StepBalancedSelector: every optimizer step the selector's global batch, split over ranks
+and micro-batches of nearly equal cost; the weights make the step's gradient the global
+batch's mean."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from batchsel import (
+    CostModel,
+    InfoBatchSelector,
+    LossRankSelector,
+    RandomSelector,
+    SelectionBatchSampler,
+    StepBalancedSelector,
+)
+
+N, B = 1000, 32
+
+
+def lognormal(n=N, seed=0):
+    return np.random.default_rng(seed).lognormal(4.0, 1.0, n).round() + 1
+
+
+def bimodal(n=N, seed=1):
+    rng = np.random.default_rng(seed)
+    return np.where(rng.random(n) < 0.7, rng.integers(5, 40, n), rng.integers(300, 600, n)).astype(float)
+
+
+@pytest.mark.parametrize("world_size, accumulation", [(1, 1), (1, 4), (2, 2), (8, 1), (8, 4)])
+def test_each_step_is_the_selectors_global_batch_and_each_example_trains_once(world_size, accumulation):
+    inner = RandomSelector(N, B, seed=3).plan(2, world_size)
+    sel = StepBalancedSelector(RandomSelector(N, B, seed=3), lognormal(), accumulation=accumulation)
+    plan = sel.plan(2, world_size)
+    assert sel.num_batches(world_size) == inner.num_batches * accumulation == plan.num_batches
+    for t in range(inner.num_batches):
+        mine = [b for r in range(world_size) for b in plan.batches(r)[t * accumulation : (t + 1) * accumulation]]
+        assert all(len(b) for b in mine)  # no empty micro-batch
+        theirs = np.concatenate([inner.batches(r)[t] for r in range(world_size)])
+        assert sorted(np.concatenate(mine).tolist()) == sorted(theirs.tolist())
+        weights = np.concatenate(
+            [w for r in range(world_size) for w in plan.weights(r)[t * accumulation : (t + 1) * accumulation]]
+        )
+        assert np.allclose(weights, world_size / len(theirs)) and np.isclose(weights.sum(), world_size)
+
+
+@pytest.mark.parametrize(
+    "lengths, accumulation, p95",
+    [(lognormal(), 1, 1.15), (lognormal(), 4, 1.15), (bimodal(), 1, 1.2), (bimodal(), 4, 1.15)],
+    ids=["lognormal-1", "lognormal-4", "bimodal-1", "bimodal-4"],
+)
+def test_ranks_cost_nearly_the_same_at_every_step(lengths, accumulation, p95):
+    """8 ranks, B = 32: the median step's costliest rank within 5 % of the mean, the 95th
+    percentile within 15 % (one micro-batch a rank on two far-apart lengths: 20 %, the
+    long examples' granularity)."""
+    sel = StepBalancedSelector(RandomSelector(N, B, seed=0, drop_last=True), lengths, accumulation=accumulation)
+    costs = np.concatenate([sel.step_costs(epoch, 8) for epoch in range(4)])
+    imbalance = costs.max(1) / costs.mean(1)
+    assert np.median(imbalance) <= 1.05 and np.percentile(imbalance, 95) <= p95, imbalance
+    # efficiency: the examples' own cost over what the ranks are held for (every rank as
+    # long as the step's costliest); random batches pad each to its longest and wait
+    useful = lengths.sum() * 4
+    plan = RandomSelector(N, B, seed=0, drop_last=True).plan(0, 8)
+    held = sum(
+        max(lengths[plan.batches(r)[t]].max() * len(plan.batches(r)[t]) for r in range(8))
+        for t in range(plan.num_batches)
+    )
+    assert useful / (8 * costs.max(1).sum()) > 1.5 * (useful / 4) / (8 * held)
+
+
+def test_more_micro_batches_pad_less():
+    lengths = lognormal()
+    useful = lengths.sum()
+
+    def padded(accumulation):
+        sel = StepBalancedSelector(RandomSelector(N, B, seed=0, drop_last=True), lengths, accumulation=accumulation)
+        return sel.step_costs(0, 8).sum()
+
+    one, four = padded(1), padded(4)
+    assert useful < four < one
+
+
+def test_the_micro_batches_gradient_is_the_global_batchs_mean():
+    """Two ranks, two micro-batches each: the weighted sums' gradients, averaged over the
+    ranks as DDP does and added over the micro-batches, equal the mean loss's gradient of
+    the step's examples."""
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 5), torch.randint(0, 3, (64,))
+    model = torch.nn.Linear(5, 3)
+    sel = StepBalancedSelector(RandomSelector(64, 8, seed=1), np.arange(64) % 9 + 1.0, accumulation=2)
+    plan = sel.plan(0, 2)
+
+    def grad(loss):
+        model.zero_grad()
+        loss.backward()
+        return model.weight.grad.clone()
+
+    step = np.concatenate([b for r in range(2) for b in plan.batches(r)[:2]])
+    expected = grad(torch.nn.functional.cross_entropy(model(x[step]), y[step]))
+    got = torch.zeros_like(expected)
+    for r in range(2):
+        for b, w in zip(plan.batches(r)[:2], plan.weights(r)[:2]):
+            losses = torch.nn.functional.cross_entropy(model(x[b]), y[b], reduction="none")
+            got += grad(sel.weighted_loss(losses, torch.as_tensor(w, dtype=losses.dtype))) / 2  # DDP's mean
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_the_selectors_own_weights_are_kept():
+    lengths = lognormal(200)
+    inner = InfoBatchSelector(200, 10, epochs=3, seed=0)
+    inner.observe(np.arange(200), losses=np.linspace(0, 1, 200))
+    sel = StepBalancedSelector(inner, lengths, accumulation=2)
+    plan, base = sel.plan(1, 2), inner.plan(1, 2)
+    own = {int(i): float(w) for r in range(2) for b, ws in zip(base.batches(r), base.weights(r)) for i, w in zip(b, ws)}
+    for r in range(2):
+        for t, (b, w) in enumerate(zip(plan.batches(r), plan.weights(r))):
+            g = sum(len(base.batches(q)[t // 2]) for q in range(2))
+            assert np.allclose(w, [2 / g * own[int(i)] for i in b])
+
+
+def test_resume_mid_epoch_is_exact_through_the_sampler():
+    lengths = lognormal()
+
+    def sampler():
+        return SelectionBatchSampler(
+            StepBalancedSelector(RandomSelector(N, B, seed=0), lengths, accumulation=4),
+            rank=1,
+            world_size=2,
+            weighted=True,
+        )
+
+    full = [b.indices.tolist() for b in sampler()]
+    s = sampler()
+    it = iter(s)
+    head = [next(it).indices.tolist() for _ in range(10)]
+    resumed = sampler()
+    resumed.load_state_dict(s.state_dict())
+    assert head + [b.indices.tolist() for b in resumed] == full
+
+
+def test_bad_input_is_refused_by_name():
+    lengths = lognormal()
+    with pytest.raises(ValueError, match="CostGroupedSelector"):
+        StepBalancedSelector(LossRankSelector(N, B), lengths)
+    with pytest.raises(ValueError, match="accumulation"):
+        StepBalancedSelector(RandomSelector(N, B), lengths, accumulation=0)
+    with pytest.raises(ValueError, match="per_token_squared"):
+        CostModel(per_token_squared=-0.5)
+    with pytest.raises(ValueError, match="both 0"):
+        CostModel(per_token=0.0)
+    with pytest.raises(TypeError, match="CostModel"):
+        StepBalancedSelector(RandomSelector(N, B), lengths, cost_model={"per_token": 1.0})
+    with pytest.raises(ValueError):
+        StepBalancedSelector(RandomSelector(N, B), lengths[:-1])
+    with pytest.raises(ValueError):
+        StepBalancedSelector(RandomSelector(N, B), np.where(np.arange(N) == 5, np.nan, lengths))
+    short = StepBalancedSelector(RandomSelector(10, 2), lengths[:10], accumulation=4)
+    with pytest.raises(ValueError, match=r"step 0 of epoch 0 holds 2 examples, fewer than world_size x accumulation"):
+        short.plan(0, 1)
+
+
+def test_a_quadratic_cost_model_gives_long_examples_smaller_micro_batches():
+    lengths = bimodal()
+    model = CostModel(per_token=1.0, per_token_squared=0.05)
+    sel = StepBalancedSelector(RandomSelector(N, B, seed=0, drop_last=True), lengths, accumulation=4, cost_model=model)
+    plan = sel.plan(0, 2)
+    sizes = {"long": [], "short": []}
+    for b in plan.batches(0):
+        sizes["long" if lengths[b].max() >= 300 else "short"].append(len(b))
+    assert np.mean(sizes["long"]) < np.mean(sizes["short"])
+    costs = sel.step_costs(0, 2)
+    assert np.median(costs.max(1) / costs.mean(1)) <= 1.1
