@@ -4,6 +4,8 @@ batch's mean."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -172,3 +174,30 @@ def test_a_quadratic_cost_model_gives_long_examples_smaller_micro_batches():
     assert np.mean(sizes["long"]) < np.mean(sizes["short"])
     costs = sel.step_costs(0, 2)
     assert np.median(costs.max(1) / costs.mean(1)) <= 1.1
+
+
+def test_fit_recovers_a_known_model_and_reports_its_error():
+    shapes = [(8, 32.0), (8, 128.0), (32, 64.0), (4, 256.0), (64, 16.0)]
+    truth = CostModel(per_token=2e-6, per_token_squared=1e-8, per_batch=1e-4)
+    times = [truth.batch_cost(n, L) for n, L in shapes]
+    model, error = CostModel.fit(shapes, times)
+    assert np.allclose([model.per_token, model.per_token_squared, model.per_batch], [2e-6, 1e-8, 1e-4], rtol=1e-6)
+    assert error < 1e-9
+    noisy, error = CostModel.fit(shapes, [t * (1.1 if i % 2 else 0.9) for i, t in enumerate(times)])
+    assert 0.05 < error < 0.3  # the fit's error is reported, not hidden
+    with pytest.raises(ValueError, match="3 or more"):
+        CostModel.fit(shapes[:2], times[:2])
+    with pytest.raises(ValueError, match="> 0"):
+        CostModel.fit(shapes, [0.0] * 5)
+
+
+def test_calibrate_times_each_shape_and_fits():
+    calls = []
+
+    def run(n, length):  # a stand-in whose time grows with the padded tokens
+        calls.append((n, length))
+        time.sleep(n * length * 2e-6)
+
+    model, error = CostModel.calibrate(run, shapes=[(8, 16), (8, 64), (16, 32), (4, 128)], repeats=2)
+    assert calls.count((8, 16)) == 3 and len(calls) == 12  # one untimed run, then the repeats
+    assert isinstance(model, CostModel) and error >= 0

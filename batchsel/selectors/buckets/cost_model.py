@@ -5,7 +5,9 @@ per_token_squared * n * Lmax**2 + per_batch`` for ``n`` examples padded to the l
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -92,6 +94,98 @@ class CostModel:
         """
         length = np.asarray(length, dtype=np.float64)
         return self.per_token * length + self.per_token_squared * length * length
+
+    @classmethod
+    def fit(cls, shapes: Sequence[tuple[int, float]], seconds: Sequence[float]) -> tuple[CostModel, float]:
+        """The model whose costs best match measured step times, in seconds: non-negative
+        least squares over ``n * Lmax``, ``n * Lmax**2`` and 1, relative to each time.
+
+        Parameters
+        ----------
+        shapes : sequence of (int, float)
+            ``(n, Lmax)`` of each measured micro-batch.
+        seconds : sequence of float
+            Its measured time (forward and backward), ``> 0``.
+
+        Returns
+        -------
+        tuple
+            ``(model, error)``: the fitted model (its costs in seconds) and the largest
+            relative error of its predictions on ``shapes``.
+
+        Raises
+        ------
+        ValueError
+            Fewer than three shapes, times that are not positive, or shapes whose times
+            no token term explains.
+
+        Example
+        -------
+        >>> shapes = [(8, 32), (8, 128), (32, 64), (4, 256)]
+        >>> times = [2e-6 * n * L + 1e-8 * n * L * L + 1e-4 for n, L in shapes]
+        >>> model, error = CostModel.fit(shapes, times)
+        >>> round(model.per_token * 1e6, 3), round(model.per_token_squared * 1e8, 3), error < 1e-6
+        (2.0, 1.0, True)
+        """
+        from scipy.optimize import nnls
+
+        n = np.array([s[0] for s in shapes], dtype=np.float64)
+        longest = np.array([s[1] for s in shapes], dtype=np.float64)
+        y = np.asarray(seconds, dtype=np.float64)
+        if len(n) < 3 or len(y) != len(n):
+            raise ValueError(f"fit needs 3 or more shapes, each with its time: got {len(n)} shapes and {len(y)} times")
+        if not np.all(np.isfinite(y)) or np.any(y <= 0):
+            raise ValueError(f"seconds must be finite and > 0, got {y.tolist()}")
+        features = np.stack([n * longest, n * longest**2, np.ones_like(n)], axis=1)
+        weights = 1.0 / y  # relative errors: a short micro-batch's time counts as much as a long one's
+        coef, _ = nnls(features * weights[:, None], y * weights)
+        if coef[0] == 0 and coef[1] == 0:
+            raise ValueError("the times do not grow with the tokens: no cost model explains them (time larger shapes)")
+        model = cls(per_token=float(coef[0]), per_token_squared=float(coef[1]), per_batch=float(coef[2]))
+        predicted = features @ coef
+        return model, float(np.max(np.abs(predicted - y) / y))
+
+    @classmethod
+    def calibrate(
+        cls,
+        run: Callable[[int, int], object],
+        shapes: Sequence[tuple[int, int]] | None = None,
+        repeats: int = 3,
+    ) -> tuple[CostModel, float]:
+        """Time ``run(n, length)`` (one forward and backward of ``n`` examples padded to
+        ``length`` on your model) at a few shapes and :meth:`fit` a model to the times.
+
+        Parameters
+        ----------
+        run : callable
+            ``run(n, length)``: one micro-batch's work; synchronize the device inside if it
+            is asynchronous.
+        shapes : sequence of (int, int), optional
+            The ``(n, length)`` to time; default a grid of about the same tokens per
+            micro-batch over lengths 16 to 512 and a few sizes.
+        repeats : int, default 3
+            Timings per shape after one untimed run; the fastest counts.
+
+        Returns
+        -------
+        tuple
+            ``(model, error)`` as :meth:`fit` returns them.
+        """
+        if shapes is None:
+            shapes = [(max(1, 4096 // length), length) for length in (16, 32, 64, 128, 256, 512)]
+            shapes += [(4, 64), (16, 256), (64, 32)]
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+        seconds = []
+        for n, length in shapes:
+            run(n, length)  # the first call may allocate or compile
+            best = math.inf
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run(n, length)
+                best = min(best, time.perf_counter() - start)
+            seconds.append(best)
+        return cls.fit([(n, float(length)) for n, length in shapes], seconds)
 
 
 __all__ = ["CostModel"]
