@@ -470,6 +470,9 @@ def _stateful() -> dict[str, object]:
         "CostGroupedSelector": lambda: batchsel.CostGroupedSelector(
             observed(LossRankSelector(60, 8)), np.arange(1, 61), window=2
         ),
+        "StepBalancedSelector": lambda: batchsel.StepBalancedSelector(
+            observed(InfoBatchSelector(60, 8, epochs=4)), np.arange(1, 61), accumulation=2
+        ),
     }
 
 

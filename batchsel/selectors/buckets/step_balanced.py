@@ -17,7 +17,7 @@ from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.buckets.bucket import check_costs_digest, costs_digest
 from batchsel.selectors.buckets.cost_model import CostModel
 from batchsel.selectors.buckets.costs import check_costs
-from batchsel.selectors.buckets.step_kernels import deal_micro_batches, split_step
+from batchsel.selectors.buckets.step_kernels import deal_micro_batches, split_ranks_first, split_step
 from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.hashing import digest
 from batchsel.selectors.selector import Selector, weighted_sum
@@ -183,22 +183,47 @@ class StepBalancedSelector(Selector):
         lengths = self.costs[step]
         order = np.lexsort((rng.random(len(step)), -lengths))  # longest first, ties in a random order
         sorted_lengths = lengths[order]
-        model = self.cost_model
-        starts = split_step(sorted_lengths, groups, model.per_token, model.per_token_squared, model.per_batch)
+        perm, starts, ranks = self._best_split(sorted_lengths, world_size)
         bounds = np.append(starts, len(step))
-        costs = np.array(
-            [model.batch_cost(int(bounds[g + 1] - bounds[g]), float(sorted_lengths[bounds[g]])) for g in range(groups)]
-        )
-        rank_of = rng.permutation(world_size)[deal_micro_batches(costs, world_size, self.accumulation)]
+        rank_of = rng.permutation(world_size)[ranks]
         scale = world_size / len(step)
         for r in range(world_size):
-            mine = np.flatnonzero(rank_of == r)
-            members = [step[order[bounds[g] : bounds[g + 1]]] for g in mine]
+            picks = [order[perm[bounds[g] : bounds[g + 1]]] for g in np.flatnonzero(rank_of == r)]
+            members = [step[p] for p in picks]
             if inner_w is None:
-                weights = [np.full(len(m), scale) for m in members]
+                weights = [np.full(len(p), scale) for p in picks]
             else:
-                weights = [scale * inner_w[order[bounds[g] : bounds[g + 1]]] for g in mine]
+                weights = [scale * inner_w[p] for p in picks]
             yield r, members, weights
+
+    def _best_split(self, sorted_lengths: np.ndarray, world_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of two ways to split a step, the one whose costliest rank costs less: micro-batches
+        of nearly equal cost dealt to the ranks, or the ranks' shares first, each cut into
+        micro-batches (better where the longest example alone outweighs a micro-batch's
+        share: a quadratic cost on long-tailed lengths). Returns the positions (into the
+        step sorted longest first) in micro-batch order, the micro-batches' starts in it
+        and their ranks."""
+        model, per_rank = self.cost_model, self.accumulation
+        terms = (model.per_token, model.per_token_squared, model.per_batch)
+        perm = np.arange(len(sorted_lengths))
+        starts = split_step(sorted_lengths, world_size * per_rank, *terms)
+        costs = self._micro_costs(sorted_lengths, perm, starts)
+        ranks = deal_micro_batches(costs, world_size, per_rank)
+        if per_rank == 1:
+            return perm, starts, ranks
+        other_perm, other_starts, other_ranks = split_ranks_first(sorted_lengths, world_size, per_rank, *terms)
+        if len(other_starts):
+            other_costs = self._micro_costs(sorted_lengths, other_perm, other_starts)
+            if np.bincount(other_ranks, other_costs).max() < np.bincount(ranks, costs).max():
+                return other_perm, other_starts, other_ranks
+        return perm, starts, ranks
+
+    def _micro_costs(self, sorted_lengths: np.ndarray, perm: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The cost of each micro-batch: ``perm[starts[g]:starts[g + 1]]``, longest first."""
+        sizes = np.diff(np.append(starts, len(perm)))
+        longest = sorted_lengths[perm[starts]]
+        model = self.cost_model
+        return sizes * (model.per_token * longest + model.per_token_squared * longest * longest) + model.per_batch
 
     def step_costs(self, epoch: int = 0, world_size: int = 1) -> np.ndarray:
         """Each rank's cost at each optimizer step (its micro-batches' together), under the

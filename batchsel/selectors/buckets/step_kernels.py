@@ -95,4 +95,79 @@ def deal_micro_batches(costs, ranks, per_rank):  # pragma: no cover - numba
     return rank_of
 
 
-__all__ = ["deal_micro_batches", "split_step"]
+@njit(cache=True, nogil=True)
+def _cut(lengths, members, per_rank, a, b, c, starts, offset):  # pragma: no cover - numba
+    """Cut ``lengths[members]`` (longest first) into ``per_rank`` contiguous pieces of the
+    least total cost (dynamic programming); the pieces' starts, plus ``offset``, go to
+    ``starts``. Returns the total."""
+    n = members.size
+    best = np.full((per_rank + 1, n + 1), np.inf)
+    back = np.zeros((per_rank + 1, n + 1), np.int64)
+    best[0, 0] = 0.0
+    for k in range(1, per_rank + 1):
+        for j in range(k, n - (per_rank - k) + 1):
+            for i in range(k - 1, j):
+                value = best[k - 1, i] + _cost(j - i, lengths[members[i]], a, b, c)
+                if value < best[k, j]:
+                    best[k, j] = value
+                    back[k, j] = i
+    j = n
+    for k in range(per_rank, 0, -1):
+        i = back[k, j]
+        starts[k - 1] = offset + i
+        j = i
+    return best[per_rank, n]
+
+
+@njit(cache=True, nogil=True)
+def split_ranks_first(lengths, ranks, per_rank, a, b, c):  # pragma: no cover - numba
+    """The other way to split a step (``lengths`` sorted, longest first): ``ranks``
+    contiguous shares of nearly equal cost (:func:`split_step` with one micro-batch each),
+    each cut into ``per_rank`` micro-batches of the least total cost. A share of fewer than
+    ``per_rank`` examples (the longest one alone may outweigh a micro-batch's share) gets
+    the step's shortest examples from the last shares that can spare them, one micro-batch
+    each. Returns ``(perm, starts, rank_of)``: the positions in micro-batch order (each
+    micro-batch contiguous in it), the micro-batches' starts in ``perm`` and their ranks;
+    empty arrays where the step has too few examples to spare."""
+    size = lengths.size
+    bounds = np.empty(ranks + 1, np.int64)
+    bounds[:ranks] = split_step(lengths, ranks, a, b, c)
+    bounds[ranks] = size
+    ends = bounds[1:].copy()  # a share's end, before it gives examples away
+    need = 0
+    for r in range(ranks):
+        need += max(per_rank - (bounds[r + 1] - bounds[r]), 0)
+    donor = ranks - 1
+    given = np.empty(need, np.int64)
+    g = 0
+    while g < need and donor >= 0:  # the shortest examples of the last shares with some to spare
+        if ends[donor] - bounds[donor] > per_rank:
+            ends[donor] -= 1
+            given[g] = ends[donor]
+            g += 1
+        else:
+            donor -= 1
+    if g < need:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    perm = np.empty(size, np.int64)
+    starts = np.empty(ranks * per_rank, np.int64)
+    rank_of = np.empty(ranks * per_rank, np.int64)
+    at, taken = 0, 0
+    for r in range(ranks):
+        own = ends[r] - bounds[r]
+        extra = max(per_rank - own, 0)
+        members = np.empty(own + extra, np.int64)
+        for i in range(own):
+            members[i] = bounds[r] + i
+        for i in range(extra):
+            members[own + i] = given[taken + i]
+        taken += extra
+        members.sort()  # positions ascending: longest first, whichever share gave them
+        _cut(lengths, members, per_rank, a, b, c, starts[r * per_rank : (r + 1) * per_rank], at)
+        perm[at : at + members.size] = members
+        rank_of[r * per_rank : (r + 1) * per_rank] = r
+        at += members.size
+    return perm, starts, rank_of
+
+
+__all__ = ["deal_micro_batches", "split_ranks_first", "split_step"]
