@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -62,19 +62,20 @@ class CostModel:
         if self.per_token == 0 and self.per_token_squared == 0:
             raise ValueError("per_token and per_token_squared are both 0: every micro-batch would cost the same")
 
-    def batch_cost(self, n: int, longest: float) -> float:
-        """The cost of ``n`` examples padded to ``longest``.
+    def batch_cost(self, n: Any, longest: Any) -> Any:
+        """The cost of ``n`` examples padded to ``longest`` (numbers, or arrays of them:
+        one cost per micro-batch).
 
         Parameters
         ----------
-        n : int
+        n : int or numpy.ndarray
             Examples in the micro-batch.
-        longest : float
+        longest : float or numpy.ndarray
             Its longest example's length (cost).
 
         Returns
         -------
-        float
+        float or numpy.ndarray
         """
         return n * (self.per_token * longest + self.per_token_squared * longest * longest) + self.per_batch
 

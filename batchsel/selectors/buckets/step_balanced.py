@@ -220,10 +220,7 @@ class StepBalancedSelector(Selector):
 
     def _micro_costs(self, sorted_lengths: np.ndarray, perm: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """The cost of each micro-batch: ``perm[starts[g]:starts[g + 1]]``, longest first."""
-        sizes = np.diff(np.append(starts, len(perm)))
-        longest = sorted_lengths[perm[starts]]
-        model = self.cost_model
-        return sizes * (model.per_token * longest + model.per_token_squared * longest * longest) + model.per_batch
+        return self.cost_model.batch_cost(np.diff(np.append(starts, len(perm))), sorted_lengths[perm[starts]])
 
     def step_costs(self, epoch: int = 0, world_size: int = 1) -> np.ndarray:
         """Each rank's cost at each optimizer step (its micro-batches' together), under the
