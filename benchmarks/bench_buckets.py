@@ -34,7 +34,14 @@ Face's sampler), batch size B:
   batch_size=B, bucket_width=1.5 | 1.1 | 3.0)`` (a budget of B mean lengths of real tokens);
 - ``grouped-loss-rank``, ``grouped-random``: ``CostGroupedSelector(LossRankSelector(N, B) |
   RandomSelector(N, B), lengths)`` at its defaults (``window=2``); ``loss-rank``: the inner
-  selector alone, to tell loss-rank's effect from the grouping's.
+  selector alone, to tell loss-rank's effect from the grouping's;
+- ``step-balanced``: ``StepBalancedSelector(RandomSelector(N, B), lengths, accumulation=4)``
+  (padded tokens' cost) in a weighted sampler on one process: each optimizer step is random's
+  step of the same seed (its B examples), sorted by length and cut into 4 micro-batches of
+  nearly equal padded cost; the loop adds the 4 micro-batches' ``selector.weighted_loss``
+  gradients (the step's gradient is the B examples' mean) and then steps. Its steps, the
+  learning-rate schedule's and the budgets', are optimizer steps: as many an epoch as
+  random's.
 
 Budgets: random's full run is ``epochs`` epochs of N / B steps. Every method runs ``epochs``
 of its own epochs (``eq``: accuracy at equal epochs, against random's full run); the methods
@@ -103,14 +110,27 @@ from bench_quality import budget_steps, lr_schedule, mean_se  # noqa: E402
 import batchsel  # noqa: E402
 from batchsel import SelectionBatchSampler  # noqa: E402
 from batchsel.core.io import atomic_write  # noqa: E402
+from batchsel.integrations import WeightedDataset  # noqa: E402
 
-FULL_METHODS = ("shuffle", "hf-length-grouped", "buckets", "buckets-tight", "grouped-loss-rank", "buckets-sum")
+FULL_METHODS = (
+    "shuffle",
+    "hf-length-grouped",
+    "buckets",
+    "buckets-tight",
+    "grouped-loss-rank",
+    "buckets-sum",
+    "step-balanced",
+)
 EQ_METHODS = ("shuffle-aa", "buckets-wide", "grouped-random", "loss-rank")
 WIDTHS = {"buckets": 1.5, "buckets-tight": 1.1, "buckets-wide": 3.0, "buckets-sum": 1.5}
 #: methods whose loss is the batch's sum over B (every example the same weight in the epoch,
 #: whatever the size of its batch) instead of the batch's mean
 SUM_LOSS = ("buckets-sum",)
 GROUPED = ("grouped-loss-rank", "grouped-random")
+#: methods whose optimizer step is ACCUMULATION weighted micro-batches (StepBalancedSelector over
+#: random batches): the protocol's steps are optimizer steps, as many an epoch as random's
+STEP_METHODS = ("step-balanced",)
+ACCUMULATION = 4
 AA_OFFSET = 1000  # shuffle-aa's data-order seed: seed + AA_OFFSET
 #: methods another benchmark adds (bench_stream_batches.py): name -> make(train, batch_size,
 #: seed), an object with ``set_epoch``, ``num_batches``, ``online``, ``observe(idx, losses=)``
@@ -267,6 +287,14 @@ class PadCollate:
         return idx, tokens, mask, torch.from_numpy(self.data.y[idx])
 
 
+class WeightedPadCollate(PadCollate):
+    """``(index, weight)`` items (``WeightedDataset``) -> PadCollate's batch and the weights."""
+
+    def __call__(self, items: list[Any]) -> Any:
+        idx, tokens, mask, y = super().__call__([int(i) for i, _ in items])
+        return idx, tokens, mask, y, torch.tensor([float(w) for _, w in items], dtype=torch.float32)
+
+
 class Indices(torch.utils.data.Dataset):
     def __init__(self, n: int) -> None:
         self.n = n
@@ -296,6 +324,9 @@ def make_selector(method: str, lengths: np.ndarray, batch_size: int, seed: int) 
             n, batch_size, seed=seed
         )
         return batchsel.CostGroupedSelector(inner, lengths)
+    if method in STEP_METHODS:  # random's steps of the same seed, split
+        random = batchsel.RandomSelector(n, batch_size, seed=seed)
+        return batchsel.StepBalancedSelector(random, lengths, accumulation=ACCUMULATION)
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -322,6 +353,11 @@ def make_batches(method: str, lengths: np.ndarray, batch_size: int, seed: int, r
     """The DataLoader's batch sampler (with ``num_batches`` per epoch) and the selector (None for HF)."""
     if method == "hf-length-grouped":
         return HFBatches(lengths, batch_size, seed), None
+    if method in STEP_METHODS:  # num_batches: micro-batches (ACCUMULATION an optimizer step)
+        selector = make_selector(method, lengths, batch_size, seed)
+        weighted = SelectionBatchSampler(selector, rank=rank, world_size=world, weighted=True)
+        weighted.num_batches = selector.num_batches(world)
+        return weighted, selector
     selector = make_selector(method, lengths, batch_size, seed)
     sampler = SelectionBatchSampler(selector, rank=rank, world_size=world)
     sampler.num_batches = selector.num_batches(world)
@@ -331,6 +367,8 @@ def make_batches(method: str, lengths: np.ndarray, batch_size: int, seed: int, r
 def steps_per_epoch(method: str, lengths: np.ndarray, batch_size: int) -> int:
     if method in BATCH_SOURCES:
         return -(-len(lengths) // batch_size)
+    if method in STEP_METHODS:  # optimizer steps
+        return make_batches(method, lengths, batch_size, 0)[0].num_batches // ACCUMULATION
     return make_batches(method, lengths, batch_size, 0)[0].num_batches
 
 
@@ -359,6 +397,8 @@ def load_avg() -> list[float]:
 def train_run(task: Task, method: str, seed: int, steps: int, split: str, lr: float | None = None) -> dict:
     """``steps`` steps of ``method``'s batches, the learning rate decayed over them; the wall
     counts the set-up (sampler, selector), every batch drawn and padded, and every step."""
+    if method in STEP_METHODS:
+        return accumulated_run(task, method, seed, steps, split, lr)
     data = load(task)
     train = data["train"]
     load_before = load_avg()
@@ -399,6 +439,56 @@ def train_run(task: Task, method: str, seed: int, steps: int, split: str, lr: fl
         "steps": step,
         "epochs": step / sampler.num_batches,
         "steps_per_epoch": sampler.num_batches,
+        "padding_share": 1.0 - real / padded,
+        "load_before": load_before,
+    }
+
+
+def accumulated_run(task: Task, method: str, seed: int, steps: int, split: str, lr: float | None = None) -> dict:
+    """``train_run`` for the methods of ``STEP_METHODS``: ``steps`` optimizer steps of
+    ``ACCUMULATION`` weighted micro-batches each (the loss the plan's weighted sum, so that a
+    step's gradient is its examples' mean), the learning rate decayed over the optimizer steps."""
+    data = load(task)
+    train = data["train"]
+    load_before = load_avg()
+    torch.manual_seed(seed)  # the same initial weights for every method of a seed
+    model = task.model()
+    opt = torch.optim.AdamW(model.parameters(), lr=task.lr if lr is None else lr)
+    schedule = lr_schedule(opt, steps)
+    t0 = time.perf_counter()
+    sampler, selector = make_batches(method, train.lengths, task.batch_size, seed)
+    dataset = WeightedDataset(Indices(len(train.y)))
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=WeightedPadCollate(train))
+    per_epoch = sampler.num_batches // ACCUMULATION
+    setup = time.perf_counter() - t0
+    step, micro, epoch, real, padded = 0, 0, 0, 0, 0
+    opt.zero_grad()
+    while step < steps:
+        sampler.set_epoch(epoch)
+        for idx, tokens, mask, y, w in loader:
+            losses = F.cross_entropy(model(tokens, mask), y, reduction="none")
+            selector.weighted_loss(losses, w).backward()  # the gradients add up over the micro-batches
+            real += int(mask.sum())
+            padded += mask.numel()
+            micro += 1
+            if micro % ACCUMULATION:
+                continue
+            opt.step()
+            schedule.step()
+            opt.zero_grad()
+            step += 1
+            if step == steps:
+                break
+        epoch += 1
+    wall = time.perf_counter() - t0
+    return {
+        "final": accuracy(model, data[split]),
+        "wall_seconds": wall,
+        "setup_seconds": setup,
+        "steps": step,
+        "epochs": step / per_epoch,
+        "steps_per_epoch": per_epoch,
+        "micro_batches_per_step": ACCUMULATION,
         "padding_share": 1.0 - real / padded,
         "load_before": load_before,
     }
