@@ -14,9 +14,9 @@ path for logits on an accelerator (``device``).
 The scores, the RHO-LOSS guard, costs and measurements: docs/design/filters.md.
 """
 
+from batchsel.core.state import STATE_VERSION as STATE_VERSION
 from batchsel.loop.filters.candidate_filter import SCORES, CandidateFilter
 from batchsel.loop.filters.rules import PICKS as PICKS  # (the module's constants before it was a package)
-from batchsel.loop.filters.state import STATE_VERSION as STATE_VERSION
 from batchsel.selectors.scores import gradnorm_scores, loss_scores
 
 __all__ = ["CandidateFilter", "loss_scores", "gradnorm_scores", "SCORES"]

@@ -111,4 +111,4 @@ def restored_state(filt: Any, state: dict[str, Any]) -> tuple[dict[str, int | fl
     return counters, np.asarray(state.get("history", []), dtype=np.float64)  # (older states: none)
 
 
-__all__ = ["STATE_VERSION", "SETTINGS", "COUNTERS", "filter_state", "restored_state"]
+__all__ = ["SETTINGS", "COUNTERS", "filter_state", "restored_state"]

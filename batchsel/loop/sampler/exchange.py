@@ -145,8 +145,8 @@ class FeedbackExchange:
             Seconds an all-gather waits for every rank.
         """
         world = self.world
-        local = world.comm is None or world.world_size == 1
-        if local and world.world_size == 1 and self.background.applies_now():
+        size = world.world_size
+        if size == 1 and self.background.applies_now():
             self.apply_now(indices, losses, logits, embeddings)
             return
         obs = observation(indices, self.profile.feedback_fields, losses, logits, embeddings)
@@ -154,8 +154,8 @@ class FeedbackExchange:
             return
         if not self.fed and any(obs.get(name) is not None for name in self.profile.needed_fields):
             self.fed = 1
-        if local:
-            if world.world_size > 1 and not self.warned_local:
+        if world.comm is None or size == 1:
+            if size > 1 and not self.warned_local:
                 logger.warning("no communicator: rank %d's feedback is not shared with the other ranks", world.rank)
                 self.warned_local = True
             self.background.observe([obs])

@@ -10,7 +10,6 @@ questions, so no caller combines the flags itself.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from typing import Iterator
 
@@ -62,18 +61,14 @@ class SelectorProfile:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a batchsel Selector, got {type(selector).__name__}")
         self.selector = selector
+        #: ``selector.capabilities()``, read once
+        self.capabilities: SelectorCapabilities = selector.capabilities()
         capabilities = self.capabilities
         self.uses_feedback = capabilities.uses_feedback
         self.feedback_fields: frozenset[str] = frozenset(capabilities.feedback_fields)
         self.needed_fields: frozenset[str] = (
             self.feedback_fields - {"embeddings"} if self.uses_feedback else frozenset()
         )
-
-    @functools.cached_property
-    def capabilities(self) -> SelectorCapabilities:
-        """``selector.capabilities()``, read once (a profile unpickled with its sampler
-        reads them on first use)."""
-        return self.selector.capabilities()
 
     @property
     def name(self) -> str:

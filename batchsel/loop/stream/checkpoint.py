@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchsel.core.state import STATE_VERSION, check_version
+from batchsel.core.state import check_version
 from batchsel.loop.stream.feedback import LossTable
 
 STATE_KEYS = ("version", "config", "epoch", "position", "losses")
@@ -93,4 +93,4 @@ def check_resume(
         )
 
 
-__all__ = ["STATE_KEYS", "STATE_VERSION", "check_resume", "check_state"]
+__all__ = ["STATE_KEYS", "check_resume", "check_state"]

@@ -27,9 +27,10 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from batchsel.core.checks import check_int, check_number
+from batchsel.core.state import STATE_VERSION
 from batchsel.core.world import World
 from batchsel.distributed.world import detect_world
-from batchsel.loop.stream.checkpoint import STATE_VERSION, check_resume, check_state
+from batchsel.loop.stream.checkpoint import check_resume, check_state
 from batchsel.loop.stream.feedback import EpochRepeats, LossTable, warn_unfed
 from batchsel.loop.stream.pools import LearntSkipping, group_by_cost, pool_order, split_count
 from batchsel.loop.stream.reader import PoolReader

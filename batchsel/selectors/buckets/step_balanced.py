@@ -17,6 +17,7 @@ from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.buckets.bucket import check_costs_digest, costs_digest
 from batchsel.selectors.buckets.cost_model import CostModel
 from batchsel.selectors.buckets.costs import check_costs
+from batchsel.selectors.buckets.kernels import batch_longest
 from batchsel.selectors.buckets.step_kernels import deal_micro_batches, split_ranks_first, split_step
 from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.hashing import digest
@@ -239,12 +240,12 @@ class StepBalancedSelector(Selector):
             ``(steps, world_size)`` float64.
         """
         plan = self.plan(epoch, world_size)
-        a = self.accumulation
-        out = np.zeros((plan.num_batches // a, world_size))
+        per_rank = []
         for r in range(world_size):
-            for i, b in enumerate(plan.batches(r)):
-                out[i // a, r] += self.cost_model.batch_cost(len(b), float(self.costs[b].max()))
-        return out
+            batches = plan.batches(r)
+            micro = self.cost_model.batch_cost(np.array([len(b) for b in batches]), batch_longest(batches, self.costs))
+            per_rank.append(micro.reshape(-1, self.accumulation).sum(axis=1))  # a step's micro-batches together
+        return np.stack(per_rank, axis=1)
 
     # -- the selector's own -------------------------------------------------------------
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
