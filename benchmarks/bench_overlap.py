@@ -50,7 +50,7 @@ from _mpilaunch import mpiexec_command, run_mpiexec  # noqa: E402  (shared with 
 
 KINDS = ("random", "smdl", "loss_rank")
 # "smdl_numpy": the numpy + OpenBLAS SMDL implementation the compiled kernel replaced (the
-# reference kept in tests/test_smdl_kernel.py, same picks), run on request (--selectors) so
+# reference kept in tests/selectors/test_smdl_kernel.py, same picks), run on request (--selectors) so
 # that before and after are measured interleaved in one run
 EXTRA_KINDS = ("smdl_numpy",)
 SELECTED = {"kinds": KINDS}

@@ -9,7 +9,7 @@
    once (as two ranks of a job on one machine): a batch is one compiled call that uses
    no BLAS, so the columns should agree. Every SMDL row is also measured for the numpy +
    OpenBLAS implementation the compiled kernel replaced ("numpy", the reference kept in
-   tests/test_smdl_kernel.py; same picks) in the same run, and for ``coverage_every=8``
+   tests/selectors/test_smdl_kernel.py; same picks) in the same run, and for ``coverage_every=8``
    ("cov8": the similarities of the rows still in the pool reused across batches; other
    picks).
 2. A graph-block plan for N = 1M (k-NN graph + METIS partition + plan): wall time of each
@@ -73,7 +73,7 @@ def smdl_class(impl: str):
     ``"cov8"``: the same with ``coverage_every=8`` (the coverage set and sigma^2 kept for 8
     batches, the similarities of the rows still in the pool reused: other picks);
     ``"numpy"``: the numpy + OpenBLAS implementation it replaced, kept as the reference in
-    tests/test_smdl_kernel.py (same picks as "kernel"), measured in the same run as the "before"."""
+    tests/selectors/test_smdl_kernel.py (same picks as "kernel"), measured in the same run as the "before"."""
     from batchsel import SubmodularSelector
 
     if impl in IMPL_OPTIONS:

@@ -1,11 +1,18 @@
 """The test helpers' folders on sys.path once, for every test file (run alone or together):
-tests/ (shared test modules) and tests/mp_scripts/ (the multi-process jobs and their helpers)."""
+tests/ (shared modules: paths.py), tests/mp_scripts/ (the multi-process jobs and their helpers)
+and every floor folder tests/<floor>/, so that a test module imports another's helpers by its
+basename (``from test_integrations_mp import clean_env``) wherever either lives. Basenames are
+unique across the folders (tests/project/test_architecture.py checks it)."""
 
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE / "mp_scripts")]
+# not from paths.py: tests/project/test_suite_policy.py runs a copy of this file on its own
+FLOORS = sorted(
+    p for p in HERE.iterdir() if p.is_dir() and p.name not in {"golden", "mp_scripts"} and p.name[0] not in "._"
+)
+sys.path[:0] = [str(HERE), str(HERE / "mp_scripts"), *map(str, FLOORS)]
 
 import os  # noqa: E402
 

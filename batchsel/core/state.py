@@ -71,7 +71,7 @@ def check_version(state: Any, what: str) -> dict[str, Any]:
     return state
 
 
-def to_portable(obj: Any) -> Any:
+def to_portable(obj: Any, *, copy: bool = True) -> Any:
     """Make a state dict loadable by ``torch.load(weights_only=True)``.
 
     numpy arrays -> torch tensors (copies), numpy scalars -> Python scalars, recursively
@@ -82,6 +82,9 @@ def to_portable(obj: Any) -> Any:
     obj : Any
         A state: a dict, list or tuple (walked recursively), a numpy array or scalar, or
         any other value (returned as it is). Arrays of dtype ``object`` stay numpy arrays.
+    copy : bool, default True
+        Copy the arrays. False: the tensors share their memory, for a state whose arrays
+        are the caller's own fresh copies (a checkpoint taken every step copies once).
 
     Returns
     -------
@@ -99,13 +102,13 @@ def to_portable(obj: Any) -> Any:
     {'a': tensor([0, 1]), 'b': [1.5]}
     """
     if isinstance(obj, dict):
-        return {k: to_portable(v) for k, v in obj.items()}
+        return {k: to_portable(v, copy=copy) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(to_portable(v) for v in obj)
+        return type(obj)(to_portable(v, copy=copy) for v in obj)
     if isinstance(obj, np.ndarray) and obj.dtype != object:
         import torch
 
-        return torch.from_numpy(np.array(obj, copy=True))
+        return torch.from_numpy(np.array(obj, copy=True) if copy or not obj.flags.writeable else obj)
     if isinstance(obj, np.generic):
         return obj.item()
     return obj

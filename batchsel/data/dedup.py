@@ -42,7 +42,7 @@ NPROBE = 4
 #: less alike: when nine in ten random pairs are positively similar (one direction) and their
 #: median dissimilarity (1 - cosine) is under this many times the threshold's (1 - threshold),
 #: the "near-duplicates" are mostly that direction (raw pixels and counts; not centred
-#: features, nor an embedding, whose random pairs sit near 0: tests/test_audit_baseline.py)
+#: features, nor an embedding, whose random pairs sit near 0: tests/data/test_audit_baseline.py)
 CROWDED_RATIO = 8.0
 #: ... and at least this share of rows is removed (below it, nothing to warn about)
 CROWDED_REMOVED = 0.05

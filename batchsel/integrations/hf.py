@@ -408,9 +408,21 @@ class BatchselTrainerMixin:
                 checkpoint,
             )
             return
+        state = torch.load(path, weights_only=True)
+        saved_on = int(state.get("world_size", 1)) if isinstance(state, dict) else 1
+        sampler = self.batchsel_sampler
+        if saved_on != sampler.world_size:
+            # the Trainer places its resumed step from the saved global step and this world's
+            # epoch length: on another number of processes it would skip the wrong batches
+            raise ValueError(
+                f"{checkpoint} was saved by {saved_on} process(es), this run has {sampler.world_size}: the "
+                f"Trainer resumes on the number of processes that saved the checkpoint. To continue on "
+                f"{sampler.world_size}, load {STATE_FILE} into a SelectionBatchSampler in your own loop "
+                f"(elastic resume), or restart the epoch with ignore_data_skip=True"
+            )
         # The Trainer skips the finished batches itself (skip_first_batches): the sampler
         # yields placeholders for them instead of skipping them a second time.
-        self.batchsel_sampler.load_state_dict(torch.load(path, weights_only=True), placeholders=True)
+        sampler.load_state_dict(state, placeholders=True)
 
     # -- feedback ---------------------------------------------------------------------------
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:

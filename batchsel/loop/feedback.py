@@ -248,5 +248,27 @@ def exchange(comm: Communicator, buffer: list[Observation], rank: int, timeout: 
             f"the ranks called observe() differently before this feedback all-gather ({held}); "
             f"every rank must call observe once per step, alike"
         )
-    rounds = max(len(g) for g in gathered)
-    return [g[c] for c in range(rounds) for g in gathered if c < len(g)]
+    return in_round_order(gathered)
+
+
+def in_round_order(buffers: list[list[Observation]]) -> list[Observation]:
+    """Every rank's buffered observations in the order every rank applies them: round by
+    round (call order), rank by rank within a round.
+
+    Parameters
+    ----------
+    buffers : list of list
+        The observations of each rank, by rank.
+
+    Returns
+    -------
+    list
+        One list.
+
+    Example
+    -------
+    >>> in_round_order([["a0", "a1"], ["b0"]])
+    ['a0', 'b0', 'a1']
+    """
+    rounds = max((len(g) for g in buffers), default=0)
+    return [g[c] for c in range(rounds) for g in buffers if c < len(g)]

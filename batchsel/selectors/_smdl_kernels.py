@@ -175,7 +175,7 @@ def _smdl_greedy(
 # calls per batch each gave up and re-took the GIL, which starved a sampler's prefetch
 # thread next to a Python-bound training loop. The arithmetic is numpy's and OpenBLAS's,
 # operation for operation (batchsel.submodular.kernels), so the picks are the ones the numpy
-# implementation made (tests/test_smdl_kernel.py keeps that implementation as the reference).
+# implementation made (tests/selectors/test_smdl_kernel.py keeps that implementation as the reference).
 @numba.njit(cache=True, nogil=True)
 def _scaled_into(out: np.ndarray, values: np.ndarray, scale: float) -> None:
     """``out += values * (scale / mean(values))`` (nothing when the mean is not > 0): the

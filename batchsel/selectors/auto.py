@@ -288,14 +288,14 @@ class AutoSelector(LossRankSelector):
                 "observe() came before the first batch was drawn: feed back the losses of the batches "
                 "the selector gave (iterate the sampler or iter_batches first)"
             )
-        idx, values = checked_losses(indices, losses, self.num_examples)
+        idx, values = checked_losses(indices, losses, self.num_examples, cast=False)  # record_losses reads float32
         if self.threshold_ is None:
             width = None if logits is None else np.shape(logits)[-1]
             if width and width > 1:
                 self.threshold_ = math.log(width)
                 self.fitted_below_ = self.threshold_ / 2
             else:
-                self.threshold_, self.fitted_below_ = _first_batch_cuts(values)
+                self.threshold_, self.fitted_below_ = _first_batch_cuts(values.astype(np.float64))
             self._recount()
         cut = self._mode == "noisy" and self.noisy_pressure > 1.0
         tau, below = self.threshold_, self.fitted_below_

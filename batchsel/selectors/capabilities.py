@@ -85,6 +85,11 @@ class SelectorCapabilities:
     unplanned_params : tuple of str, default ()
         ``get_params`` entries that do not change the batches (where a cache lives), left
         out of ``fingerprint`` so that ranks may differ in them.
+    elastic_resume : bool, default True
+        A state saved on another number of ranks loads: the rest of its epoch is dealt
+        over the new ranks (a planned epoch's batches, whole) or drawn by them (an online
+        selector, which then defines ``examples_drawn`` and ``rejoin``). False where a
+        step's batches belong together across the ranks that drew them.
 
     Example
     -------
@@ -109,6 +114,7 @@ class SelectorCapabilities:
     default_prefetch: int = 0
     feedback_per_epoch: bool = False
     unplanned_params: tuple[str, ...] = ()
+    elastic_resume: bool = True
 
     def __post_init__(self) -> None:
         allowed = {"partitions": PARTITIONS, "feedback_fields": FEEDBACK_KINDS}
@@ -204,6 +210,7 @@ class Capabilities:
     default_prefetch: _Flag[int] = _Flag()
     feedback_per_epoch: _Flag[bool] = _Flag()
     unplanned_params: _Flag[tuple[str, ...]] = _Flag()
+    elastic_resume: _Flag[bool] = _Flag()
     _unplanned_params: _Flag[tuple[str, ...]] = _Flag("unplanned_params")
 
     def capabilities(self) -> SelectorCapabilities:

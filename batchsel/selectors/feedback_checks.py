@@ -26,7 +26,7 @@ def _in_range_and_finite(idx, values, num_examples):  # pragma: no cover - numba
     return True
 
 
-def checked_losses(indices: Any, losses: Any, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
+def checked_losses(indices: Any, losses: Any, num_examples: int, *, cast: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """A batch's indices and per-example losses, checked: int64 indices in ``[0, N)`` and
     as many finite float64 losses.
 
@@ -38,11 +38,14 @@ def checked_losses(indices: Any, losses: Any, num_examples: int) -> tuple[np.nda
         One loss per index.
     num_examples : int
         ``N``.
+    cast : bool, default True
+        Return float64 losses. ``False``: float32 ones come back as they are, for a
+        compiled kernel that reads either (a cast is a numpy call on every step).
 
     Returns
     -------
     tuple of numpy.ndarray
-        ``(indices, losses)``: 1-D int64 and 1-D float64.
+        ``(indices, losses)``: 1-D int64 and 1-D float64 (or float32 where ``cast`` is False).
 
     Raises
     ------
@@ -69,11 +72,11 @@ def checked_losses(indices: Any, losses: Any, num_examples: int) -> tuple[np.nda
         and idx.dtype == np.int64
         and idx.ndim == 1
         and values.ndim == 1
-        and values.dtype.kind == "f"
+        and (values.dtype == np.float32 or values.dtype == np.float64)
         and values.shape[0] == idx.shape[0]
         and _in_range_and_finite(idx, values, num_examples)
     ):
-        return idx, values if values.dtype == np.float64 else values.astype(np.float64)
+        return idx, values if values.dtype == np.float64 or not cast else values.astype(np.float64)
     idx = check_indices(indices, num_examples)
     return idx, check_rows(losses, len(idx), "losses", ndim=1)
 

@@ -62,7 +62,9 @@ def digest(obj: Any, h: Any) -> None:
         h.update(f"{a.dtype.newbyteorder('<').str}{a.shape}".encode())
         if a.ndim and a.nbytes > DIGEST_FULL_BYTES:
             step = -(-a.nbytes // DIGEST_FULL_BYTES)
-            rows = np.unique(np.append(np.arange(0, a.shape[0], step), a.shape[0] - 1))
+            rows = np.arange(0, a.shape[0], step)
+            if rows[-1] != a.shape[0] - 1:  # the last row too (sorted and distinct, as before)
+                rows = np.append(rows, a.shape[0] - 1)
             h.update(b"sample%d" % step)
             a = a[rows]
         h.update(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes())

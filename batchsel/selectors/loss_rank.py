@@ -133,9 +133,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         """Record the latest per-example ``losses`` of ``indices`` (others are ignored)."""
         if losses is None:
             return
-        idx, values = checked_losses(indices, losses, self.num_examples)
-        self.losses_[idx] = values
-        self._pending[idx] = False
+        idx, values = checked_losses(indices, losses, self.num_examples, cast=False)
+        _store_losses(self.losses_, self._pending, idx, values)
 
     def probabilities(self, n: int) -> np.ndarray:
         """Selection probabilities of ranks 0..n-1 (largest loss first)."""
@@ -170,7 +169,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         order = run.rank_order
         if order is None:  # the run's first batch: one sort; later ones update it in O(n)
             order = run.rank_order = _sort_shard(self.losses_, pending, shard)
-        batch = _loss_rank_batch(
+        return _loss_rank_batch(
             self.losses_,
             pending,
             shard,
@@ -179,14 +178,19 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             _log_q(self._run_pressure(run), n),
             stream_key(rng),
         )
-        pending[batch] = True
-        return batch
+
+    def rejoin(self, epoch: int, world: World, steps: int, drawn: np.ndarray) -> int:
+        """:meth:`OnlineSelector.rejoin`; no batch is in flight after the interruption, so
+        none is pending (those drawn and not trained are dropped with the old ranks)."""
+        self._pending[:] = False
+        return super().rejoin(epoch, world, steps, drawn)
 
     def _pending_marks(self, run: LossRankRun) -> np.ndarray:
         """The pending marks ``run`` draws with: the selector's for a training run; a plan()'s
         runs are not the training's, they keep their own."""
-        if any(run is r for r in self._runs.values()):
-            return self._pending
+        for training in self._runs.values():
+            if run is training:
+                return self._pending
         if run.pending is None:
             run.pending = np.zeros(self.num_examples, np.bool_)
         return run.pending
@@ -414,13 +418,23 @@ def _pick(sv, sp, ranks, key):  # pragma: no cover - numba
 def _loss_rank_batch(losses, pending, shard, sv, sp, cur, k, log_q, key):  # pragma: no cover - numba
     """A loss-rank batch of ``k`` examples of ``shard``, in one call without the GIL:
     refresh the rank order (``_sort_shard``'s arrays, in place; pending losses last),
-    draw the ranks, look their examples up."""
+    draw the ranks, look their examples up, mark them pending."""
     _refresh(losses, pending, shard, sv, sp, cur)
     picked = _pick(sv, sp, _draw_ranks_kernel(shard.size, k, log_q, key), key)
     out = np.empty(k, np.int64)
     for i in range(k):
         out[i] = shard[picked[i]]
+        pending[out[i]] = True
     return out
+
+
+@njit(cache=True, nogil=True)
+def _store_losses(losses, pending, idx, values):  # pragma: no cover - numba
+    """``losses[idx] = values`` and ``pending[idx] = False`` in one pass (float32 or float64
+    values): a batch's feedback without numpy's fancy indexing on every step."""
+    for i in range(idx.size):
+        losses[idx[i]] = values[i]
+        pending[idx[i]] = False
 
 
 def _log_q(pressure: float, n: int) -> float:

@@ -58,6 +58,8 @@ class OnlineSelector(
         raise NotImplementedError
 
     def _scores_state(self) -> dict[str, Any]:
+        """The scores' part of :meth:`state_dict`: fresh arrays (copies), which the state
+        shares with its tensors."""
         return {}
 
     def _load_scores(self, state: dict[str, Any]) -> None:
@@ -117,6 +119,105 @@ class OnlineSelector(
             per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method=type(self).__name__
         )
 
+    # -- elastic resume ---------------------------------------------------------------
+    @staticmethod
+    def examples_drawn(state: dict[str, Any], epoch: int, world: World, batches: int) -> np.ndarray:
+        """The examples of the first ``batches`` batches that ``world``'s rank drew in
+        ``epoch``, read from that rank's :meth:`state_dict`.
+
+        Parameters
+        ----------
+        state : dict
+            The rank's saved selector state.
+        epoch : int
+            The epoch.
+        world : World
+            The rank and the number of ranks the state was saved with.
+        batches : int
+            How many of the run's first batches.
+
+        Returns
+        -------
+        numpy.ndarray
+            Their examples, concatenated (empty where the state has no such run).
+        """
+        for record in from_portable(state)["runs"]:
+            if (int(record["rank"]), int(record["world_size"]), int(record["epoch"])) == (
+                world.rank,
+                world.size,
+                epoch,
+            ):
+                sizes = np.asarray(record["drawn_sizes"], dtype=np.int64)
+                return np.asarray(record["drawn"], dtype=np.int64)[: int(sizes[:batches].sum())]
+        return np.empty(0, np.int64)
+
+    def rejoin_steps(self, epoch: int, world_size: int, drawn: np.ndarray, examples: int) -> int:
+        """The steps every rank of a new world takes to finish ``epoch`` after a resume on
+        another number of ranks: enough for the ``examples`` the old ranks had left, and
+        for each new rank's examples of the epoch not in ``drawn`` in batches of at most
+        ``batch_size`` (:meth:`rejoin`); at most the epoch's batches.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch being finished.
+        world_size : int
+            The new number of ranks.
+        drawn : numpy.ndarray
+            The examples trained in the epoch before the interruption, on every old rank.
+        examples : int
+            The examples the old ranks had left to train in the epoch.
+
+        Returns
+        -------
+        int
+            The same on every rank of the new world.
+        """
+        world = self.world(world_size)
+        trained = np.zeros(self.num_examples, np.bool_)
+        trained[np.asarray(drawn, dtype=np.int64)] = True
+        untrained = max(int((~trained[shard]).sum()) for shard in self._rank_shards(epoch, world))
+        per_step = world_size * self.batch_size
+        steps = max(-(-int(examples) // per_step), -(-untrained // self.batch_size))
+        return min(steps, self._num_batches(world))
+
+    def rejoin(self, epoch: int, world: World, steps: int, drawn: np.ndarray) -> int:
+        """Continue ``epoch`` on ``world``'s rank for its last ``steps`` batches, after a
+        resume on another number of ranks (:meth:`rejoin_steps`): the run of ``epoch``
+        for ``world`` starts at batch ``num_batches - steps`` as if its batches so far had
+        drawn the shard's examples in ``drawn``, without drawing them; the batches to
+        come share the shard's other examples (a selector that draws without
+        replacement trains each once). Runs of other world sizes are dropped.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch being finished.
+        world : World
+            This rank in the new world.
+        steps : int
+            The batches left to draw in the epoch (at most ``num_batches``).
+        drawn : numpy.ndarray
+            The examples trained in the epoch before the interruption, on every old rank.
+
+        Returns
+        -------
+        int
+            The batch number the run continues at.
+        """
+        start = max(self._num_batches(world) - check_int(steps, "steps", minimum=0), 0)
+        self._runs = {key: run for key, run in self._runs.items() if key[1] == world.size}
+        run = self._new_run(epoch, world)
+        if start:
+            used = np.isin(run.shard, np.asarray(drawn, dtype=np.int64))
+            run.order = np.concatenate([np.flatnonzero(~used), np.flatnonzero(used)]).astype(np.int64)
+            run.m = int((~used).sum())
+            # batch 0 holds the shard's examples trained, the others none: their numbers key the draws to come
+            run.drawn = [run.shard[used]] + [np.empty(0, np.int64) for _ in range(start - 1)]
+        self._restore_run(run)  # the sizes of the batches to come: the shard's other examples, evenly
+        self._runs[(world.rank, world.size)] = run
+        return start
+
     # -- resume -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Scores, GreedMax shards and, per (rank, world size), the current epoch's run:
@@ -138,7 +239,8 @@ class OnlineSelector(
                 "runs": [run.record(world_size) for (_, world_size), run in self._runs.items()],
                 "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
                 "scores": self._scores_state(),
-            }
+            },
+            copy=False,  # every array above is a fresh copy (_scores_state's contract)
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

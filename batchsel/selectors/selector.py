@@ -199,9 +199,26 @@ class Selector(Capabilities):
         return self._rank_shards(epoch, self.world(world_size))
 
     def _rank_shards(self, epoch: int, world: World) -> list[np.ndarray]:
+        # the last epoch's split is kept (read-only): an epoch's runs, a resume's restore
+        # and an elastic rejoin each ask for it, and a split of N costs a permutation of N
         rng = epoch_rng(self.seed, epoch)
-        owner = None if self.partition == "random" else self._shard_owner(world)
-        return epoch_shards(self.num_examples, world.size, self.drop_last, rng, owner)
+        if self.partition != "random":  # GreedMax shards: the owners may be loaded from a state
+            return epoch_shards(self.num_examples, world.size, self.drop_last, rng, self._shard_owner(world))
+        key = (epoch, world.size, self.drop_last, self.seed, self.num_examples)
+        cached = self.__dict__.get("_shards_cache")
+        if cached is not None and cached[0] == key:
+            return list(cached[1])
+        shards = epoch_shards(self.num_examples, world.size, self.drop_last, rng)
+        for shard in shards:
+            shard.setflags(write=False)
+        self.__dict__["_shards_cache"] = (key, shards)
+        return list(shards)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled copy (a DataLoader worker's, a checkpoint's) leaves the cached split behind
+        state = self.__dict__.copy()
+        state.pop("_shards_cache", None)
+        return state
 
     # -- the interface: the public forms check, the underscored ones trust ----------------
     def plan(self, epoch: int = 0, world_size: int = 1) -> EpochPlan:

@@ -166,7 +166,7 @@ def saturated_drops(indptr, indices, data, room, j):
 # OpenBLAS; computed here in one compiled call (no GIL, no BLAS threads) they must round
 # exactly as before, or greedy's picks would change wherever two gains are within a few
 # ulps. Each primitive below reproduces one numpy / OpenBLAS routine operation for
-# operation (tests/test_smdl_kernel.py compares them with numpy on this machine):
+# operation (tests/selectors/test_smdl_kernel.py compares them with numpy on this machine):
 # - ``gemm_fma``: OpenBLAS sgemm (Haswell / SkylakeX kernels), one FMA chain per output in
 #   k order; ``fma32`` is that fused multiply-add (a single rounding);
 # - ``exp_f32``: numpy's AVX2 / AVX512F float32 exp (Cody-Waite reduction, a 5/2 rational

@@ -1,6 +1,6 @@
 """Golden cases: every selector and optimizer of batchsel run on small fixed inputs.
 
-Shared by ``make_golden.py`` (which records ``golden.json``) and ``tests/test_golden.py``
+Shared by ``make_golden.py`` (which records ``golden.json``) and ``tests/project/test_golden.py``
 (which recomputes every recorded case and compares). Each case is a zero-argument function
 returning a JSON-ready summary; :func:`compare` checks a recomputed summary against the
 recorded one: integers, strings and hashes exactly, floats to float32's rounding (``REL``).

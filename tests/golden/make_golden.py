@@ -5,7 +5,7 @@ Run from the repository root, before a change that must not change behaviour::
     python tests/golden/make_golden.py
 
 Cases that raise ValueError (settings refused by design) are left out; so is a case whose
-summary comes out empty. ``tests/test_golden.py`` recomputes every recorded case.
+summary comes out empty. ``tests/project/test_golden.py`` recomputes every recorded case.
 """
 
 from __future__ import annotations

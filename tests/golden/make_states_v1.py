@@ -2,7 +2,7 @@
 0.1.0 wrote them (state version 1), with the batches each run trained after the checkpoint.
 
 Recorded once, before the resume state was rebuilt (#60), and kept as it is: it is the
-fixture that says states written by 0.1.0 still load (``tests/test_state_compat.py``).
+fixture that says states written by 0.1.0 still load (``tests/project/test_state_compat.py``).
 Running this script again writes the current version's states, so do not, unless a new
 release's fixture is wanted under another name.
 """

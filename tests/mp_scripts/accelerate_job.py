@@ -1,4 +1,4 @@
-"""The pattern users write by hand, under torchrun with 2 processes (tests/test_faults.py):
+"""The pattern users write by hand, under torchrun with 2 processes (tests/project/test_faults.py):
 
     accelerator.prepare(DataLoader(dataset, batch_sampler=SelectionBatchSampler(...)))
 

@@ -1,4 +1,4 @@
-"""BucketSelector batches of token sequences in a DDP loop, as tests/test_buckets_loop.py
+"""BucketSelector batches of token sequences in a DDP loop, as tests/selectors/test_buckets_loop.py
 launches it (one launch each):
 
     python buckets_ddp.py OUT --torch 2         (torch.multiprocessing, torchrun's variables, gloo)
@@ -12,7 +12,7 @@ all-reduce would hang otherwise), the ranks' batches are disjoint and cover ever
 once per epoch, each padded batch is ``len(batch) x its longest example`` and within the
 budget, the schedule ran exactly to its end, the ranks end with the same model, and an epoch
 stopped mid-way and resumed from rank 0's all-ranks state yields the rest exactly. Rank 0
-writes OUT.json. The data, model and costs are shared with tests/test_buckets_loop.py.
+writes OUT.json. The data, model and costs are shared with tests/selectors/test_buckets_loop.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several ``batchsel`` command lines under one mpiexec launch, for tests/test_faults.py:
+"""Several ``batchsel`` command lines under one mpiexec launch, for tests/project/test_faults.py:
 
     mpiexec -n 1 python cli_ranks_job.py CASES.json 0 : -n 1 python cli_ranks_job.py CASES.json 1
 

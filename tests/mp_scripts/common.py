@@ -1,4 +1,4 @@
-"""Helpers shared by the multi-process test scripts (and tests/test_sampler.py): a tiny
+"""Helpers shared by the multi-process test scripts (and tests/loop/test_sampler.py): a tiny
 online selector and a launcher for torch.multiprocessing + gloo."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Multi-rank faults that tests/test_faults.py launches, one per run:
+"""Multi-rank faults that tests/project/test_faults.py launches, one per run:
 
     mpiexec -n 2 python fault_job.py CASE [CASE ...]
 

@@ -1,4 +1,4 @@
-"""The in-loop candidate filter in a DDP loop, as tests/test_filter_mp.py launches it:
+"""The in-loop candidate filter in a DDP loop, as tests/loop/test_filter_mp.py launches it:
 
     python filter_job.py OUT                    (one process)
     python filter_job.py OUT --torch N          (torch.multiprocessing, torchrun's variables)

@@ -1,4 +1,4 @@
-"""Helpers shared by tests/test_lightning.py and tests/test_hf.py: run a multi-process job
+"""Helpers shared by tests/integrations/test_lightning.py and tests/integrations/test_hf.py: run a multi-process job
 whose ranks write ``OUT.rank{r}.json``, and run an example script in this process."""
 
 from __future__ import annotations

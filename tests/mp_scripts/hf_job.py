@@ -1,5 +1,5 @@
 """A tiny Hugging Face Trainer run with BatchselTrainer, used in one process by
-tests/test_hf.py and, as ``torchrun --nproc_per_node 2 hf_job.py OUT``, on 2 CPU
+tests/integrations/test_hf.py and, as ``torchrun --nproc_per_node 2 hf_job.py OUT``, on 2 CPU
 processes (gloo): 2 epochs with a checkpoint after step 6, then a fresh trainer resumed
 from that checkpoint in the middle of epoch 1; with a random and a loss-rank selector.
 Each rank writes ``OUT.rank{r}.json``."""

@@ -1,11 +1,14 @@
-"""A tiny Lightning run with BatchselCallback, used in one process by tests/test_lightning.py
+"""A tiny Lightning run with BatchselCallback, used in one process by tests/integrations/test_lightning.py
 and, as ``python lightning_job.py OUT``, on 2 CPU processes (strategy="ddp": Lightning
 starts rank 1 by running this script again).
 
 The DDP run builds the sampler in the module's ``__init__`` (before any process group
 exists), trains 2 epochs with a checkpoint every step, then resumes a fresh module from
 the checkpoint in the middle of epoch 1 with DataLoader workers, and finally checks that
-``use_distributed_sampler=True`` is refused. Each rank writes ``OUT.rank{r}.json``."""
+``use_distributed_sampler=True`` is refused. Each rank writes ``OUT.rank{r}.json``.
+
+``python lightning_job.py OUT CKPT`` resumes a fresh module on 2 processes from ``CKPT``,
+a checkpoint of a one-process run (elastic resume), and writes what each rank trained."""
 
 from __future__ import annotations
 
@@ -94,6 +97,17 @@ def quiet() -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 
 
+def resume_elsewhere(out: str, checkpoint: str) -> None:
+    """Two processes resume a one-process run's checkpoint and finish its epochs."""
+    quiet()
+    resumed = Tiny("random")
+    ddp = dict(devices=2, strategy="ddp", use_distributed_sampler=False)
+    trainer(os.path.dirname(out), **ddp).fit(resumed, ckpt_path=checkpoint)
+    rank = int(torch.distributed.get_rank())
+    with open(f"{out}.rank{rank}.json", "w") as f:
+        json.dump({"rank": rank, "resumed": resumed.seen, "len": len(resumed.sampler)}, f)
+
+
 def main(out: str) -> None:
     start = time.monotonic()
     quiet()
@@ -108,6 +122,7 @@ def main(out: str) -> None:
         "seen": model.seen,
         "sampler_world": model.sampler.world_size,
         "len": len(model.sampler),
+        "checkpoints": os.path.join(root, "ckpt"),
     }
     per_rank = len(model.sampler)
     # resume a fresh module (and sampler) in the middle of epoch 1, with DataLoader workers
@@ -126,5 +141,8 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) > 2:
+        resume_elsewhere(sys.argv[1], sys.argv[2])
+    else:
+        main(sys.argv[1])
     exit_after_result()

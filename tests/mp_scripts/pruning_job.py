@@ -1,4 +1,4 @@
-"""InfoBatch pruning in a DDP loop with a OneCycleLR schedule, as tests/test_pruning.py launches it:
+"""InfoBatch pruning in a DDP loop with a OneCycleLR schedule, as tests/selectors/test_pruning.py launches it:
 
     python pruning_job.py OUT [METHOD ...]                (one process)
     mpiexec -n N python pruning_job.py OUT [METHOD ...]   (MPI, torch.distributed set up from MPI)

@@ -1,4 +1,4 @@
-"""ClusterLoader on 2 ranks with no rank given (tests/test_pyg.py), as users launch it:
+"""ClusterLoader on 2 ranks with no rank given (tests/integrations/test_pyg.py), as users launch it:
 
     mpiexec -n 2 python pyg_job.py OUT          (MPI)
     torchrun --nproc_per_node 2 pyg_job.py OUT  (torch.distributed, gloo)

@@ -16,6 +16,7 @@ Each part pickles as it is (threads and the DataLoader's iterator stay behind).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import sys
@@ -25,7 +26,11 @@ from typing import Any, Iterator
 import numpy as np
 
 from batchsel.core.checks import check_int
+from batchsel.core.state import check_version
+from batchsel.core.world import World
 from batchsel.distributed.comm import Communicator
+from batchsel.loop.feedback import in_round_order
+from batchsel.loop.sampler.elastic import elastic_remainder
 from batchsel.loop.sampler.exchange import FeedbackExchange, gather_timeout
 from batchsel.loop.sampler.frameworks import (
     EpochSetter,
@@ -36,7 +41,7 @@ from batchsel.loop.sampler.frameworks import (
 from batchsel.loop.sampler.lengths import EpochLengths
 from batchsel.loop.sampler.mistakes import LoopChecks
 from batchsel.loop.sampler.profile import SelectorProfile
-from batchsel.loop.sampler.resume import IterationRecord, RunRecord, SamplerState, every_rank
+from batchsel.loop.sampler.resume import EpochPosition, IterationRecord, RunRecord, SamplerState, every_rank
 from batchsel.loop.sampler.weighted import WeightedBatch
 from batchsel.loop.sampler.world import RankWorld
 from batchsel.selectors.hashing import digest
@@ -242,6 +247,9 @@ class SelectionBatchSampler:
         return self._num_batches_of(self.epoch)
 
     def _num_batches_of(self, epoch: int) -> int:
+        rest = self._record.remainder
+        if rest is not None and rest.epoch == epoch:  # finishing an epoch saved on another number of ranks
+            return rest.length
         return self._lengths.of(epoch, self.world_size)
 
     def total_batches(self, epochs: int) -> int:
@@ -253,8 +261,15 @@ class SelectionBatchSampler:
         >>> from batchsel import RandomSelector
         >>> SelectionBatchSampler(RandomSelector(10, 4), rank=0, world_size=1).total_batches(epochs=5)
         15
+
+        After loading a state saved on another number of ranks, the interrupted epoch
+        counts the steps done before and those left on this world.
         """
-        return self._lengths.total(epochs, self.world_size)
+        total = self._lengths.total(epochs, self.world_size)
+        rest = self._record.remainder
+        if rest is not None and rest.epoch < epochs:
+            total += rest.length - self._lengths.of(rest.epoch, self.world_size)
+        return total
 
     def __iter__(self) -> Iterator[Any]:  # lists of indices; WeightedBatch with weighted=True
         # a process group may exist now (one process so far), and it must agree with
@@ -284,10 +299,7 @@ class SelectionBatchSampler:
             record.yielded += 1
             yield []
         # the replayed batches were drawn before the checkpoint; the selector resumes after them
-        source: Any = itertools.chain(
-            ((np.asarray(b), None) for b in pending),
-            self._profile.batches(epoch, self.rank, self.world_size, start, self.weighted),
-        )
+        source: Any = itertools.chain(((np.asarray(b), None) for b in pending), self._batches_from(epoch, start))
         source = itertools.islice(source, max(len(self) - record.base, 0))
         source = feedback.background.run(source, feedback.depth(self.prefetch, window))
         keep = self._profile.records_batches
@@ -308,6 +320,18 @@ class SelectionBatchSampler:
                 yield batch.tolist() if weights is None else WeightedBatch(batch, weights)
         finally:  # a loop that breaks early: the prefetch thread stops now, not at garbage collection
             source.close()
+
+    def _batches_from(self, epoch: int, start: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """The rank's ``(batch, weights)`` of ``epoch`` from step ``start`` on: the selector's,
+        or the remainder of an epoch saved on another number of ranks."""
+        rest = self._record.remainder
+        if rest is None or rest.epoch != epoch:
+            return self._profile.batches(epoch, self.rank, self.world_size, start, self.weighted)
+        if rest.batches is None:  # an online selector's run, rejoined at ``rest.start``
+            return self._profile.batches(epoch, self.rank, self.world_size, start - rest.first + rest.start)
+        if not self.weighted:
+            return ((b, None) for b, _ in rest.items(start))
+        return ((b, np.ones(len(b), np.float32) if w is None else w) for b, w in rest.items(start))
 
     # -- feedback -----------------------------------------------------------------------
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
@@ -453,8 +477,10 @@ class SelectionBatchSampler:
         """
         ahead, deferred = self._feedback.held()
         place = self._record.saved(self.epoch, batches_done, ahead, self._profile.online)
-        run = RunRecord.of(self.selector, self.rank, self.world_size, len(self))
-        state = SamplerState(run, place, self.selector.state_dict(), list(self._feedback.buffer), deferred)
+        run = RunRecord.of(self.selector, self.rank, self.world_size, self._num_batches_of(place.epoch))
+        rest = self._record.remainder
+        rest = rest if rest is not None and rest.epoch == place.epoch else None
+        state = SamplerState(run, place, self.selector.state_dict(), list(self._feedback.buffer), deferred, rest)
         saved = state.to_dict()
         return every_rank(saved, self.comm, self.world_size, timeout) if all_ranks else saved
 
@@ -462,15 +488,51 @@ class SelectionBatchSampler:
         """Restore :meth:`state_dict`'s output (this version's, or 0.1.0's): the next
         iteration over the saved epoch yields exactly the batches that were still to come
         (call :meth:`set_epoch` with that epoch as usual; another epoch starts from its
-        beginning).
+        beginning). A state that does not load (another seed, method, dataset size or
+        batch size, a truncated or foreign dict) raises ``ValueError`` naming the
+        difference and leaves the sampler as it was.
+
+        Every rank's state (``state_dict(all_ranks=True)``) also loads on another number of
+        ranks (elastic resume): the saved epoch's batches not trained yet are dealt over
+        this job's ranks, the same number of steps on each, and the feedback is kept; an
+        online selector draws the steps left from it. :meth:`total_batches` then counts
+        the steps left, to rebuild a learning-rate schedule; later epochs are this world's
+        own (docs: the distributed guide, "Preemption and elastic resume").
 
         ``placeholders=True`` is for a framework that skips the finished batches itself
         (the Hugging Face Trainer's ``skip_first_batches`` drops the first ``k`` batches of
         the batch sampler unseen): the next iteration first yields one empty batch for
         each finished one, so the framework's count and the sampler's agree and no batch
         is skipped twice."""
+        before = self._restore_point()
+        try:
+            self._load(state, placeholders)
+        except BaseException:
+            self._roll_back(before)
+            raise
+
+    def _load(self, state: Any, placeholders: bool) -> None:
+        if not isinstance(state, dict):
+            raise ValueError(f"a sampler state is a dict, got {type(state).__name__}")
+        state = check_version(state, "SelectionBatchSampler")
+        ranks = state.get("ranks")
+        if isinstance(ranks, (list, tuple)) and len(ranks) != self.world_size:
+            self._load_elastic([SamplerState.from_dict(r, lambda: (self.rank, self.world_size)) for r in ranks])
+            self._record.placeholders = bool(placeholders)
+            return
         saved = SamplerState.from_dict(state, lambda: (self.rank, self.world_size))
+        if saved.run.world_size == 1 and self.world_size > 1:  # a one-rank job's state is every rank's
+            self._load_elastic([saved])
+            self._record.placeholders = bool(placeholders)
+            return
+        if saved.run.world_size != self.world_size:
+            raise ValueError(
+                f"the state is rank {saved.run.rank}'s of {saved.run.world_size} ranks, this sampler is rank "
+                f"{self.rank} of {self.world_size}: to resume on another number of ranks save every rank's "
+                f"state, sampler.state_dict(all_ranks=True)"
+            )
         place = saved.place
+        self._record.remainder = saved.remainder
         epoch_length = self._num_batches_of(place.epoch)
         saved.run.check_resumed_by(RunRecord.of(self.selector, self.rank, self.world_size, epoch_length))
         if place.position > epoch_length:
@@ -480,6 +542,56 @@ class SelectionBatchSampler:
         self._feedback.restore(saved.observations, saved.deferred)
         self._record.restart_at(place, placeholders)
         self.epoch = place.epoch
+
+    def _load_elastic(self, saved: list[SamplerState]) -> None:
+        """Continue the saved epoch of every old rank's ``saved`` state on this world."""
+        if not self._profile.capabilities.elastic_resume:
+            raise ValueError(
+                f"{self._profile.name} cannot resume on another number of ranks (the state holds {len(saved)} "
+                f"ranks, this job has {self.world_size}): a step's batches are cut for the ranks that drew them. "
+                f"Resume on {len(saved)} ranks, or start the next epoch here without the state"
+            )
+        for state in saved:
+            mine = RunRecord.of(self.selector, state.run.rank, state.run.world_size, None)
+            dataclasses.replace(state.run, num_batches=None).check_resumed_by(mine)
+        self._feedback.background.stop(flush=False)
+        self.selector.load_state_dict(saved[0].selector)
+        # the old ranks' feedback not applied yet: what a prefetch run held back (the same on
+        # every rank), then every rank's buffer in the order their all-gather would apply it
+        unapplied = list(saved[0].deferred) + in_round_order([list(s.observations) for s in saved])
+        self._record.remainder = None
+        rest = elastic_remainder(
+            saved,
+            self._profile,
+            self._lengths,
+            World(self.rank, self.world_size),
+            feed=lambda: self._feedback.feed_selector([dict(o) for o in unapplied]),
+        )
+        self._feedback.restore([], [])
+        self._record.remainder = rest
+        self._record.restart_at(EpochPosition(rest.epoch, rest.first), False)
+        self.epoch = rest.epoch
+
+    def _restore_point(self) -> tuple[Any, ...]:
+        """What a load changes, to put back where it fails."""
+        record, feedback = self._record, self._feedback
+        return (
+            self.selector.state_dict(),
+            record.resume,
+            record.placeholders,
+            record.remainder,
+            list(feedback.buffer),
+            list(feedback.background.deferred),
+            self.epoch,
+        )
+
+    def _roll_back(self, before: tuple[Any, ...]) -> None:
+        selector_state, resume, placeholders, remainder, buffer, deferred, epoch = before
+        self.selector.load_state_dict(selector_state)
+        record = self._record
+        record.resume, record.placeholders, record.remainder = resume, placeholders, remainder
+        self._feedback.restore(buffer, deferred)
+        self.epoch = epoch
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "_record" not in state:  # the flat form 0.1.0 pickled

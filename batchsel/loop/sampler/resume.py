@@ -17,6 +17,7 @@ import numpy as np
 
 from batchsel.core.checks import check_int
 from batchsel.core.state import STATE_VERSION, check_version, from_portable, to_portable
+from batchsel.loop.sampler.elastic import Remainder
 from batchsel.loop.sampler.frameworks import hands_out_in_order
 
 # what every saved state holds (states of older versions lack the run's sizes and the
@@ -42,6 +43,8 @@ class IterationRecord:
         #: whether finished batches are handed out as placeholders first
         self.resume: EpochPosition | None = None
         self.placeholders = False
+        #: the rest of an epoch saved on another number of ranks, as this world finishes it
+        self.remainder: Remainder | None = None
         self.epoch: int | None = None  # epoch of the latest iteration
         self.base = 0  # batch number the latest iteration started from
         self.yielded = 0  # batches of that epoch handed out so far
@@ -371,6 +374,7 @@ class SamplerState:
     selector: dict[str, Any]
     observations: list[Any]
     deferred: list[Any]
+    remainder: Remainder | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The saved form: one flat dict, arrays as tensors.
@@ -379,22 +383,25 @@ class SamplerState:
         -------
         dict
             ``version``, the run's fields, ``epoch``, ``position``, ``pending``,
-            ``batches_done``, ``selector``, ``observations`` and ``deferred``.
+            ``batches_done``, ``selector``, ``observations`` and ``deferred``; and
+            ``remainder`` where the epoch is the rest of one saved on another number of
+            ranks (states without one keep 0.1.0's form).
         """
         place = self.place
-        return to_portable(
-            {
-                "version": STATE_VERSION,
-                **asdict(self.run),
-                "epoch": place.epoch,
-                "position": place.position,
-                "pending": [np.asarray(b, dtype=np.int64) for b in place.pending],
-                "batches_done": place.batches_done,
-                "selector": self.selector,
-                "observations": list(self.observations),
-                "deferred": list(self.deferred),
-            }
-        )
+        saved = {
+            "version": STATE_VERSION,
+            **asdict(self.run),
+            "epoch": place.epoch,
+            "position": place.position,
+            "pending": [np.asarray(b, dtype=np.int64) for b in place.pending],
+            "batches_done": place.batches_done,
+            "selector": self.selector,
+            "observations": list(self.observations),
+            "deferred": list(self.deferred),
+        }
+        if self.remainder is not None:
+            saved["remainder"] = self.remainder.to_dict()
+        return to_portable(saved)
 
     @classmethod
     def from_dict(cls, state: Any, rank_of: Callable[[], tuple[int, int]]) -> SamplerState:
@@ -419,6 +426,8 @@ class SamplerState:
             if len(state["ranks"]) != world_size:
                 raise ValueError(f"the state holds {len(state['ranks'])} ranks, this job has {world_size}")
             state = state["ranks"][rank]
+        if not isinstance(state, dict):
+            raise ValueError(f"a sampler state is a dict, got {type(state).__name__}")
         missing = sorted(set(REQUIRED) - set(state))
         if missing:
             raise ValueError(f"the state lacks {missing}: pass what SelectionBatchSampler.state_dict() returned")
@@ -429,7 +438,9 @@ class SamplerState:
             [np.asarray(b, dtype=np.int64) for b in state["pending"]],
         )
         observations, deferred = list(state["observations"]), list(state.get("deferred", []))
-        return cls(run, place, state["selector"], observations, deferred)
+        remainder = state.get("remainder")
+        remainder = None if remainder is None else Remainder.from_dict(remainder)
+        return cls(run, place, state["selector"], observations, deferred, remainder)
 
 
 def every_rank(state: dict[str, Any], comm: Any, world_size: int, timeout: float | None) -> dict[str, Any]:

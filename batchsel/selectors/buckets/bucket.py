@@ -52,6 +52,24 @@ def costs_digest(costs: np.ndarray) -> str:
     return h.hexdigest()[:16]
 
 
+def owned_costs_digest(owner: Any) -> str:
+    """``costs_digest(owner.costs)``, computed once per owner: its costs are fixed once
+    checked, and hashing them on every ``state_dict()`` would cost a checkpoint per step
+    O(N) (a new ``costs`` array is hashed anew).
+
+    Example
+    -------
+    >>> class Owner:
+    ...     costs = np.array([1.0, 2.0])
+    >>> owned_costs_digest(Owner()) == costs_digest(np.array([1.0, 2.0]))
+    True
+    """
+    cached = owner.__dict__.get("_costs_digest")
+    if cached is None or cached[0] is not owner.costs:
+        cached = owner.__dict__["_costs_digest"] = (owner.costs, costs_digest(owner.costs))
+    return cached[1]
+
+
 def check_costs_digest(state: Any, key: str, costs: np.ndarray, owner: str) -> None:
     """Refuse a state whose ``key`` records other costs than ``costs`` (its batches were
     cut from other costs: resumed here, some examples would train twice in the epoch and
@@ -262,7 +280,7 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         ...
         ValueError: the BucketSelector state was saved with other costs ...
         """
-        return {COSTS_KEY: costs_digest(self.costs)}
+        return {COSTS_KEY: owned_costs_digest(self)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Check that ``state`` (:meth:`state_dict`'s) was saved with these costs.

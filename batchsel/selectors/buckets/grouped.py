@@ -13,7 +13,7 @@ import numpy as np
 from batchsel.core.checks import check_int
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
-from batchsel.selectors.buckets.bucket import check_costs_digest, costs_digest
+from batchsel.selectors.buckets.bucket import check_costs_digest, owned_costs_digest
 from batchsel.selectors.buckets.costs import check_costs
 from batchsel.selectors.buckets.kernels import regroup
 from batchsel.selectors.capabilities import SelectorCapabilities
@@ -178,6 +178,22 @@ class CostGroupedSelector(Selector):
             first += len(window)
 
     # -- the selector's own -------------------------------------------------------------
+    def examples_drawn(self, state: dict[str, Any], epoch: int, world: World, batches: int) -> np.ndarray:
+        """The online selector's :meth:`~batchsel.selectors.online.OnlineSelector.examples_drawn`."""
+        inner = {k: v for k, v in state.items() if k != GROUP_COSTS_KEY}
+        return self.selector.examples_drawn(inner, epoch, world, batches)  # type: ignore[attr-defined]
+
+    def rejoin_steps(self, epoch: int, world_size: int, drawn: np.ndarray, examples: int) -> int:
+        """The online selector's :meth:`~batchsel.selectors.online.OnlineSelector.rejoin_steps`."""
+        return self.selector.rejoin_steps(epoch, world_size, drawn, examples)  # type: ignore[attr-defined]
+
+    def rejoin(self, epoch: int, world: World, steps: int, drawn: np.ndarray) -> int:
+        """The online selector's :meth:`~batchsel.selectors.online.OnlineSelector.rejoin`,
+        at a window's first step (a window is drawn whole): up to ``window - 1`` steps more."""
+        start = max(self.selector.num_batches(world.size) - steps, 0)
+        start -= start % self.window
+        return self.selector.rejoin(epoch, world, self.selector.num_batches(world.size) - start, drawn)  # type: ignore[attr-defined]
+
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
         """The selector's ``observe``."""
         self.selector.observe(indices, losses=losses, logits=logits, embeddings=embeddings)
@@ -188,7 +204,7 @@ class CostGroupedSelector(Selector):
 
     def state_dict(self) -> dict[str, Any]:
         """The selector's state, with a digest of the costs (the regrouping keeps no other)."""
-        return {**self.selector.state_dict(), GROUP_COSTS_KEY: costs_digest(self.costs)}
+        return {**self.selector.state_dict(), GROUP_COSTS_KEY: owned_costs_digest(self)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the selector's state, once the costs are checked to be the saved run's

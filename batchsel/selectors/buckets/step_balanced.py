@@ -14,7 +14,7 @@ import numpy as np
 from batchsel.core.checks import check_int
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
-from batchsel.selectors.buckets.bucket import check_costs_digest, costs_digest
+from batchsel.selectors.buckets.bucket import check_costs_digest, owned_costs_digest
 from batchsel.selectors.buckets.cost_model import CostModel
 from batchsel.selectors.buckets.costs import check_costs
 from batchsel.selectors.buckets.kernels import batch_longest
@@ -113,9 +113,14 @@ class StepBalancedSelector(Selector):
 
     def capabilities(self) -> SelectorCapabilities:
         """The selector's, with micro-batches of varying sizes that carry weights (the
-        step's normalization), none of them full."""
+        step's normalization), none of them full; no elastic resume (a step's micro-batches
+        are cut for the ranks that train them, their weights for that number of ranks)."""
         return dataclasses.replace(
-            self.selector.capabilities(), variable_batch_size=True, weighted_plans=True, full_batches=False
+            self.selector.capabilities(),
+            variable_batch_size=True,
+            weighted_plans=True,
+            full_batches=False,
+            elastic_resume=False,
         )
 
     def get_params(self) -> dict[str, Any]:
@@ -259,7 +264,7 @@ class StepBalancedSelector(Selector):
 
     def state_dict(self) -> dict[str, Any]:
         """The selector's state, with a digest of the costs."""
-        return {**self.selector.state_dict(), STEP_COSTS_KEY: costs_digest(self.costs)}
+        return {**self.selector.state_dict(), STEP_COSTS_KEY: owned_costs_digest(self)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the selector's state, once the costs are checked to be the saved run's."""

@@ -1,0 +1,218 @@
+"""BatchselTrainer (Hugging Face Trainer): one process here, two processes under torchrun
+(gloo, CPU) through tests/mp_scripts/hf_job.py. Each test reproduces a case of issue #17
+that used to train silently wrong batches."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from paths import MP_SCRIPTS, REPO
+
+pytest.importorskip("transformers")
+
+import hf_job as H  # noqa: E402
+from common import TinyOnline, free_port  # noqa: E402
+from frameworks import run_example, run_ranks  # noqa: E402
+from test_integrations_mp import clean_env  # noqa: E402
+
+from batchsel import RandomSelector  # noqa: E402
+from batchsel.integrations.hf import STATE_FILE, BatchselTrainer, per_example_feedback  # noqa: E402
+from batchsel.selectors import LossRankSelector  # noqa: E402
+
+H.quiet()
+
+
+def test_one_process_epochs_follow_the_plan_and_cover_the_data(tmp_path):
+    """A plain DataLoader never got set_epoch; the index column was dropped by
+    remove_unused_columns (KeyError); len(loader) must be len(sampler)."""
+    trainer = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path)),
+        train_dataset=H.data(),
+        selector=RandomSelector(H.N, H.BATCH, seed=3),
+    )
+    trainer.train()
+    per_epoch = len(trainer.batchsel_sampler)
+    assert trainer.lengths == [(per_epoch, per_epoch)] and len(trainer.seen) == 2 * per_epoch
+    plan = RandomSelector(H.N, H.BATCH, seed=3)
+    for epoch in (0, 1):
+        got = trainer.seen[epoch * per_epoch : (epoch + 1) * per_epoch]
+        assert got == [b.tolist() for b in plan.plan(epoch, 1).batches(0)]
+        assert sorted(i for b in got for i in b) == list(range(H.N))
+
+
+class DrawTimes(TinyOnline):
+    """Records how many examples had been observed when each batch was drawn."""
+
+    def iter_batches(self, epoch, rank=0, world_size=1, start=0):
+        for batch in super().iter_batches(epoch, rank, world_size, start):
+            self.drawn_after.append(int(self.observed.sum()))
+            yield batch
+
+
+def test_evaluation_losses_are_not_fed_back_and_nothing_is_drawn_ahead(tmp_path):
+    """Losses from compute_loss used to arrive from evaluation too; accelerate's look-ahead
+    drew batch t+1 before batch t was observed."""
+    selector = DrawTimes(H.N, H.BATCH, seed=3)
+    selector.drawn_after = []
+    trainer = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path), eval_strategy="steps", eval_steps=2),
+        train_dataset=H.data(),
+        eval_dataset=H.data(),
+        selector=selector,
+    )
+    trainer.train()
+    trainer.evaluate()
+    trained = np.zeros(H.N, dtype=np.int64)
+    for batch in trainer.seen:
+        np.add.at(trained, batch, 1)
+    assert np.array_equal(selector.observed, trained)  # training steps only, each once
+    assert selector.drawn_after == [t * H.BATCH for t in range(len(trainer.seen))]
+
+
+def test_resume_mid_epoch_skips_once_and_is_exact(tmp_path):
+    """The sampler's state and the Trainer's own skip used to skip the finished batches twice."""
+    make = lambda: LossRankSelector(H.N, H.BATCH, seed=3, pressure=20.0)  # noqa: E731
+    first, resumed = H.run_and_resume(str(tmp_path), make, step=13)
+    assert (tmp_path / "checkpoint-13" / STATE_FILE).exists()
+    assert resumed.seen == first.seen[13:]
+    assert np.isfinite(first.batchsel_selector.losses_).sum() > H.N // 2  # feedback arrived
+
+
+def test_a_checkpoint_of_another_process_count_is_refused_naming_the_way(tmp_path):
+    """The Trainer places a resumed step from the global step and this world's epoch length:
+    a 2-process checkpoint on one process would skip the wrong batches, so it is refused."""
+    import torch
+
+    from batchsel import SelectionBatchSampler
+
+    make = lambda: RandomSelector(H.N, H.BATCH, seed=3)  # noqa: E731
+    first = H.Recording(
+        model=H.TinyModel(), args=H.args(str(tmp_path), save_steps=3), train_dataset=H.data(), selector=make()
+    )
+    first.train()
+    samplers = [SelectionBatchSampler(make(), rank=r, world_size=2) for r in range(2)]
+    for s in samplers:
+        s.set_epoch(0)
+        next(iter(s))
+    path = tmp_path / "checkpoint-3" / STATE_FILE
+    torch.save({"version": 1, "world_size": 2, "ranks": [s.state_dict(batches_done=1) for s in samplers]}, path)
+    resumed = H.Recording(model=H.TinyModel(), args=H.args(str(tmp_path)), train_dataset=H.data(), selector=make())
+    with pytest.raises(ValueError, match=r"saved by 2 process\(es\), this run has 1.*elastic resume"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+
+
+def test_pruned_epochs_with_the_trainers_schedule(tmp_path):
+    """The Trainer sized its run as epochs x the first epoch's length (40 steps for 34):
+    the learning rate never reached the end of its schedule, and resuming counted epochs wrong."""
+    first, resumed = H.run_pruned(str(tmp_path), step=13)
+    selector = first.batchsel_selector
+    lengths = [selector.num_batches(1, e) for e in range(4)]
+    assert lengths == [10, 8, 8, 10]  # InfoBatch's rule: epoch e prunes while e + 1 <= 0.875 * 4
+    total = sum(lengths)
+    assert len(first.seen) == first.state.global_step == total == first.batchsel_sampler.total_batches(4)
+    assert np.allclose(first.lrs, [0.1 * (total - t) / total for t in range(total)])
+    assert first.lr_scheduler.get_last_lr()[0] == 0.0
+    assert resumed.seen == first.seen[13:] and np.allclose(resumed.lrs, first.lrs[13:])
+    starts = np.cumsum([0, *lengths])
+    for e, pruned in enumerate((False, True, True, False)):
+        epoch = [i for b in first.seen[starts[e] : starts[e + 1]] for i in b]
+        assert sorted(epoch) == sorted(set(epoch)) and len(epoch) == (30 if pruned else H.N)
+    assert {w for b in first.weights for w in b} == {1.0, 2.0}  # kept low-loss examples count twice
+
+
+def test_pruned_run_refuses_another_epoch_count(tmp_path):
+    trainer = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path), epochs=3),
+        train_dataset=H.data(),
+        selector=H.infobatch(epochs=4),
+    )
+    with pytest.raises(ValueError, match="num_train_epochs=3 disagrees with the epochs=4"):
+        trainer.train()
+    trainer = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path), max_steps=37),
+        train_dataset=H.data(),
+        selector=H.infobatch(epochs=4),
+    )
+    with pytest.raises(ValueError, match="max_steps=37 is past the 36 steps"):
+        trainer.train()
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="Selector"):
+        BatchselTrainer(model=H.TinyModel(), selector=[1, 2])
+    with pytest.raises(ValueError, match="feedback="):
+        per_example_feedback({"logits": None}, None)
+
+
+@pytest.fixture(scope="module")
+def torchrun2(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf_torchrun") / "result"
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(MP_SCRIPTS), env.get("PYTHONPATH", "")])
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(MP_SCRIPTS / "hf_job.py"),
+        str(out),
+    ]
+    return run_ranks(cmd, out, env)
+
+
+@pytest.mark.slow
+def test_torchrun_every_example_once_per_epoch(torchrun2):
+    """accelerate's BatchSamplerShard used to give each rank every second batch of its own
+    shard: len(loader) 4 against len(sampler) 7, 116 of 200 examples per epoch."""
+    per_rank = RandomSelector(H.N, H.BATCH).num_batches(2)
+    for r in torchrun2:
+        assert r["world"] == 2 and r["lengths"] == [[per_rank, per_rank]] and len(r["seen"]) == 2 * per_rank
+    plan = RandomSelector(H.N, H.BATCH, seed=3)
+    for epoch in (0, 1):
+        got = [r["seen"][epoch * per_rank : (epoch + 1) * per_rank] for r in torchrun2]
+        assert got == [[b.tolist() for b in plan.plan(epoch, 2).batches(rank)] for rank in (0, 1)]
+        assert sorted(i for rank in got for b in rank for i in b) == list(range(H.N))
+    assert torchrun2[0]["params"] == torchrun2[1]["params"]  # DDP kept the ranks in step
+
+
+@pytest.mark.slow
+def test_torchrun_resume_is_exact_on_every_rank(torchrun2):
+    for r in torchrun2:
+        step = r["resume_step"]
+        assert r["resumed"] == r["seen"][step:], f"rank {r['rank']}"
+        assert r["online_resumed"] == r["online"][step:], f"rank {r['rank']} (loss-rank)"
+    # feedback was all-gathered: both ranks' selectors know the losses of both ranks' batches
+    assert torchrun2[0]["observed"] == torchrun2[1]["observed"] > H.N // 2
+
+
+@pytest.mark.slow
+def test_torchrun_pruned_epochs_with_the_trainers_schedule(torchrun2):
+    """2 ranks: epochs of 5, 4, 4, 5 batches per rank; both ranks take 18 steps, the rate
+    ends at 0, each epoch's examples are disjoint across ranks, and the resume is exact."""
+    lengths = [H.infobatch().num_batches(2, e) for e in range(4)]
+    assert lengths == [5, 4, 4, 5]
+    total = sum(lengths)
+    for r in torchrun2:
+        assert len(r["pruned"]) == r["pruned_steps"] == total and r["pruned_final_lr"] == 0.0
+        assert np.allclose(r["pruned_lrs"], [0.1 * (total - t) / total for t in range(total)])
+        assert r["pruned_resumed"] == r["pruned"][7:] and np.allclose(r["pruned_resumed_lrs"], r["pruned_lrs"][7:])
+    starts = np.cumsum([0, *lengths])
+    for e, kept in enumerate((H.N, 30, 30, H.N)):
+        epoch = [i for r in torchrun2 for b in r["pruned"][starts[e] : starts[e + 1]] for i in b]
+        assert len(epoch) == kept and len(set(epoch)) == kept  # every kept example once over the ranks
+    assert torchrun2[0]["pruned_params"] == torchrun2[1]["pruned_params"]
+
+
+def test_example_runs(tmp_path):
+    accuracy = run_example(REPO / "examples" / "train_hf.py", "--epochs", "1", "--batch-size", "128", cwd=tmp_path)
+    assert accuracy > 0.3  # 15 steps; chance is 0.1
