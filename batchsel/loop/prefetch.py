@@ -360,11 +360,6 @@ class BackgroundSelection:
         not held back for the next iteration, nothing held back before it."""
         return self._thread is None and not self.per_iteration and not self.deferred
 
-    def apply_direct(self, observe: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-        """``observe(*args, **kwargs)`` now (where :meth:`applies_now`), timed as selection;
-        numba compiling inside it is counted apart, as in :meth:`observe`."""
-        self.clock.run(observe, *args, **kwargs)
-
     def _apply(self, observations: list[Observation]) -> None:
         """Hand ``observations`` to the selector, timed by :attr:`clock`."""
         self.clock.run(self._feed, observations)

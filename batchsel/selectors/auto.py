@@ -29,7 +29,7 @@ import numpy as np
 
 from batchsel.core.checks import check_labels, check_number
 from batchsel.core.world import World
-from batchsel.selectors.auto_kernels import record_losses
+from batchsel.selectors.auto_kernels import mark, record_losses
 from batchsel.selectors.feedback_checks import checked_losses
 from batchsel.selectors.loss_rank import LossRankRun, LossRankSelector
 
@@ -351,8 +351,8 @@ class AutoSelector(LossRankSelector):
             batch = super()._next_batch(run, rng)
         else:  # random's size too: B but the epoch's last, which holds the rest
             batch = _shuffled_batch(run, int(run.sizes[len(run.drawn)]))
-            self._pending_marks(run)[batch] = True
-        run.used[batch] = True
+            mark(self._pending_marks(run), batch)
+        mark(run.used, batch)
         return batch
 
     def _new_run(self, epoch: int, world: World) -> AutoRun:

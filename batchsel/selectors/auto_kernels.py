@@ -1,4 +1,5 @@
-"""AutoSelector's per-feedback kernel: the losses stored and the signal's counts kept, in one pass."""
+"""AutoSelector's per-step kernels: the losses stored and the signal's counts kept, in one
+pass; a batch's examples marked (no numpy fancy indexing on every step)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,19 @@ def record_losses(raw, ranking, pending, counts, idx, values, threshold, fitted_
         counts[2] += v < fitted_below
         ranking[j] = 0.0 if cut and v > threshold else v
         pending[j] = False
+
+
+@njit(cache=True, nogil=True)
+def mark(flags, idx):  # pragma: no cover - numba
+    """``flags[idx] = True`` in one pass.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> flags = np.zeros(4, np.bool_)
+    >>> mark(flags, np.array([3, 1]))
+    >>> flags.tolist()
+    [False, True, False, True]
+    """
+    for i in range(idx.size):
+        flags[idx[i]] = True

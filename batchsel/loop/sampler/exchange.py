@@ -147,7 +147,7 @@ class FeedbackExchange:
         world = self.world
         size = world.world_size
         if size == 1 and self.background.applies_now():
-            self.apply_now(indices, losses, logits, embeddings)
+            self.apply_now(indices, losses, logits, embeddings)  # the short step's path: few calls deep
             return
         obs = observation(indices, self.profile.feedback_fields, losses, logits, embeddings)
         if obs is None:
@@ -190,7 +190,7 @@ class FeedbackExchange:
             return
         if not self.fed and (losses is not None or logits is not None):  # what only observe() brings
             self.fed = 1
-        self.background.apply_direct(
+        self.background.clock.run(
             self.profile.selector.observe, indices, losses=losses, logits=logits, embeddings=embeddings
         )
 
