@@ -105,6 +105,22 @@ def _shuffled_batch(run: AutoRun, size: int) -> np.ndarray:
     return np.concatenate(taken)
 
 
+def _rest_of_shuffle(run: AutoRun, sizes: np.ndarray) -> list[np.ndarray]:
+    """Batches of ``sizes`` from the examples of the run's shuffle that no batch drew yet,
+    in one pass: :func:`_shuffled_batch`'s batches, one after the other."""
+    need = int(np.sum(sizes))
+    rest = run.shuffled[run.cursor :]
+    unused = np.flatnonzero(~run.used[rest])
+    if len(unused) < need:  # pressured batches drew part of it: a new pass, batch by batch
+        return [_shuffled_batch(run, int(size)) for size in sizes]
+    taken = rest[unused[:need]]
+    if need:
+        run.cursor += int(unused[need - 1]) + 1
+    run.used[taken] = True
+    ends = np.cumsum(sizes).tolist()
+    return [taken[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+
+
 class AutoSelector(LossRankSelector):
     """Loss-rank batches at a pressure the run's losses choose; random batches where they point to wrong labels.
 
@@ -288,6 +304,8 @@ class AutoSelector(LossRankSelector):
                 "observe() came before the first batch was drawn: feed back the losses of the batches "
                 "the selector gave (iterate the sampler or iter_batches first)"
             )
+        if not self.wants_feedback():  # random batches to the run's end: nothing reads losses now
+            return
         idx, values = checked_losses(indices, losses, self.num_examples, cast=False)  # record_losses reads float32
         if self.threshold_ is None:
             width = None if logits is None else np.shape(logits)[-1]
@@ -340,13 +358,33 @@ class AutoSelector(LossRankSelector):
             logger.info("AutoSelector: misfit share %.3f, fitted share %.3f, pressure %.3g", misfit, fitted, now)
         self._mode, self._pressure_now = "select", now
 
+    def wants_feedback(self) -> bool:
+        """False once the run has fallen back to random batches for good (``"noisy"`` at
+        ``noisy_pressure`` 1): nothing reads the losses after that, so a sampler's step costs
+        random's. :attr:`misfit_share_` and :attr:`fitted_share_` then stay as they were at
+        the fallback."""
+        return self._mode != "noisy" or self.noisy_pressure > 1.0
+
     # -- drawing ----------------------------------------------------------------------
-    def _next_batch(self, run: AutoRun, rng: Any) -> np.ndarray:  # type: ignore[override]
-        self._started = True
+    def _draw(self, run: AutoRun, rank: int) -> np.ndarray:  # type: ignore[override]
+        if self.wants_feedback():
+            return super()._draw(run, rank)
+        # fallen back for good: the rest of the epoch's shuffle at once, in the sizes left,
+        # so each later batch of the epoch is handed out as a planned one is
+        t = len(run.drawn)
+        self._ensure_used(run)
+        run.drawn.extend(_rest_of_shuffle(run, run.sizes[t:]))
+        return run.drawn[t]
+
+    def _ensure_used(self, run: AutoRun) -> None:
         if run.used is None:  # a new run, or one restored from a state: what it drew is used
             run.used = np.zeros(self.num_examples, np.bool_)
             for batch in run.drawn:
                 run.used[batch] = True
+
+    def _next_batch(self, run: AutoRun, rng: Any) -> np.ndarray:  # type: ignore[override]
+        self._started = True
+        self._ensure_used(run)
         if self._pressure_now > 1.0:
             batch = super()._next_batch(run, rng)
         else:  # random's size too: B but the epoch's last, which holds the rest

@@ -260,6 +260,18 @@ class Selector(Capabilities):
     def observe(self, indices: Any, losses: Any = None, logits: Any = None, embeddings: Any = None) -> None:
         """Feedback from the training loop; offline selectors ignore it."""
 
+    def wants_feedback(self) -> bool:
+        """Whether ``observe`` still changes later batches, for a selector that uses
+        feedback (``capabilities().uses_feedback``): True until it says otherwise, as
+        :class:`~batchsel.AutoSelector` does once it has fallen back to random batches for
+        good. While it is False a sampler skips the feedback path and its all-gathers;
+        every rank's selector saw the same feedback, so every rank agrees.
+
+        >>> Selector(4, 2).wants_feedback()
+        True
+        """
+        return True
+
     def weighted_loss(self, losses: Any, weights: Any) -> Any:
         """A batch's training loss from its per-example ``losses`` and the plan's
         ``weights`` (torch tensors or numpy arrays): the mean of their products, so

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -105,6 +106,55 @@ def test_random_fallback_draws_the_suspected_wrong_labels_as_often_as_the_rest()
         if epoch:
             np.add.at(lr_counts, drawn, 1)
     assert lr_counts[wrong].mean() / lr_counts[~wrong].mean() > 2
+
+
+def _fallen_back(sampler_kwargs=None):
+    """A sampler whose AutoSelector has fallen back to random batches for good."""
+    sampler = SelectionBatchSampler(AutoSelector(N, B, labels=LABELS), **(sampler_kwargs or {}))
+    feedback = _noisy(0.25)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for batch in sampler:
+            sampler.observe(batch, losses=feedback(np.asarray(batch)))
+    assert sampler.selector.mode_ == "noisy"
+    return sampler
+
+
+def test_after_the_fallback_the_feedback_path_is_skipped_and_epochs_stay_a_shuffle(monkeypatch):
+    """Nothing reads the losses once the run fell back for good: the sampler's observe
+    returns before any conversion or exchange, and each epoch is a shuffle (every example
+    once), drawn at once, as a planned epoch is handed out."""
+    sampler = _fallen_back(dict(rank=0, world_size=1))
+    assert not sampler.selector.wants_feedback()
+    calls = []
+    monkeypatch.setattr(sampler._feedback, "observe", lambda *a, **k: calls.append(a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "observe() forgotten": the losses are not wanted
+        for epoch in (3, 4):
+            sampler.set_epoch(epoch)
+            seen = []
+            for batch in sampler:
+                sampler.observe(batch, losses=np.full(len(batch), np.nan))  # not even checked: not read
+                seen += batch
+            assert sorted(seen) == list(range(N))
+    assert calls == []
+    # noisy_pressure above 1 still reads the losses (the misfit examples rank as learnt)
+    assert AutoSelector(N, B, labels=LABELS, noisy_pressure=100).wants_feedback()
+
+
+def test_after_the_fallback_a_mid_epoch_resume_is_exact():
+    sampler = _fallen_back(dict(rank=0, world_size=1))
+    sampler.set_epoch(3)
+    it = iter(sampler)
+    first = [next(it) for _ in range(4)]
+    state = sampler.state_dict(batches_done=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not fed and not warned: the selector reads no losses now
+        rest = list(it)
+    resumed = SelectionBatchSampler(AutoSelector(N, B, labels=LABELS), rank=0, world_size=1)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(3)
+    assert list(resumed) == rest and len(first) + len(rest) == len(sampler)
 
 
 def test_noisy_pressure_ranks_the_misfit_examples_as_learnt():

@@ -313,7 +313,12 @@ class SelectionBatchSampler:
                     return
                 finally:
                     self._waited += time.perf_counter() - asked
-                if unfed_after is not None and not feedback.fed and len(record.history) >= unfed_after:
+                if (
+                    unfed_after is not None
+                    and not feedback.fed
+                    and len(record.history) >= unfed_after
+                    and self.selector.wants_feedback()
+                ):
                     self._checks.unfed(epoch, len(record.history))
                 record.handed(batch, keep)
                 self._handed += 1
@@ -346,9 +351,10 @@ class SelectionBatchSampler:
         that uses feedback, the rest is buffered and all-gathered every ``sync_every``
         calls (a collective); every rank's selector then observes every rank's feedback,
         in the same order. So every rank calls ``observe`` alike: as often, with the same
-        kinds of feedback.
+        kinds of feedback. A selector that no longer reads it (``selector.wants_feedback()``
+        False: AutoSelector after its fallback to random batches) costs nothing here either.
         """
-        if not self._profile.uses_feedback:
+        if not self._profile.uses_feedback or not self.selector.wants_feedback():
             return
         start = time.perf_counter()
         try:

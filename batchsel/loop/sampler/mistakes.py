@@ -99,7 +99,7 @@ class LoopChecks:
                 f"this pass repeats epoch {epoch}'s batches: call sampler.set_epoch(epoch) before each "
                 f"epoch (DistributedSampler's contract; Lightning, accelerate and BatchselTrainer call it)",
             )
-        if self.profile.needed_fields and record.history and not fed:
+        if self.profile.needed_fields and record.history and not fed and self.profile.selector.wants_feedback():
             self.unfed(record.epoch, len(record.history))
 
     def unfed(self, epoch: int, batches: int) -> None:

@@ -198,6 +198,10 @@ class CostGroupedSelector(Selector):
         """The selector's ``observe``."""
         self.selector.observe(indices, losses=losses, logits=logits, embeddings=embeddings)
 
+    def wants_feedback(self) -> bool:
+        """The selector's ``wants_feedback``."""
+        return self.selector.wants_feedback()
+
     def weighted_loss(self, losses: Any, weights: Any) -> Any:
         """The selector's ``weighted_loss``."""
         return self.selector.weighted_loss(losses, weights)
