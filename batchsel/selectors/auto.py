@@ -91,8 +91,10 @@ def _shuffled_batch(run: AutoRun, size: int) -> np.ndarray:
     yet, so random batches are a shuffle's: each example once an epoch."""
     taken: list[np.ndarray] = []
     while size > 0:
-        if run.cursor >= len(run.shuffled):  # pressured batches drew the rest: a new pass
+        if run.cursor >= len(run.shuffled):  # pressured batches drew the rest (or a cut): a new pass
             run.used[run.shard] = False
+            for part in taken:  # a batch holds an example once
+                run.used[part] = True
             run.cursor = 0
         chunk = run.shuffled[run.cursor : run.cursor + 2 * size]
         unused = np.flatnonzero(~run.used[chunk])
@@ -154,13 +156,19 @@ class AutoSelector(LossRankSelector):
         model unsure of most examples gains nothing from ranking them).
     noisy_pressure : float, default 1
         The pressure after that fallback; above 1 the misfit examples rank as learnt.
+    noisy_cut : float, default 0
+        At the fallback to random batches (``noisy_pressure`` 1): the share of the misfit
+        examples, highest losses first, that the random batches leave out to the run's end
+        (the small-loss idea, sized by the run's own misfit share, its estimate of the
+        wrong labels). Each epoch keeps random's number of batches; the other examples fill
+        them. 0: no example left out.
     drop_last : bool, default False
         DistributedSampler's padding or dropping of the per-rank shards.
 
     Keyword groups:
         the data: ``labels``; the draws: ``seed``, ``pressure``, ``drop_last``; the
         decision: ``noise_low``, ``noise_high``, ``fitted_share``, ``fitted_full``,
-        ``noisy_pressure``.
+        ``noisy_pressure``, ``noisy_cut``.
 
     Attributes
     ----------
@@ -172,6 +180,8 @@ class AutoSelector(LossRankSelector):
     threshold_, fitted_below_ : float or None
         The misfit threshold and the fitted cut (None until they are known); the cut is half
         the threshold, lower for losses below 0 (see the design page).
+    left_out_ : numpy.ndarray
+        The examples ``noisy_cut`` leaves out (sorted; empty before the fallback).
 
     Raises
     ------
@@ -209,6 +219,7 @@ class AutoSelector(LossRankSelector):
         fitted_share: float = 0.5,
         fitted_full: float = 0.9,
         noisy_pressure: float = 1.0,
+        noisy_cut: float = 0.0,
         drop_last: bool = False,
     ) -> None:
         super().__init__(num_examples, batch_size, seed=seed, pressure=pressure, drop_last=drop_last)
@@ -222,6 +233,7 @@ class AutoSelector(LossRankSelector):
         if self.fitted_share >= self.fitted_full:
             raise ValueError(f"fitted_share must be below fitted_full, got {fitted_share!r} >= {fitted_full!r}")
         self.noisy_pressure = check_number(noisy_pressure, "noisy_pressure", 1.0)
+        self.noisy_cut = check_number(noisy_cut, "noisy_cut", 0.0, 1.0)
         classes = None if self.labels is None else int(self.labels.max()) + 1
         self.threshold_: float | None = math.log(classes) if classes and classes > 1 else None
         self.fitted_below_: float | None = None if self.threshold_ is None else self.threshold_ / 2
@@ -231,6 +243,7 @@ class AutoSelector(LossRankSelector):
         self._started = False
         self._counts = np.zeros(3, np.int64)  # seen, misfit, fitted
         self._suspect_seen = 0  # losses observed since the wrong-label signal holds
+        self._kept: np.ndarray | None = None  # per example: drawn after the fallback (None: all)
 
     # -- the signal -------------------------------------------------------------------
     @property
@@ -269,7 +282,13 @@ class AutoSelector(LossRankSelector):
         state.setdefault("_pressure_now", state.pop("pressure_now_", 1.0))
         threshold = state.get("threshold_")
         state.setdefault("fitted_below_", None if threshold is None else _cut_of(threshold))
+        state.setdefault("noisy_cut", 0.0)
+        state.setdefault("_kept", None)
         self.__dict__.update(state)
+
+    @property
+    def left_out_(self) -> np.ndarray:
+        return np.zeros(0, np.int64) if self._kept is None else np.flatnonzero(~self._kept)
 
     @property
     def misfit_share_(self) -> float:
@@ -337,6 +356,7 @@ class AutoSelector(LossRankSelector):
             self._mode, self._pressure_now = "noisy", self.noisy_pressure
             if self.noisy_pressure > 1.0:  # the misfit examples rank as learnt from now on
                 self.losses_[np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_)] = 0.0
+            self._cut_at_fallback()
             # WARNING: the run gives up loss-rank for good, a user should see it without
             # configuring logging; it happens once (the mode never leaves "noisy")
             logger.warning(
@@ -357,6 +377,24 @@ class AutoSelector(LossRankSelector):
         if self._mode != "select" or abs(math.log(now / self._pressure_now)) > math.log(2):
             logger.info("AutoSelector: misfit share %.3f, fitted share %.3f, pressure %.3g", misfit, fitted, now)
         self._mode, self._pressure_now = "select", now
+
+    def _cut_at_fallback(self) -> None:
+        """The examples ``noisy_cut`` leaves out, from the losses at the fallback (they do
+        not change after it: nothing reads feedback then), so a restored state finds them again."""
+        self._kept = None
+        if self.noisy_pressure > 1.0 or self.noisy_cut == 0.0 or self.threshold_ is None:
+            return
+        misfit = np.flatnonzero(np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_))
+        count = int(self.noisy_cut * len(misfit))
+        if count == 0:
+            return
+        highest = misfit[np.argsort(-self.raw_losses_[misfit], kind="stable")[:count]]
+        self._kept = np.ones(self.num_examples, np.bool_)
+        self._kept[highest] = False
+        for run in self._runs.values():  # the epoch in progress goes on without them
+            if run.shuffled is not None:
+                run.shuffled = run.shuffled[self._kept[run.shuffled]]
+                run.cursor = 0  # ``used`` says what the epoch drew; the cursor only saves a scan
 
     def wants_feedback(self) -> bool:
         """False once the run has fallen back to random batches for good (``"noisy"`` at
@@ -400,6 +438,8 @@ class AutoSelector(LossRankSelector):
         # shuffle, the order RandomSelector (DistributedSampler) batches it: while no batch of
         # the epoch is pressured, they are random's batches
         run.shuffled = self._rank_shards(epoch, world)[world.rank]
+        if self._kept is not None:
+            run.shuffled = run.shuffled[self._kept[run.shuffled]]
         return run
 
     # -- state ------------------------------------------------------------------------
@@ -434,11 +474,14 @@ class AutoSelector(LossRankSelector):
         self._started = bool(state["started"])
         self._suspect_seen = int(state["suspect_seen"])
         self._recount()
+        self._kept = None
+        if self._mode == "noisy":
+            self._cut_at_fallback()
 
     def __repr__(self) -> str:
         return (
             f"AutoSelector(num_examples={self.num_examples}, batch_size={self.batch_size}, "
-            f"pressure={self.pressure:g}, mode={self._mode!r}, seed={self.seed})"
+            f"pressure={self.pressure:g}, noisy_cut={self.noisy_cut:g}, mode={self._mode!r}, seed={self.seed})"
         )
 
 

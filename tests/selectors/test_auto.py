@@ -157,6 +157,61 @@ def test_after_the_fallback_a_mid_epoch_resume_is_exact():
     assert list(resumed) == rest and len(first) + len(rest) == len(sampler)
 
 
+def _graded_noisy(share: float):
+    """As :func:`_noisy`, the misfit examples' losses graded (5 + i / N), so the cut's order is known."""
+    wrong = np.arange(N) < round(share * N)
+    return lambda batch: np.where(wrong[batch], 5.0 + batch / N, 0.05)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_noisy_cut_leaves_out_the_highest_misfit_losses_and_keeps_randoms_batch_count(world_size):
+    """At the fallback, ``noisy_cut`` of the misfit examples (highest losses first) leave the
+    random batches for good; every epoch keeps random's number and sizes of batches, the kept
+    examples fill them (each once before any twice) and no batch holds an example twice."""
+    sel = AutoSelector(N, B, labels=LABELS, noisy_cut=0.4)
+    reference = AutoSelector(N, B, labels=LABELS)
+    feedback = _graded_noisy(0.25)  # examples 0..49 misfit, 49 the highest loss
+    for epoch in range(3):
+        for rank in range(world_size):
+            for batch in sel.iter_batches(epoch, rank=rank, world_size=world_size):
+                sel.observe(batch, losses=feedback(batch))
+    assert sel.mode_ == "noisy" and not sel.wants_feedback()
+    assert sel.left_out_.tolist() == list(range(30, 50))  # 40 % of the 50 misfit examples
+    for epoch in (3, 4):
+        counts = np.zeros(N, int)
+        for rank in range(world_size):
+            batches = list(sel.iter_batches(epoch, rank=rank, world_size=world_size))
+            sizes = [len(b) for b in reference.iter_batches(epoch, rank=rank, world_size=world_size)]
+            assert [len(b) for b in batches] == sizes
+            for b in batches:
+                assert len(set(b.tolist())) == len(b)
+                np.add.at(counts, b, 1)
+        assert counts[30:50].sum() == 0
+        kept = np.delete(counts, np.arange(30, 50))
+        assert kept.min() >= 1 and kept.max() <= 2 and kept.sum() == N
+
+
+def test_noisy_cut_resumes_exactly_and_zero_cuts_nothing():
+    sel = AutoSelector(N, B, labels=LABELS, noisy_cut=0.5)
+    for epoch in range(3):
+        _epoch(sel, _graded_noisy(0.25), epoch)
+    it = sel.iter_batches(3)
+    head = [next(it) for _ in range(5)]
+    state = sel.state_dict()
+    rest = list(it)
+    resumed = AutoSelector(N, B, labels=LABELS, noisy_cut=0.5)
+    resumed.load_state_dict(state)
+    assert resumed.left_out_.tolist() == sel.left_out_.tolist() == list(range(25, 50))
+    again = list(resumed.iter_batches(3, start=5))
+    assert [b.tolist() for b in again] == [b.tolist() for b in rest] and len(head) == 5
+    plain = AutoSelector(N, B, labels=LABELS)
+    for epoch in range(3):
+        _epoch(plain, _graded_noisy(0.25), epoch)
+    assert plain.mode_ == "noisy" and len(plain.left_out_) == 0
+    with pytest.raises(ValueError, match="noisy_cut"):
+        AutoSelector(N, B, noisy_cut=1.5)
+
+
 def test_noisy_pressure_ranks_the_misfit_examples_as_learnt():
     sel = AutoSelector(N, B, labels=LABELS, noisy_pressure=100)
     for epoch in range(3):
