@@ -27,6 +27,7 @@ module raises ``ModuleNotFoundError`` naming the extra).
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Mapping
@@ -54,6 +55,41 @@ logger = logging.getLogger(__name__)
 STATE_FILE = "batchsel_sampler.pt"
 # the Trainer's methods that size its run and epochs (overridden where epoch lengths vary)
 _EPOCH_HOOKS = ("set_initial_training_values", "_init_training_state", "_run_epoch")
+
+
+def _with_accumulation(args: tuple, kwargs: dict, steps: int, name: str) -> tuple[tuple, dict]:
+    """The Trainer's ``(args, kwargs)`` with ``gradient_accumulation_steps=steps``: a
+    selector that plans ``steps`` micro-batches per optimizer step sets it where it was
+    left at 1 (in a copy of the ``TrainingArguments``); another value is refused."""
+    if not hasattr(Trainer, "loss_is_scaled_for_ga"):
+        import transformers
+
+        raise ValueError(
+            f"{name} sums its micro-batches' losses over the step, which the Trainer must not divide by "
+            f"gradient_accumulation_steps: that needs Trainer.loss_is_scaled_for_ga (transformers >= 5), "
+            f"this is {transformers.__version__}"
+        )
+    positional = len(args) > 1 and "args" not in kwargs
+    training_args = args[1] if positional else kwargs.get("args")
+    if training_args is None:
+        raise ValueError(
+            f"{name} trains {steps} micro-batches per optimizer step: pass "
+            f"args=TrainingArguments(..., gradient_accumulation_steps={steps})"
+        )
+    have = training_args.gradient_accumulation_steps
+    if have == steps:
+        return args, kwargs
+    if have != 1:
+        raise ValueError(
+            f"gradient_accumulation_steps={have}, but {name} trains {steps} micro-batches per optimizer "
+            f"step: set gradient_accumulation_steps={steps}, or leave it at 1 and the selector's is taken"
+        )
+    training_args = copy.copy(training_args)  # the caller's arguments stay as they were
+    training_args.gradient_accumulation_steps = steps
+    logger.info("gradient_accumulation_steps=%d, from %s", steps, name)
+    if positional:
+        return (args[0], training_args, *args[2:]), kwargs
+    return args, {**kwargs, "args": training_args}
 
 
 class IndexedDataset(Dataset):
@@ -238,6 +274,9 @@ class BatchselTrainerMixin:
                 f"from them needs transformers >= 5 (Trainer.{' / '.join(_EPOCH_HOOKS)}), this is "
                 f"{transformers.__version__}"
             )
+        steps = profile.capabilities.micro_batches_per_step
+        if steps > 1:  # the Trainer accumulates over exactly the selector's micro-batches
+            args, kwargs = _with_accumulation(args, kwargs, steps, f"{profile.name}(accumulation={steps})")
         # set before the Trainer's __init__, which may already look at the signature columns
         self.batchsel_selector = selector
         self._batchsel_profile = profile  # what kind of selector it is: the one place that reads its flags
@@ -250,6 +289,8 @@ class BatchselTrainerMixin:
         self._batchsel_batch: torch.Tensor | None = None  # indices of the training step running now
         self._batchsel_weights: torch.Tensor | None = None  # and their weights (weighted plans)
         super().__init__(*args, **kwargs)
+        if steps > 1:  # weighted_loss sums over the step already: the Trainer must not divide it
+            self.loss_is_scaled_for_ga = True
         self.add_callback(_SaveSamplerState(self))
 
     # -- data -----------------------------------------------------------------------------

@@ -112,6 +112,26 @@ class BatchselCallback(Callback):
                     f"BatchselCallback found {len(found)} SelectionBatchSamplers on the module and "
                     f"data module; pass the training one: BatchselCallback(sampler)"
                 )
+        if self.sampler is not None:  # before configure_optimizers sizes a schedule from it
+            self._accumulate(trainer, adopt=True)
+
+    def _accumulate(self, trainer: Any, adopt: bool) -> None:
+        """Make the Trainer accumulate over the selector's micro-batches per step (a
+        ``StepBalancedSelector(accumulation=A)``): ``accumulate_grad_batches`` left at 1
+        becomes A (``adopt``); another value is refused, naming A."""
+        steps = self.sampler.selector.capabilities().micro_batches_per_step
+        have = trainer.accumulate_grad_batches
+        if steps == 1 or have == steps:
+            return
+        name = f"{type(self.sampler.selector).__name__}(accumulation={steps})"
+        if have != 1 or not adopt:
+            raise ValueError(
+                f"accumulate_grad_batches={have}, but {name} trains {steps} micro-batches per optimizer step: "
+                f"build the Trainer with accumulate_grad_batches={steps}"
+                + ("" if adopt else ", or pass the sampler: BatchselCallback(sampler), and it is set for you")
+            )
+        trainer.accumulate_grad_batches = steps
+        logger.info("accumulate_grad_batches=%d, from %s", steps, name)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         in_loader = _find_samplers(trainer.train_dataloader)
@@ -139,8 +159,19 @@ class BatchselCallback(Callback):
                 "BatchselCallback's sampler is not the training DataLoader's batch_sampler: epochs, "
                 "feedback and checkpoints go to a sampler that does not feed the training"
             )
+        self._accumulate(trainer, adopt=False)  # a sampler found only now: the optimizers are built
         if self.verify:
             self.sampler.verify()
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        # automatic optimization divides each micro-batch's loss by accumulate_grad_batches;
+        # a plan whose weights sum the step (StepBalancedSelector) is undone here, once per step
+        steps = 1 if self.sampler is None else self.sampler.selector.capabilities().micro_batches_per_step
+        if steps > 1 and pl_module.automatic_optimization:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.mul_(steps)
 
     # -- the training loop --------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:

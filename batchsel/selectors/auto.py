@@ -53,6 +53,9 @@ class AutoRun(LossRankRun):
         The shard in the epoch's shuffle (random's order for this rank).
     cursor : int, default 0
         How far the random batches have read ``shuffled``.
+    in_order : int, default 0
+        How many of the epoch's first batches are the shuffle's, in order, with nothing
+        else drawn (then the next random batch is the shuffle's next slice, unchecked).
     **fields
         :class:`~batchsel.selectors.loss_rank.LossRankRun`'s.
     """
@@ -60,6 +63,7 @@ class AutoRun(LossRankRun):
     used: np.ndarray | None = None
     shuffled: np.ndarray | None = None
     cursor: int = 0
+    in_order: int = 0
 
 
 def _ramp(value: float, zero: float, one: float) -> float:
@@ -394,7 +398,7 @@ class AutoSelector(LossRankSelector):
         for run in self._runs.values():  # the epoch in progress goes on without them
             if run.shuffled is not None:
                 run.shuffled = run.shuffled[self._kept[run.shuffled]]
-                run.cursor = 0  # ``used`` says what the epoch drew; the cursor only saves a scan
+                run.cursor, run.in_order = 0, -1  # ``used`` says what the epoch drew; the cursor saves a scan
 
     def wants_feedback(self) -> bool:
         """False once the run has fallen back to random batches for good (``"noisy"`` at
@@ -405,8 +409,12 @@ class AutoSelector(LossRankSelector):
 
     # -- drawing ----------------------------------------------------------------------
     def _draw(self, run: AutoRun, rank: int) -> np.ndarray:  # type: ignore[override]
-        if self.wants_feedback():
+        if self._pressure_now > 1.0:
             return super()._draw(run, rank)
+        if self.wants_feedback():  # a random batch reads the shuffle: no generator to seed
+            batch = self._next_batch(run, None)
+            run.drawn.append(batch)
+            return batch
         # fallen back for good: the rest of the epoch's shuffle at once, in the sizes left,
         # so each later batch of the epoch is handed out as a planned one is
         t = len(run.drawn)
@@ -422,13 +430,22 @@ class AutoSelector(LossRankSelector):
 
     def _next_batch(self, run: AutoRun, rng: Any) -> np.ndarray:  # type: ignore[override]
         self._started = True
-        self._ensure_used(run)
+        t = len(run.drawn)
         if self._pressure_now > 1.0:
+            self._ensure_used(run)
             batch = super()._next_batch(run, rng)
-        else:  # random's size too: B but the epoch's last, which holds the rest
-            batch = _shuffled_batch(run, int(run.sizes[len(run.drawn)]))
-            mark(self._pending_marks(run), batch)
-        mark(run.used, batch)
+            mark(run.used, batch)
+            return batch
+        size = int(run.sizes[t])  # random's size too: B but the epoch's last, which holds the rest
+        if run.used is None and run.in_order == t and run.cursor + size <= len(run.shuffled):
+            # only the shuffle's batches so far, in order: the next is its next slice
+            batch = run.shuffled[run.cursor : run.cursor + size].copy()
+            run.cursor += size
+            run.in_order += 1
+        else:
+            self._ensure_used(run)
+            batch = _shuffled_batch(run, size)
+        mark(self._pending_marks(run), batch)
         return batch
 
     def _new_run(self, epoch: int, world: World) -> AutoRun:

@@ -90,6 +90,12 @@ class SelectorCapabilities:
         over the new ranks (a planned epoch's batches, whole) or drawn by them (an online
         selector, which then defines ``examples_drawn`` and ``rejoin``). False where a
         step's batches belong together across the ranks that drew them.
+    micro_batches_per_step : int, default 1
+        Each rank's batches come in groups of this many per optimizer step (gradient
+        accumulation), and the plan's weights already carry the step's normalization: the
+        loss of a micro-batch is ``weighted_loss``'s *sum*, added over the group as it is,
+        not divided by the group's size. A trainer integration accumulates over exactly
+        this many batches and leaves the loss unscaled.
 
     Example
     -------
@@ -115,6 +121,7 @@ class SelectorCapabilities:
     feedback_per_epoch: bool = False
     unplanned_params: tuple[str, ...] = ()
     elastic_resume: bool = True
+    micro_batches_per_step: int = 1
 
     def __post_init__(self) -> None:
         allowed = {"partitions": PARTITIONS, "feedback_fields": FEEDBACK_KINDS}
@@ -211,6 +218,7 @@ class Capabilities:
     feedback_per_epoch: _Flag[bool] = _Flag()
     unplanned_params: _Flag[tuple[str, ...]] = _Flag()
     elastic_resume: _Flag[bool] = _Flag()
+    micro_batches_per_step: _Flag[int] = _Flag()
     _unplanned_params: _Flag[tuple[str, ...]] = _Flag("unplanned_params")
 
     def capabilities(self) -> SelectorCapabilities:

@@ -142,6 +142,50 @@ def test_pruned_run_refuses_another_epoch_count(tmp_path):
         trainer.train()
 
 
+def _step_balanced(accumulation=2):
+    from batchsel import StepBalancedSelector
+
+    return StepBalancedSelector(RandomSelector(H.N, 8, seed=3), np.arange(H.N) % 7 + 1, accumulation=accumulation)
+
+
+def test_step_balanced_is_one_argument_and_its_steps_are_the_plans(tmp_path):
+    """The selector's micro-batches per step set gradient_accumulation_steps (left at 1),
+    and the Trainer does not divide weighted_loss's sum by it: the weights after one epoch
+    are a hand-written loop's over the plan (it divided, halving every step's gradient)."""
+    import torch
+
+    args = H.args(str(tmp_path), epochs=1, max_grad_norm=0)
+    trainer = H.Recording(model=H.TinyModel(), args=args, train_dataset=H.data(), selector=_step_balanced())
+    trainer.train()
+    assert trainer.args.gradient_accumulation_steps == 2 and args.gradient_accumulation_steps == 1
+    selector = _step_balanced()
+    plan = selector.plan(0, 1)
+    assert trainer.seen == [b.tolist() for b in plan.batches(0)]
+    model = H.TinyModel()
+    opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate)
+    rows = H.data()
+    x, y = torch.stack([r["x"] for r in rows]), torch.tensor([r["labels"] for r in rows])
+    batches, weights = plan.batches(0), plan.weights(0)
+    for t in range(0, len(batches), 2):
+        opt.zero_grad()
+        for k in (t, t + 1):
+            ib = torch.as_tensor(batches[k])
+            losses = torch.nn.functional.cross_entropy(model(x[ib])["logits"], y[ib], reduction="none")
+            selector.weighted_loss(losses, torch.as_tensor(weights[k])).backward()
+        opt.step()
+    assert torch.allclose(trainer.model.layer.weight, model.layer.weight, atol=1e-6)
+
+
+def test_step_balanced_refuses_another_accumulation(tmp_path):
+    with pytest.raises(ValueError, match="gradient_accumulation_steps=2"):
+        BatchselTrainer(
+            model=H.TinyModel(),
+            args=H.args(str(tmp_path), gradient_accumulation_steps=3),
+            train_dataset=H.data(),
+            selector=_step_balanced(),
+        )
+
+
 def test_bad_arguments():
     with pytest.raises(TypeError, match="Selector"):
         BatchselTrainer(model=H.TinyModel(), selector=[1, 2])

@@ -17,7 +17,8 @@ import lightning_job as J  # noqa: E402
 from frameworks import run_example, run_ranks  # noqa: E402
 from test_integrations_mp import clean_env  # noqa: E402
 
-from batchsel import RandomSelector, SelectionBatchSampler  # noqa: E402
+from batchsel import RandomSelector, SelectionBatchSampler, StepBalancedSelector  # noqa: E402
+from batchsel.integrations import WeightedDataset  # noqa: E402
 from batchsel.integrations.lightning import BatchselCallback  # noqa: E402
 
 J.quiet()
@@ -72,6 +73,51 @@ def test_resume_mid_epoch_with_two_workers_is_exact(tmp_path, module):
     J.trainer(str(tmp_path)).fit(resumed, ckpt_path=str(tmp_path / "ckpt" / f"step={step}.ckpt"))
     assert resumed.seen == first.seen[step:]
     assert len(first.seen) == 2 * per_epoch
+
+
+class TinyStepBalanced(J.Tiny):
+    """Two weighted micro-batches per optimizer step, trained on selector.weighted_loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.selector = StepBalancedSelector(RandomSelector(J.N, 8, seed=3), np.arange(J.N) % 7 + 1, accumulation=2)
+        self.sampler = SelectionBatchSampler(self.selector, weighted=True)
+
+    def train_dataloader(self):
+        return DataLoader(WeightedDataset(J.data()), batch_sampler=self.sampler)
+
+    def training_step(self, batch, batch_idx):
+        x, y, idx, w = batch
+        losses = torch.nn.functional.cross_entropy(self.layer(x), y, reduction="none")
+        self.seen.append((self.current_epoch, idx.tolist()))
+        return self.selector.weighted_loss(losses, w)
+
+
+def test_step_balanced_is_one_argument_and_its_steps_are_the_plans(tmp_path):
+    """The callback sets accumulate_grad_batches from the selector and undoes Lightning's
+    division of each micro-batch's loss by it: the weights after one epoch are a
+    hand-written loop's over the plan (Lightning's division halved every step's gradient)."""
+    module = TinyStepBalanced()
+    trainer = J.trainer(str(tmp_path), epochs=1)
+    trainer.fit(module)
+    assert trainer.accumulate_grad_batches == 2
+    plan = module.selector.plan(0, 1)
+    assert [b for _, b in module.seen] == [b.tolist() for b in plan.batches(0)]
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(J.DIM, J.CLASSES)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.5)
+    x, y, _ = J.data().tensors
+    batches, weights = plan.batches(0), plan.weights(0)
+    for t in range(0, len(batches), 2):
+        opt.zero_grad()
+        for k in (t, t + 1):
+            ib = torch.as_tensor(batches[k])
+            losses = torch.nn.functional.cross_entropy(layer(x[ib]), y[ib], reduction="none")
+            module.selector.weighted_loss(losses, torch.as_tensor(weights[k])).backward()
+        opt.step()
+    assert torch.allclose(module.layer.weight, layer.weight, atol=1e-6)
+    with pytest.raises(ValueError, match="accumulate_grad_batches=2"):
+        J.trainer(str(tmp_path), epochs=1, accumulate_grad_batches=3).fit(TinyStepBalanced())
 
 
 def test_callback_checks_its_arguments():

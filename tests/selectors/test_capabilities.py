@@ -90,6 +90,12 @@ def test_step_balanced_keeps_every_capability_but_its_micro_batches(selectors):
                 assert getattr(ours, field) == STEP_CHANGES.get(field, getattr(theirs, field)), (name, field)
 
 
+def test_step_balanced_states_its_micro_batches_per_step():
+    sel = batchsel.StepBalancedSelector(RandomSelector(N, 8, seed=0), np.arange(N) % 17 + 1, accumulation=4)
+    assert sel.capabilities().micro_batches_per_step == sel.micro_batches_per_step == 4
+    assert RandomSelector(N, 8).capabilities().micro_batches_per_step == 1
+
+
 def test_cost_grouped_changes_full_batches_on_purpose():
     """Regrouping moves a rank's short batch away from the end: not full but the last."""
     sel = CostGroupedSelector(RandomSelector(10, 4, seed=0), np.arange(10)[::-1], window=3)

@@ -113,14 +113,16 @@ class StepBalancedSelector(Selector):
 
     def capabilities(self) -> SelectorCapabilities:
         """The selector's, with micro-batches of varying sizes that carry weights (the
-        step's normalization), none of them full; no elastic resume (a step's micro-batches
-        are cut for the ranks that train them, their weights for that number of ranks)."""
+        step's normalization), none of them full, ``accumulation`` of them per rank and
+        optimizer step; no elastic resume (a step's micro-batches are cut for the ranks that
+        train them, their weights for that number of ranks)."""
         return dataclasses.replace(
             self.selector.capabilities(),
             variable_batch_size=True,
             weighted_plans=True,
             full_batches=False,
             elastic_resume=False,
+            micro_batches_per_step=self.accumulation,
         )
 
     def get_params(self) -> dict[str, Any]:
