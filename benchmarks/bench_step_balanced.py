@@ -10,6 +10,8 @@ model. Methods (seed 0 for all; ``B`` examples per rank and step, the global bat
 - ``grouped-random``: ``CostGroupedSelector(RandomSelector(N, B), lengths, window=2)``;
 - ``buckets``: ``BucketSelector(lengths, batch_size=B)`` at its defaults (``bucket_width=1.5``,
   a budget of padded tokens whatever the cost model; each step one length range);
+  ``buckets-model``: the same with ``cost_model=<the evaluated model>`` (each step's batches
+  dealt to the ranks by the model's cost);
 - ``step-balanced xA``: ``StepBalancedSelector(RandomSelector(N, B), lengths,
   accumulation=A, cost_model=<the evaluated model>)``, A = 1, 2, 4 micro-batches per rank;
 - ``hf-length-grouped``: transformers' ``DistributedLengthGroupedSampler(B, lengths=...,
@@ -153,6 +155,11 @@ def grouped_plan(s: Setting, epoch: int) -> Steps:
 
 def buckets_plan(s: Setting, epoch: int) -> Steps:
     return selector_steps(BucketSelector(s.lengths, batch_size=s.batch_size, seed=SEED), epoch, s.world_size)
+
+
+def buckets_model_plan(s: Setting, epoch: int) -> Steps:
+    sel = BucketSelector(s.lengths, batch_size=s.batch_size, cost_model=s.model, seed=SEED)
+    return selector_steps(sel, epoch, s.world_size)
 
 
 def step_balanced_plan(accumulation: int) -> Callable[[Setting, int], Steps]:
@@ -325,6 +332,7 @@ def methods(with_lhotse: bool, hf_matched: bool) -> dict[str, tuple[Callable[[Se
         "random": (random_plan, False),
         "grouped-random": (grouped_plan, False),
         "buckets": (buckets_plan, False),
+        "buckets-model": (buckets_model_plan, True),
         "hf-length-grouped": (hf_length_grouped_plan, False),
     }
     if with_lhotse:

@@ -396,6 +396,7 @@ class AutoSelector(LossRankSelector):
         self._kept = np.ones(self.num_examples, np.bool_)
         self._kept[highest] = False
         for run in self._runs.values():  # the epoch in progress goes on without them
+            assert isinstance(run, AutoRun)  # run_type
             if run.shuffled is not None:
                 run.shuffled = run.shuffled[self._kept[run.shuffled]]
                 run.cursor, run.in_order = 0, -1  # ``used`` says what the epoch drew; the cursor saves a scan

@@ -10,6 +10,7 @@ import pytest
 from batchsel import (
     BucketSelector,
     CostGroupedSelector,
+    CostModel,
     InfoBatchSelector,
     LossRankSelector,
     RandomSelector,
@@ -104,6 +105,30 @@ def test_two_ranks_cost_nearly_the_same_at_each_step():
     assert np.median(np.abs(quadratic[:, 0] - quadratic[:, 1]) / quadratic.max(axis=1)) <= 0.10
 
 
+@pytest.mark.parametrize(
+    "model", [CostModel(1.0, 1 / 64), CostModel(1.0, 1 / 512, 2000.0)], ids=["attention", "per-batch"]
+)
+def test_a_cost_model_balances_eight_ranks_under_it(model):
+    """With ``cost_model`` the batches are dealt by the model's cost: the costliest rank's
+    batch is nearer the step's mean under it than when dealt by length and tokens, and
+    within issue #62's median <= 1.05 and p95 <= 1.15 on log-normal and bimodal lengths."""
+    rng = np.random.default_rng(0)
+    bimodal = np.concatenate([rng.integers(5, 30, 10000), rng.integers(200, 512, 10000)]).astype(float)
+    for lengths in (lognormal_lengths(20000), bimodal):
+        p95 = {}
+        for given in (None, model):
+            plan = BucketSelector(lengths, batch_size=32, seed=1, cost_model=given).plan(0, 8)
+            costs = np.array(
+                [[model.batch_cost(len(b), lengths[b].max()) for b in plan.batches(r)] for r in range(8)]
+            ).T
+            imbalance = costs.max(axis=1) / costs.mean(axis=1)
+            p95[given is None] = np.quantile(imbalance, 0.95)
+        assert np.median(imbalance) <= 1.05 and p95[False] <= 1.15 and p95[False] < p95[True]
+    sel = BucketSelector(lengths, batch_size=32, seed=1, cost_model=model)
+    assert np.allclose(sel.step_costs(0, 8), costs)
+    assert BucketSelector(lengths, batch_size=32, seed=1).fingerprint() != sel.fingerprint()
+
+
 def test_no_trend_of_batch_cost_over_the_epoch():
     sel = BucketSelector(COSTS, batch_size=32)
     corr = []
@@ -157,6 +182,8 @@ def test_world_too_large_for_the_batches():
         ([1, 2], {"batch_size": 0}, ValueError, r"batch_size must be >= 1"),
         ([1, 2], {"max_cost": 4, "bucket_width": 1.0}, ValueError, r"bucket_width must be > 1"),
         ([1, 2], {"max_cost": 4, "max_examples": 0}, ValueError, r"max_examples must be >= 1"),
+        ([1, 2], {"max_cost": 4, "cost_model": (1.0, 0.1)}, TypeError, r"cost_model must be a CostModel"),
+        ([1, 2], {"max_cost": 4, "packed": True, "cost_model": CostModel()}, ValueError, r"packed=True"),
     ],
 )
 def test_bad_input_names_the_value(costs, kwargs, error, match):

@@ -12,6 +12,7 @@ import numpy as np
 from batchsel.core.checks import check_int, check_number
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
+from batchsel.selectors.buckets.cost_model import CostModel
 from batchsel.selectors.buckets.costs import check_costs
 from batchsel.selectors.buckets.kernels import (
     NUM_OFFSETS,
@@ -151,12 +152,18 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
     packed : bool, default False
         Budget the packed cost ``sum(costs[batch])`` (for models that take packed input)
         instead of the padded cost.
+    cost_model : CostModel, optional
+        What a batch costs to train (:class:`~batchsel.CostModel`, fitted to your model
+        with ``CostModel.calibrate``): step 4 then deals the batches sorted by that cost,
+        so each step's batches cost nearly the same under it. Default: sorted by the
+        longest member, then by padded tokens (steps that match in length and in tokens).
+        The budget stays ``max_cost``.
     seed : int, default 0
         Seeds every epoch's buckets, shuffles and order.
 
     Keyword groups:
         the budget: ``max_cost``, ``batch_size``, ``max_examples``, ``packed``; the
-        grouping: ``bucket_width``, ``seed``.
+        grouping: ``bucket_width``, ``seed``; the ranks: ``cost_model``.
 
     Attributes
     ----------
@@ -191,9 +198,18 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         bucket_width: float = DEFAULT_WIDTH,
         max_examples: int | None = None,
         packed: bool = False,
+        cost_model: CostModel | None = None,
         seed: int = 0,
     ) -> None:
         self.costs = check_costs(costs)
+        if cost_model is not None and not isinstance(cost_model, CostModel):
+            raise TypeError(f"cost_model must be a CostModel, got {type(cost_model).__name__}")
+        if cost_model is not None and packed:
+            raise ValueError(
+                "cost_model prices batches padded to their longest example, and packed=True budgets the packed "
+                "cost sum(costs[batch]): leave cost_model out, or packed False"
+            )
+        self.cost_model = cost_model
         n = len(self.costs)
         if (max_cost is None) == (batch_size is None):
             raise ValueError(
@@ -302,6 +318,7 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
             "bucket_width": self.bucket_width,
             "max_examples": self.max_examples,
             "packed": self.packed,
+            "cost_model": self.cost_model,
             "seed": self.seed,
         }
 
@@ -348,12 +365,25 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
             batches += fill_bucket(members, self.costs, int(count), self.max_cost_, cap, self.packed)
         batches = split_largest(batches, self._batches_per_rank(world.size) * world.size)
         longest = None if self.packed else batch_longest(batches, self.costs)
-        steps = deal_steps(batch_costs(batches, self.costs, self.packed), world.size, rng, longest)
+        if self.cost_model is None:
+            steps = deal_steps(batch_costs(batches, self.costs, self.packed), world.size, rng, longest)
+        else:  # the model's cost is the one to match: it sorts alone
+            steps = deal_steps(self._batch_costs(batches, longest), world.size, rng)
         per_rank = [[batches[i] for i in steps[:, r]] for r in range(world.size)]
         return EpochPlan(per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="buckets")
 
+    def _batch_costs(self, batches: list[np.ndarray], longest: np.ndarray | None = None) -> np.ndarray:
+        """Each batch's cost: under ``cost_model``, else padded (or packed) tokens."""
+        if self.cost_model is None:
+            return batch_costs(batches, self.costs, self.packed)
+        if longest is None:
+            longest = batch_longest(batches, self.costs)
+        sizes = np.fromiter((len(b) for b in batches), np.float64, len(batches))
+        return np.asarray(self.cost_model.batch_cost(sizes, longest), dtype=np.float64)
+
     def step_costs(self, epoch: int = 0, world_size: int = 1) -> np.ndarray:
-        """Every step's batch costs (padded, or packed with ``packed=True``).
+        """Every step's batch costs (padded, or packed with ``packed=True``; under
+        ``cost_model`` where one is given).
 
         Parameters
         ----------
@@ -375,7 +405,7 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         True
         """
         plan = self.plan(epoch, world_size)
-        return np.stack([batch_costs(plan.batches(r), self.costs, self.packed) for r in range(world_size)], axis=1)
+        return np.stack([self._batch_costs(plan.batches(r)) for r in range(world_size)], axis=1)
 
     def padding_share(self, epoch: int = 0, world_size: int = 1) -> float:
         """The share of padded cost that is padding in ``epoch``:
