@@ -75,7 +75,20 @@ def test_resume_mid_epoch_with_two_workers_is_exact(tmp_path, module):
     assert len(first.seen) == 2 * per_epoch
 
 
-class TinyStepBalanced(J.Tiny):
+class TinyWeighted(J.Tiny):
+    """Batches of ``(x, y, index, weight)`` from a weighted sampler (``self.sampler``)."""
+
+    def train_dataloader(self):
+        return DataLoader(WeightedDataset(J.data()), batch_sampler=self.sampler)
+
+    def losses_and_weights(self, batch):
+        """The batch's per-example losses and weights; its indices recorded."""
+        x, y, idx, w = batch
+        self.seen.append((self.current_epoch, idx.tolist()))
+        return torch.nn.functional.cross_entropy(self.layer(x), y, reduction="none"), w
+
+
+class TinyStepBalanced(TinyWeighted):
     """Two weighted micro-batches per optimizer step, trained on selector.weighted_loss."""
 
     def __init__(self):
@@ -83,14 +96,8 @@ class TinyStepBalanced(J.Tiny):
         self.selector = StepBalancedSelector(RandomSelector(J.N, 8, seed=3), np.arange(J.N) % 7 + 1, accumulation=2)
         self.sampler = SelectionBatchSampler(self.selector, weighted=True)
 
-    def train_dataloader(self):
-        return DataLoader(WeightedDataset(J.data()), batch_sampler=self.sampler)
-
     def training_step(self, batch, batch_idx):
-        x, y, idx, w = batch
-        losses = torch.nn.functional.cross_entropy(self.layer(x), y, reduction="none")
-        self.seen.append((self.current_epoch, idx.tolist()))
-        return self.selector.weighted_loss(losses, w)
+        return self.selector.weighted_loss(*self.losses_and_weights(batch))
 
 
 def test_step_balanced_is_one_argument_and_its_steps_are_the_plans(tmp_path):
@@ -212,7 +219,7 @@ def test_example_runs(tmp_path):
     assert accuracy > 0.3  # 15 steps; chance is 0.1
 
 
-class TinyPruned(J.Tiny):
+class TinyPruned(TinyWeighted):
     """InfoBatch batches (weighted, epochs of different lengths) with a OneCycleLR sized
     from ``sampler.total_batches``, stepped every optimizer step."""
 
@@ -225,15 +232,8 @@ class TinyPruned(J.Tiny):
         self.sampler = SelectionBatchSampler(InfoBatchSelector(J.N, J.BATCH, epochs=self.EPOCHS, seed=3), weighted=True)
         self.lrs: list[float] = []
 
-    def train_dataloader(self):
-        from batchsel.integrations import WeightedDataset
-
-        return DataLoader(WeightedDataset(J.data()), batch_sampler=self.sampler)
-
     def training_step(self, batch, batch_idx):
-        x, y, idx, w = batch
-        losses = torch.nn.functional.cross_entropy(self.layer(x), y, reduction="none")
-        self.seen.append((self.current_epoch, idx.tolist()))
+        losses, w = self.losses_and_weights(batch)
         self.lrs.append(self.trainer.optimizers[0].param_groups[0]["lr"])
         return {"loss": (losses * w).mean(), "losses": losses.detach()}
 
