@@ -185,10 +185,34 @@ def test_fit_recovers_a_known_model_and_reports_its_error():
     assert error < 1e-9
     noisy, error = CostModel.fit(shapes, [t * (1.1 if i % 2 else 0.9) for i, t in enumerate(times)])
     assert 0.05 < error < 0.3  # the fit's error is reported, not hidden
-    with pytest.raises(ValueError, match="3 or more"):
+    with pytest.raises(ValueError, match="4 or more"):
         CostModel.fit(shapes[:2], times[:2])
     with pytest.raises(ValueError, match="> 0"):
         CostModel.fit(shapes, [0.0] * 5)
+
+
+def test_fit_finds_a_cost_per_position_and_the_split_prices_it():
+    """A recurrent network runs one step per position whatever the batch's size: the fit
+    recovers ``per_length``, and the micro-batches of a step split under it cost nearly
+    the same (a long example alone costs its positions even in a batch of one)."""
+    shapes = [(8, 32.0), (8, 128.0), (32, 64.0), (4, 256.0), (64, 16.0), (2, 512.0)]
+    truth = CostModel(per_token=1e-6, per_batch=1e-4, per_length=5e-5)
+    model, error = CostModel.fit(shapes, [truth.batch_cost(n, L) for n, L in shapes])
+    assert np.allclose(model.per_length, 5e-5, rtol=1e-6) and error < 1e-9
+    assert truth.batch_cost(1, 100.0) == pytest.approx(1e-4 + 1e-4 + 5e-3)
+    lengths = np.clip(np.random.default_rng(0).lognormal(3.4, 0.9, 512).round(), 4, 400)
+    with_term = StepBalancedSelector(RandomSelector(512, 32, seed=0), lengths, accumulation=2, cost_model=truth)
+    without = StepBalancedSelector(
+        RandomSelector(512, 32, seed=0), lengths, accumulation=2, cost_model=CostModel(1e-6, per_batch=1e-4)
+    )
+    plan = without.plan(0, 2)
+    priced = np.array(
+        [[sum(truth.batch_cost(len(b), lengths[b].max()) for b in plan.batches(r)[t : t + 2]) for r in range(2)]
+         for t in range(0, len(plan.batches(0)), 2)]
+    )  # fmt: skip
+    ours = with_term.step_costs(0, 2)
+    assert np.median(ours.max(1) / ours.mean(1)) < np.median(priced.max(1) / priced.mean(1))
+    assert with_term.fingerprint() != without.fingerprint()
 
 
 def test_calibrate_times_each_shape_and_fits():

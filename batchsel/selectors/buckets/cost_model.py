@@ -1,6 +1,7 @@
 """What a micro-batch costs to train: :class:`CostModel`, ``per_token * n * Lmax +
-per_token_squared * n * Lmax**2 + per_batch`` for ``n`` examples padded to the longest,
-``Lmax`` (attention's quadratic term in the middle, a fixed cost per forward-backward last)."""
+per_token_squared * n * Lmax**2 + per_batch + per_length * Lmax`` for ``n`` examples padded
+to the longest, ``Lmax`` (attention's quadratic term, a fixed cost per forward-backward, and
+a cost per position whatever the batch's size: a recurrent network's sequential steps)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import numpy as np
 @dataclass(frozen=True)
 class CostModel:
     """The cost of a micro-batch of ``n`` examples padded to the longest, ``Lmax``:
-    ``per_token * n * Lmax + per_token_squared * n * Lmax**2 + per_batch``.
+    ``per_token * n * Lmax + per_token_squared * n * Lmax**2 + per_batch + per_length * Lmax``.
 
-    The default counts padded tokens only (an MLP or an RNN over the sequence); a
-    transformer's attention adds the square of the length, whose weight against the
-    tokens' depends on the model's width (about ``1 / (6 * d_model)`` for one layer's
-    matrix products against its attention scores).
+    The default counts padded tokens only (an MLP over the sequence); a transformer's
+    attention adds the square of the length, whose weight against the tokens' depends on
+    the model's width (about ``1 / (6 * d_model)`` for one layer's matrix products against
+    its attention scores); a recurrent network runs one step per position whatever the
+    batch's size, which ``per_length`` prices (a GRU's small batches of long sequences cost
+    far more than their tokens say).
 
     Parameters
     ----------
@@ -30,6 +33,8 @@ class CostModel:
         The cost of ``Lmax**2`` per example (``>= 0``).
     per_batch : float, default 0.0
         A fixed cost per micro-batch (``>= 0``): launches, the optimizer's share.
+    per_length : float, default 0.0
+        The cost of each position of the longest example, whatever ``n`` (``>= 0``).
 
     Raises
     ------
@@ -50,9 +55,10 @@ class CostModel:
     per_token: float = 1.0
     per_token_squared: float = 0.0
     per_batch: float = 0.0
+    per_length: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("per_token", "per_token_squared", "per_batch"):
+        for name in ("per_token", "per_token_squared", "per_batch", "per_length"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -77,7 +83,8 @@ class CostModel:
         -------
         float or numpy.ndarray
         """
-        return n * (self.per_token * longest + self.per_token_squared * longest * longest) + self.per_batch
+        tokens = n * (self.per_token * longest + self.per_token_squared * longest * longest)
+        return tokens + self.per_batch + self.per_length * longest
 
     def example_cost(self, length: np.ndarray) -> np.ndarray:
         """Each example's cost alone, without padding: the useful work a plan's efficiency
@@ -99,7 +106,7 @@ class CostModel:
     @classmethod
     def fit(cls, shapes: Sequence[tuple[int, float]], seconds: Sequence[float]) -> tuple[CostModel, float]:
         """The model whose costs best match measured step times, in seconds: non-negative
-        least squares over ``n * Lmax``, ``n * Lmax**2`` and 1, relative to each time.
+        least squares over ``n * Lmax``, ``n * Lmax**2``, 1 and ``Lmax``, relative to each time.
 
         Parameters
         ----------
@@ -117,7 +124,7 @@ class CostModel:
         Raises
         ------
         ValueError
-            Fewer than three shapes, times that are not positive, or shapes whose times
+            Fewer than four shapes, times that are not positive, or shapes whose times
             no token term explains.
 
         Example
@@ -133,16 +140,16 @@ class CostModel:
         n = np.array([s[0] for s in shapes], dtype=np.float64)
         longest = np.array([s[1] for s in shapes], dtype=np.float64)
         y = np.asarray(seconds, dtype=np.float64)
-        if len(n) < 3 or len(y) != len(n):
-            raise ValueError(f"fit needs 3 or more shapes, each with its time: got {len(n)} shapes and {len(y)} times")
+        if len(n) < 4 or len(y) != len(n):
+            raise ValueError(f"fit needs 4 or more shapes, each with its time: got {len(n)} shapes and {len(y)} times")
         if not np.all(np.isfinite(y)) or np.any(y <= 0):
             raise ValueError(f"seconds must be finite and > 0, got {y.tolist()}")
-        features = np.stack([n * longest, n * longest**2, np.ones_like(n)], axis=1)
+        features = np.stack([n * longest, n * longest**2, np.ones_like(n), longest], axis=1)
         weights = 1.0 / y  # relative errors: a short micro-batch's time counts as much as a long one's
         coef, _ = nnls(features * weights[:, None], y * weights)
         if coef[0] == 0 and coef[1] == 0:
             raise ValueError("the times do not grow with the tokens: no cost model explains them (time larger shapes)")
-        model = cls(per_token=float(coef[0]), per_token_squared=float(coef[1]), per_batch=float(coef[2]))
+        model = cls(*(float(c) for c in coef))
         predicted = features @ coef
         return model, float(np.max(np.abs(predicted - y) / y))
 
@@ -174,7 +181,8 @@ class CostModel:
         """
         if shapes is None:
             shapes = [(max(1, 4096 // length), length) for length in (16, 32, 64, 128, 256, 512)]
-            shapes += [(4, 64), (16, 256), (64, 32)]
+            # sizes apart at equal lengths, so the per-token and per-position terms separate
+            shapes += [(4, 64), (16, 256), (64, 32), (2, 256), (128, 16), (32, 128)]
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
         seconds = []

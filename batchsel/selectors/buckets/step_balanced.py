@@ -137,6 +137,8 @@ class StepBalancedSelector(Selector):
         """The selector's fingerprint with the split's settings and costs."""
         h = hashlib.sha256()
         model = dataclasses.astuple(self.cost_model)
+        if self.cost_model.per_length == 0:  # the fingerprint of a model without it, as before the term
+            model = model[:3]
         parts = [type(self).__name__, self.selector.fingerprint(world_size), self.costs, self.accumulation, model]
         digest(parts, h)
         return h.hexdigest()[:16]
@@ -212,7 +214,7 @@ class StepBalancedSelector(Selector):
         step sorted longest first) in micro-batch order, the micro-batches' starts in it
         and their ranks."""
         model, per_rank = self.cost_model, self.accumulation
-        terms = (model.per_token, model.per_token_squared, model.per_batch)
+        terms = (model.per_token, model.per_token_squared, model.per_batch, model.per_length)
         perm = np.arange(len(sorted_lengths))
         starts = split_step(sorted_lengths, world_size * per_rank, *terms)
         costs = self._micro_costs(sorted_lengths, perm, starts)

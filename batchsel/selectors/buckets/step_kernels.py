@@ -8,12 +8,12 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _cost(n, longest, a, b, c):  # pragma: no cover - numba
-    return n * (a * longest + b * longest * longest) + c
+def _cost(n, longest, a, b, c, d):  # pragma: no cover - numba
+    return n * (a * longest + b * longest * longest) + c + d * longest
 
 
 @njit(cache=True, nogil=True)
-def _greedy(lengths, limit, a, b, c, starts):  # pragma: no cover - numba
+def _greedy(lengths, limit, a, b, c, d, starts):  # pragma: no cover - numba
     """Contiguous groups of ``lengths`` (sorted, longest first), each as long as it stays
     within ``limit``; their starts in ``starts``, their number returned (``size + 1``
     where one example alone costs more)."""
@@ -22,50 +22,50 @@ def _greedy(lengths, limit, a, b, c, starts):  # pragma: no cover - numba
     i = 0
     while i < size:
         longest = lengths[i]
-        if _cost(1, longest, a, b, c) > limit:
+        if _cost(1, longest, a, b, c, d) > limit:
             return size + 1
         starts[groups] = i
         groups += 1
         j = i + 1
-        while j < size and _cost(j - i + 1, longest, a, b, c) <= limit:
+        while j < size and _cost(j - i + 1, longest, a, b, c, d) <= limit:
             j += 1
         i = j
     return groups
 
 
 @njit(cache=True, nogil=True)
-def split_step(lengths, groups, a, b, c):  # pragma: no cover - numba
+def split_step(lengths, groups, a, b, c, d):  # pragma: no cover - numba
     """Cut ``lengths`` (sorted, longest first) into exactly ``groups`` contiguous,
     non-empty micro-batches whose largest cost is as small as a bisection finds
-    (``a * n * Lmax + b * n * Lmax**2 + c`` each); returns their starts. Needs
+    (``a * n * Lmax + b * n * Lmax**2 + c + d * Lmax`` each); returns their starts. Needs
     ``groups <= lengths.size``."""
     size = lengths.size
     starts = np.empty(size + 1, np.int64)
-    low = _cost(1, lengths[0], a, b, c)  # the longest example alone: no group costs less
-    high = _cost(size, lengths[0], a, b, c)
-    if _greedy(lengths, low, a, b, c, starts) > groups:
+    low = _cost(1, lengths[0], a, b, c, d)  # the longest example alone: no group costs less
+    high = _cost(size, lengths[0], a, b, c, d)
+    if _greedy(lengths, low, a, b, c, d, starts) > groups:
         for _ in range(64):
             middle = 0.5 * (low + high)
-            if _greedy(lengths, middle, a, b, c, starts) <= groups:
+            if _greedy(lengths, middle, a, b, c, d, starts) <= groups:
                 high = middle
             else:
                 low = middle
             if high - low <= 1e-12 * high:
                 break
         low = high
-    k = _greedy(lengths, low, a, b, c, starts)
+    k = _greedy(lengths, low, a, b, c, d, starts)
     starts[k] = size
     while k < groups:  # fewer than asked: split the costliest group of two or more, where its halves cost least
         worst, worst_cost = -1, -1.0
         for g in range(k):
             n = starts[g + 1] - starts[g]
-            cost = _cost(n, lengths[starts[g]], a, b, c)
+            cost = _cost(n, lengths[starts[g]], a, b, c, d)
             if n >= 2 and cost > worst_cost:
                 worst, worst_cost = g, cost
         first, n = starts[worst], starts[worst + 1] - starts[worst]
         cut, cut_cost = 1, np.inf
         for m in range(1, n):
-            halves = max(_cost(m, lengths[first], a, b, c), _cost(n - m, lengths[first + m], a, b, c))
+            halves = max(_cost(m, lengths[first], a, b, c, d), _cost(n - m, lengths[first + m], a, b, c, d))
             if halves < cut_cost:
                 cut, cut_cost = m, halves
         for g in range(k, worst, -1):
@@ -96,7 +96,7 @@ def deal_micro_batches(costs, ranks, per_rank):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
-def _cut(lengths, members, per_rank, a, b, c, starts, offset):  # pragma: no cover - numba
+def _cut(lengths, members, per_rank, a, b, c, d, starts, offset):  # pragma: no cover - numba
     """Cut ``lengths[members]`` (longest first) into ``per_rank`` contiguous pieces of the
     least total cost (dynamic programming); the pieces' starts, plus ``offset``, go to
     ``starts``. Returns the total."""
@@ -107,7 +107,7 @@ def _cut(lengths, members, per_rank, a, b, c, starts, offset):  # pragma: no cov
     for k in range(1, per_rank + 1):
         for j in range(k, n - (per_rank - k) + 1):
             for i in range(k - 1, j):
-                value = best[k - 1, i] + _cost(j - i, lengths[members[i]], a, b, c)
+                value = best[k - 1, i] + _cost(j - i, lengths[members[i]], a, b, c, d)
                 if value < best[k, j]:
                     best[k, j] = value
                     back[k, j] = i
@@ -120,7 +120,7 @@ def _cut(lengths, members, per_rank, a, b, c, starts, offset):  # pragma: no cov
 
 
 @njit(cache=True, nogil=True)
-def split_ranks_first(lengths, ranks, per_rank, a, b, c):  # pragma: no cover - numba
+def split_ranks_first(lengths, ranks, per_rank, a, b, c, d):  # pragma: no cover - numba
     """The other way to split a step (``lengths`` sorted, longest first): ``ranks``
     contiguous shares of nearly equal cost (:func:`split_step` with one micro-batch each),
     each cut into ``per_rank`` micro-batches of the least total cost. A share of fewer than
@@ -131,7 +131,7 @@ def split_ranks_first(lengths, ranks, per_rank, a, b, c):  # pragma: no cover - 
     empty arrays where the step has too few examples to spare."""
     size = lengths.size
     bounds = np.empty(ranks + 1, np.int64)
-    bounds[:ranks] = split_step(lengths, ranks, a, b, c)
+    bounds[:ranks] = split_step(lengths, ranks, a, b, c, d)
     bounds[ranks] = size
     ends = bounds[1:].copy()  # a share's end, before it gives examples away
     need = 0
@@ -163,7 +163,7 @@ def split_ranks_first(lengths, ranks, per_rank, a, b, c):  # pragma: no cover - 
             members[own + i] = given[taken + i]
         taken += extra
         members.sort()  # positions ascending: longest first, whichever share gave them
-        _cut(lengths, members, per_rank, a, b, c, starts[r * per_rank : (r + 1) * per_rank], at)
+        _cut(lengths, members, per_rank, a, b, c, d, starts[r * per_rank : (r + 1) * per_rank], at)
         perm[at : at + members.size] = members
         rank_of[r * per_rank : (r + 1) * per_rank] = r
         at += members.size
