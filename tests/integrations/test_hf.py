@@ -176,6 +176,15 @@ def test_step_balanced_is_one_argument_and_its_steps_are_the_plans(tmp_path):
     assert torch.allclose(trainer.model.layer.weight, model.layer.weight, atol=1e-6)
 
 
+def test_step_balanced_accumulation_reaches_positional_arguments(tmp_path):
+    """BatchselTrainer(model, args, ...): the TrainingArguments given by position are the
+    ones replaced (by a copy: the caller's stay as they were)."""
+    args = H.args(str(tmp_path), epochs=1)
+    trainer = BatchselTrainer(H.TinyModel(), args, train_dataset=H.data(), selector=_step_balanced(3))
+    assert trainer.args.gradient_accumulation_steps == 3 and args.gradient_accumulation_steps == 1
+    assert trainer.loss_is_scaled_for_ga is True
+
+
 def test_step_balanced_refuses_another_accumulation(tmp_path):
     with pytest.raises(ValueError, match="gradient_accumulation_steps=2"):
         BatchselTrainer(

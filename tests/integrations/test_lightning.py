@@ -127,6 +127,28 @@ def test_step_balanced_is_one_argument_and_its_steps_are_the_plans(tmp_path):
         J.trainer(str(tmp_path), epochs=1, accumulate_grad_batches=3).fit(TinyStepBalanced())
 
 
+class TinyStepBalancedLate(TinyStepBalanced):
+    """The sampler built in train_dataloader: the callback meets it after the optimizers."""
+
+    def __init__(self):
+        super().__init__()
+        del self.sampler
+
+    def train_dataloader(self):
+        self.sampler = SelectionBatchSampler(self.selector, weighted=True)
+        return super().train_dataloader()
+
+
+def test_step_balanced_sampler_built_late_needs_the_accumulation_named(tmp_path):
+    """Found only when training starts, after configure_optimizers sized a schedule from
+    accumulate_grad_batches=1: refused, naming both ways; given it, the run trains."""
+    with pytest.raises(ValueError, match=r"accumulate_grad_batches=2.*BatchselCallback\(sampler\)"):
+        J.trainer(str(tmp_path), epochs=1).fit(TinyStepBalancedLate())
+    module = TinyStepBalancedLate()
+    J.trainer(str(tmp_path), epochs=1, accumulate_grad_batches=2).fit(module)
+    assert [b for _, b in module.seen] == [b.tolist() for b in module.selector.plan(0, 1).batches(0)]
+
+
 def test_callback_checks_its_arguments():
     with pytest.raises(TypeError, match="SelectionBatchSampler"):
         BatchselCallback(RandomSelector(10, 2))
