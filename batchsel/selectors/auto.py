@@ -292,6 +292,13 @@ class AutoSelector(LossRankSelector):
 
     @property
     def left_out_(self) -> np.ndarray:
+        """The examples ``noisy_cut`` left out at the fallback, sorted (read-only).
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 indices; empty before the fallback, or with ``noisy_cut`` 0.
+        """
         return np.zeros(0, np.int64) if self._kept is None else np.flatnonzero(~self._kept)
 
     @property
