@@ -113,17 +113,26 @@ class BatchselCallback(Callback):
                     f"data module; pass the training one: BatchselCallback(sampler)"
                 )
         if self.sampler is not None:  # before configure_optimizers sizes a schedule from it
-            self._accumulate(trainer, adopt=True)
+            self._accumulate(trainer, pl_module, adopt=True)
 
-    def _accumulate(self, trainer: Any, adopt: bool) -> None:
+    def _accumulate(self, trainer: Any, pl_module: Any, adopt: bool) -> None:
         """Make the Trainer accumulate over the selector's micro-batches per step (a
         ``StepBalancedSelector(accumulation=A)``): ``accumulate_grad_batches`` left at 1
-        becomes A (``adopt``); another value is refused, naming A."""
+        becomes A (``adopt``); another value is refused, naming A. Manual optimization
+        steps its optimizers itself (Lightning refuses an accumulation there)."""
         steps = self.sampler.selector.capabilities().micro_batches_per_step
         have = trainer.accumulate_grad_batches
-        if steps == 1 or have == steps:
-            return
         name = f"{type(self.sampler.selector).__name__}(accumulation={steps})"
+        if steps > 1 and not pl_module.automatic_optimization and adopt:
+            logger.warning(
+                "%s under manual optimization: step the optimizer after every %d batches and backpropagate "
+                "selector.weighted_loss(losses, w) as it is (it sums the step; do not divide it by %d)",
+                name,
+                steps,
+                steps,
+            )
+        if steps == 1 or have == steps or not pl_module.automatic_optimization:
+            return
         if have != 1 or not adopt:
             raise ValueError(
                 f"accumulate_grad_batches={have}, but {name} trains {steps} micro-batches per optimizer step: "
@@ -159,7 +168,7 @@ class BatchselCallback(Callback):
                 "BatchselCallback's sampler is not the training DataLoader's batch_sampler: epochs, "
                 "feedback and checkpoints go to a sampler that does not feed the training"
             )
-        self._accumulate(trainer, adopt=False)  # a sampler found only now: the optimizers are built
+        self._accumulate(trainer, pl_module, adopt=False)  # a sampler found only now: the optimizers are built
         if self.verify:
             self.sampler.verify()
 

@@ -367,7 +367,12 @@ class AutoSelector(LossRankSelector):
             self._mode, self._pressure_now = "noisy", self.noisy_pressure
             if self.noisy_pressure > 1.0:  # the misfit examples rank as learnt from now on
                 self.losses_[np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_)] = 0.0
-            self._cut_at_fallback()
+            self._kept = self._kept_after_fallback()
+            for run in self._runs.values():  # the epoch in progress goes on without the cut
+                assert isinstance(run, AutoRun)  # run_type
+                if self._kept is not None and run.shuffled is not None:
+                    run.shuffled = run.shuffled[self._kept[run.shuffled]]
+                    run.cursor, run.in_order = 0, -1  # ``used`` says what the epoch drew; the cursor saves a scan
             # WARNING: the run gives up loss-rank for good, a user should see it without
             # configuring logging; it happens once (the mode never leaves "noisy")
             logger.warning(
@@ -389,24 +394,19 @@ class AutoSelector(LossRankSelector):
             logger.info("AutoSelector: misfit share %.3f, fitted share %.3f, pressure %.3g", misfit, fitted, now)
         self._mode, self._pressure_now = "select", now
 
-    def _cut_at_fallback(self) -> None:
-        """The examples ``noisy_cut`` leaves out, from the losses at the fallback (they do
-        not change after it: nothing reads feedback then), so a restored state finds them again."""
-        self._kept = None
+    def _kept_after_fallback(self) -> np.ndarray | None:
+        """Per example, whether random batches draw it after the fallback (None: all), from
+        the losses at the fallback: they do not change after it (nothing reads feedback
+        then), so a restored state finds the same examples."""
         if self.noisy_pressure > 1.0 or self.noisy_cut == 0.0 or self.threshold_ is None:
-            return
+            return None
         misfit = np.flatnonzero(np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_))
         count = int(self.noisy_cut * len(misfit))
         if count == 0:
-            return
-        highest = misfit[np.argsort(-self.raw_losses_[misfit], kind="stable")[:count]]
-        self._kept = np.ones(self.num_examples, np.bool_)
-        self._kept[highest] = False
-        for run in self._runs.values():  # the epoch in progress goes on without them
-            assert isinstance(run, AutoRun)  # run_type
-            if run.shuffled is not None:
-                run.shuffled = run.shuffled[self._kept[run.shuffled]]
-                run.cursor, run.in_order = 0, -1  # ``used`` says what the epoch drew; the cursor saves a scan
+            return None
+        kept = np.ones(self.num_examples, np.bool_)
+        kept[misfit[np.argsort(-self.raw_losses_[misfit], kind="stable")[:count]]] = False
+        return kept
 
     def wants_feedback(self) -> bool:
         """False once the run has fallen back to random batches for good (``"noisy"`` at
@@ -499,9 +499,7 @@ class AutoSelector(LossRankSelector):
         self._started = bool(state["started"])
         self._suspect_seen = int(state["suspect_seen"])
         self._recount()
-        self._kept = None
-        if self._mode == "noisy":
-            self._cut_at_fallback()
+        self._kept = self._kept_after_fallback() if self._mode == "noisy" else None
 
     def __repr__(self) -> str:
         return (
