@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_labels, check_number
+from batchsel.core.state import restored_into
 from batchsel.core.world import World
 from batchsel.selectors.auto_kernels import mark, record_losses
 from batchsel.selectors.feedback_checks import checked_losses
@@ -487,7 +488,7 @@ class AutoSelector(LossRankSelector):
             raise ValueError(f"state has raw losses of shape {raw.shape} (or NaN), expected ({self.num_examples},)")
         if state["mode"] not in MODES:
             raise ValueError(f"state has mode {state['mode']!r}; expected one of {MODES}")
-        self.raw_losses_ = raw.copy()
+        self.raw_losses_ = restored_into(self.raw_losses_, raw)
         self._mode = state["mode"]
         self._pressure_now = float(state["pressure_now"])
         self.threshold_ = None if state["threshold"] is None else float(state["threshold"])

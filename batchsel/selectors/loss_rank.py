@@ -22,6 +22,7 @@ from numba import njit
 
 from batchsel.core.checks import check_int
 from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, uniform
+from batchsel.core.state import restored_into
 from batchsel.core.world import World
 from batchsel.selectors.feedback_checks import checked_losses
 from batchsel.selectors.online import OnlineSelector
@@ -211,12 +212,12 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             raise ValueError(f"state has losses for {losses.shape} examples, expected {self.num_examples}")
         if np.isnan(losses).any():  # +inf is an unseen example's loss; NaN has no rank
             raise ValueError("state has NaN losses")
-        self.losses_ = losses.copy()
+        self.losses_ = restored_into(self.losses_, losses)
         self.pressure = state["pressure"]
         pending = np.asarray(state.get("pending", np.zeros(self.num_examples)), dtype=np.bool_)  # (older states: none)
         if pending.shape != (self.num_examples,):
             raise ValueError(f"state has pending marks for {pending.shape} examples, expected {self.num_examples}")
-        self._pending = pending.copy()
+        self._pending = restored_into(self._pending, pending)
 
     def __repr__(self) -> str:
         return (

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from batchsel.core.state import restored_into
 from batchsel.selectors.sharding import batch_sizes
 
 
@@ -126,7 +127,7 @@ class Run:
         sizes = np.asarray(record["drawn_sizes"], dtype=np.int64)
         drawn = np.asarray(record["drawn"], dtype=np.int64)
         self.drawn = np.split(drawn, np.cumsum(sizes)[:-1]) if sizes.size else []
-        self.order = np.asarray(record["order"], dtype=np.int64).copy()
+        self.order = restored_into(self.order, np.asarray(record["order"], dtype=np.int64))
         self.m = int(record["m"])
 
     def recut_sizes(self) -> None:

@@ -180,7 +180,7 @@ def epoch_shards(
     ([5, 5], True)
     """
     if owner is None:
-        return even_split(rng.permutation(num_examples).astype(np.int64), world_size, drop_last)
+        return even_split(rng.permutation(num_examples).astype(np.int64, copy=False), world_size, drop_last)
     length = shard_length(num_examples, world_size, drop_last)
     order = np.argsort(owner, kind="stable")
     bounds = np.searchsorted(owner[order], np.arange(world_size + 1))

@@ -79,6 +79,23 @@ def test_resume_from_any_batch_gives_the_rest_of_the_plan():
         assert [b.tolist() for b in rest] == [b.tolist() for b in full[start:]]
 
 
+@pytest.mark.parametrize("distinct", [1, 5, None])
+def test_order_by_cost_is_lexsorts_order_ties_and_all(distinct):
+    # the epoch's sort (by cost, then by the epoch's random numbers, then by index) done
+    # as one sort and a counting pass: the same permutation as np.lexsort, whose order the
+    # golden plans were written with; rounded tiebreaks make equal pairs of both keys
+    from batchsel.selectors.buckets.kernels import order_by_cost
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, 400))
+        costs = rng.random(n) if distinct is None else rng.integers(0, distinct, n).astype(float)
+        tiebreak = np.round(rng.random(n), int(rng.integers(1, 4)))
+        group = np.unique(costs, return_inverse=True)[1]
+        got = order_by_cost(group, int(group.max()) + 1, tiebreak)
+        np.testing.assert_array_equal(got, np.lexsort((tiebreak, costs)))
+
+
 def test_padding_at_the_tightest_and_the_default_setting():
     random = padding(all_batches(RandomSelector(len(COSTS), 32, seed=0).plan(0)), COSTS)
     assert random >= 0.5  # the setting the target is stated for
@@ -228,6 +245,9 @@ def test_grouped_keeps_the_examples_sizes_and_count_and_cuts_padding():
             assert np.sort(got).tolist() == np.sort(want).tolist()
         assert sorted(map(len, all_batches(plan))) == sorted(map(len, all_batches(ref)))
         assert [b.tolist() for b in sel.iter_batches(1, 1, 2)] == [b.tolist() for b in plan.batches(1)]
+        for start in (1, window, window + 1, ref.num_batches - 1):  # a resume regroups from its own window on
+            rest = [b.tolist() for b in sel.iter_batches(1, 0, 2, start=start)]
+            assert rest == [b.tolist() for b in plan.batches(0)[start:]]
         shares.append(padding(all_batches(plan), COSTS))
     assert shares[0] > shares[1] > shares[2]
 

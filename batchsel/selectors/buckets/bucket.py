@@ -23,6 +23,7 @@ from batchsel.selectors.buckets.kernels import (
     bucket_starts,
     deal_steps,
     fill_bucket,
+    order_by_cost,
     segment_bounds,
     split_largest,
 )
@@ -225,7 +226,13 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         self.packed = bool(packed)
         self.max_cost = max_cost
         self.budget_batch_size = batch_size
-        self._sorted_costs = np.sort(self.costs)
+        # the distinct costs and each example's among them: an epoch's sort by cost is then
+        # a counting pass (order_by_cost)
+        distinct, self._cost_group, counts = np.unique(self.costs, return_inverse=True, return_counts=True)
+        self._sorted_costs = np.repeat(distinct, counts)
+        self._cost_groups = len(distinct)
+        if self._cost_groups < 2**31:  # half the memory to read at random each epoch
+            self._cost_group = self._cost_group.astype(np.int32)
         self._cumulative = np.concatenate([[0.0], np.cumsum(self._sorted_costs)])
         # each offset's bucket boundaries (the budget adds one): all an epoch's count needs
         self._starts = [
@@ -354,7 +361,7 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
 
     def _plan(self, epoch: int, world: World) -> EpochPlan:
         rng = epoch_rng(self.seed, epoch)
-        order = np.lexsort((rng.random(self.num_examples), self.costs))
+        order = order_by_cost(self._cost_group, self._cost_groups, rng.random(self.num_examples))
         offset = int(rng.integers(NUM_OFFSETS))
         bounds = self._bounds(offset, self.max_cost_)
         counts = self._bucket_counts(offset, self.max_cost_)

@@ -131,15 +131,34 @@ class CostGroupedSelector(Selector):
 
     def _plan(self, epoch: int, world: World) -> EpochPlan:
         plan = self.selector.plan(epoch, world.size)
+        out_b: list[list[np.ndarray]] = [[] for _ in range(world.size)]
+        out_w: list[list[np.ndarray]] = [[] for _ in range(world.size)]
+        for regrouped in self._regrouped(epoch, plan, 0):
+            for r, steps in enumerate(regrouped):
+                for batch, weights in steps:
+                    out_b[r].append(batch)
+                    out_w[r].append(weights)
+        return EpochPlan(
+            out_b,
+            out_w if plan.weights(0) is not None else None,
+            num_examples=self.num_examples,
+            epoch=epoch,
+            seed=self.seed,
+            method=f"grouped {plan.method}",
+        )
+
+    def _regrouped(self, epoch: int, plan: EpochPlan, first_step: int) -> Iterator[list[list[tuple[Any, Any]]]]:
+        """The offline ``plan``'s windows regrouped, from the one holding ``first_step`` on:
+        for each window, every rank's ``(batch, weights)`` per step (weights None without).
+        Each window draws from its own generator, so a resume starts at its window."""
         pooled = not self.online  # an offline plan is known on every rank: pool the ranks
-        ranks = range(world.size)
+        ranks = range(plan.world_size)
         batches = [plan.batches(r) for r in ranks]
         weights = plan.weights(0) is not None and [plan.weights(r) for r in ranks]
-        out_b: list[list[np.ndarray]] = [[] for _ in ranks]
-        out_w: list[list[np.ndarray]] = [[] for _ in ranks]
-        for first in range(0, plan.num_batches, self.window):
+        groups = [list(ranks)] if pooled else [[r] for r in ranks]
+        for first in range(first_step - first_step % self.window, plan.num_batches, self.window):
             steps = range(first, min(first + self.window, plan.num_batches))
-            groups = [list(ranks)] if pooled else [[r] for r in ranks]
+            out: list[list[tuple[Any, Any]]] = [[] for _ in ranks]
             for group in groups:
                 window = [batches[r][t] for t in steps for r in group]
                 rng = self._window_rng(epoch, None if pooled else group[0], first)
@@ -148,21 +167,17 @@ class CostGroupedSelector(Selector):
                 flat_w = np.concatenate([weights[r][t] for t in steps for r in group]) if weights else None
                 for row in order:
                     for r, i in zip(group, row):
-                        out_b[r].append(flat[parts[i]])
-                        if flat_w is not None:
-                            out_w[r].append(flat_w[parts[i]])
-        return EpochPlan(
-            out_b,
-            out_w if weights else None,
-            num_examples=self.num_examples,
-            epoch=epoch,
-            seed=self.seed,
-            method=f"grouped {plan.method}",
-        )
+                        out[r].append((flat[parts[i]], None if flat_w is None else flat_w[parts[i]]))
+            yield out
 
     def _iter_batches(self, epoch: int, world: World, start: int) -> Iterator[np.ndarray]:
-        if not self.online:
-            yield from self._plan(epoch, world).batches(world.rank)[start:]
+        if not self.online:  # window by window: a resume regroups from its own window on
+            first = start - start % self.window
+            for regrouped in self._regrouped(epoch, self.selector.plan(epoch, world.size), start):
+                for batch, _ in regrouped[world.rank]:
+                    if first >= start:
+                        yield batch
+                    first += 1
             return
         first = start - start % self.window
         inner = self.selector.iter_batches(epoch, world.rank, world.size, start=first)

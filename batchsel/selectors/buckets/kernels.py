@@ -8,10 +8,86 @@ Numpy in, numpy out; no selector state. ``costs`` are float64, ``>= 0``.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 #: how many bucket offsets an epoch draws from: the number of batches per epoch is the
 #: largest over them, so that every epoch has the same length (an LR schedule's)
 NUM_OFFSETS = 16
+
+
+def order_by_cost(cost_group: np.ndarray, groups: int, tiebreak: np.ndarray) -> np.ndarray:
+    """``np.lexsort((tiebreak, costs))``: the examples by cost, equal costs by ``tiebreak``,
+    equal both by index; one sort of ``tiebreak`` and a counting pass over the cost
+    groups, where ``lexsort`` sorts twice (at ten million examples, a quarter of its time).
+
+    Parameters
+    ----------
+    cost_group : numpy.ndarray
+        Each example's rank among the distinct costs, ``0 .. groups - 1``
+        (``np.unique(costs, return_inverse=True)[1]``).
+    groups : int
+        The number of distinct costs.
+    tiebreak : numpy.ndarray
+        float64, one per example, no NaN (an epoch's random numbers).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, a permutation of ``0 .. N - 1``.
+
+    Example
+    -------
+    >>> costs, tiebreak = np.array([2.0, 1, 2, 1]), np.array([0.5, 0.7, 0.1, 0.7])
+    >>> group = np.unique(costs, return_inverse=True)[1]
+    >>> order_by_cost(group, 2, tiebreak).tolist(), np.lexsort((tiebreak, costs)).tolist()
+    ([1, 3, 2, 0], [1, 3, 2, 0])
+    """
+    group = np.asarray(cost_group)
+    if group.dtype not in (np.int32, np.int64):
+        group = group.astype(np.int64)
+    return _order_by_group(np.argsort(tiebreak), group, int(groups), np.asarray(tiebreak, np.float64))
+
+
+@njit(cache=True, nogil=True)
+def _order_by_group(by_tiebreak, group, groups, tiebreak):  # pragma: no cover - numba
+    n = by_tiebreak.size
+    out = np.empty(n, np.int64)
+    if not _scatter_by_group(by_tiebreak, group, groups, tiebreak, out):
+        return out
+    i = 1  # rare (two equal random numbers): equal tiebreaks in index order, as lexsort's stable sort
+    while i < n:
+        if tiebreak[by_tiebreak[i]] == tiebreak[by_tiebreak[i - 1]]:
+            j = i - 1
+            while i < n and tiebreak[by_tiebreak[i]] == tiebreak[by_tiebreak[j]]:
+                i += 1
+            by_tiebreak[j:i] = np.sort(by_tiebreak[j:i])
+        else:
+            i += 1
+    _scatter_by_group(by_tiebreak, group, groups, tiebreak, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _scatter_by_group(by_tiebreak, group, groups, tiebreak, out):  # pragma: no cover - numba
+    """A stable counting sort of ``by_tiebreak`` by cost group into ``out``; whether two
+    neighbours in it have equal tiebreaks (read in the same pass: the reads are random)."""
+    n = by_tiebreak.size
+    start = np.zeros(groups + 1, np.int64)
+    for p in range(n):
+        start[group[p] + 1] += 1
+    for g in range(groups):
+        start[g + 1] += start[g]
+    ties = False
+    previous = np.nan
+    for i in range(n):
+        p = by_tiebreak[i]
+        value = tiebreak[p]
+        ties |= value == previous
+        previous = value
+        g = group[p]
+        out[start[g]] = p
+        start[g] += 1
+    return ties
 
 
 def bucket_starts(sorted_costs: np.ndarray, width: float, offset: float) -> np.ndarray:
@@ -409,6 +485,7 @@ def regroup(
 
 __all__ = [
     "NUM_OFFSETS",
+    "order_by_cost",
     "bucket_starts",
     "segment_bounds",
     "bucket_counts",
