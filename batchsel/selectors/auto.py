@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_labels, check_number
-from batchsel.core.state import restored_into
+from batchsel.core.journal import saved_parts, saved_values
 from batchsel.core.world import World
 from batchsel.selectors.auto_kernels import mark, record_losses
 from batchsel.selectors.feedback_checks import checked_losses
@@ -349,6 +349,7 @@ class AutoSelector(LossRankSelector):
         cut = self._mode == "noisy" and self.noisy_pressure > 1.0
         tau, below = self.threshold_, self.fitted_below_
         record_losses(self.raw_losses_, self.losses_, self._pending, self._counts, idx, values, tau, below, cut)
+        self._journal.wrote(idx)
         self._decide(len(idx))
 
     def _decide(self, observed: int) -> None:
@@ -368,6 +369,7 @@ class AutoSelector(LossRankSelector):
             self._mode, self._pressure_now = "noisy", self.noisy_pressure
             if self.noisy_pressure > 1.0:  # the misfit examples rank as learnt from now on
                 self.losses_[np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_)] = 0.0
+                self._journal.rewrote_all()
             self._kept = self._kept_after_fallback()
             for run in self._runs.values():  # the epoch in progress goes on without the cut
                 assert isinstance(run, AutoRun)  # run_type
@@ -455,6 +457,7 @@ class AutoSelector(LossRankSelector):
             self._ensure_used(run)
             batch = _shuffled_batch(run, size)
         mark(self._pending_marks(run), batch)
+        self._journal.wrote(batch)
         return batch
 
     def _new_run(self, epoch: int, world: World) -> AutoRun:
@@ -469,10 +472,12 @@ class AutoSelector(LossRankSelector):
         return run
 
     # -- state ------------------------------------------------------------------------
+    def _journaled(self) -> dict[str, np.ndarray]:
+        return {**super()._journaled(), "raw_losses": self.raw_losses_}
+
     def _scores_state(self) -> dict[str, Any]:
         return {
             **super()._scores_state(),
-            "raw_losses": self.raw_losses_.copy(),
             "mode": self._mode,
             "pressure_now": self._pressure_now,
             "threshold": self.threshold_,
@@ -483,12 +488,13 @@ class AutoSelector(LossRankSelector):
 
     def _load_scores(self, state: dict[str, Any]) -> None:
         super()._load_scores(state)
-        raw = np.asarray(state["raw_losses"], dtype=np.float64)
-        if raw.shape != (self.num_examples,) or np.isnan(raw).any():
+        raw, _, written = saved_parts(state["raw_losses"], np.float64)
+        if raw.shape != (self.num_examples,) or np.isnan(raw).any() or np.isnan(written).any():
             raise ValueError(f"state has raw losses of shape {raw.shape} (or NaN), expected ({self.num_examples},)")
         if state["mode"] not in MODES:
             raise ValueError(f"state has mode {state['mode']!r}; expected one of {MODES}")
-        self.raw_losses_ = restored_into(self.raw_losses_, raw)
+        self.raw_losses_ = saved_values(state["raw_losses"], self.raw_losses_, np.float64)
+        self._journal.rewrote_all()
         self._mode = state["mode"]
         self._pressure_now = float(state["pressure_now"])
         self.threshold_ = None if state["threshold"] is None else float(state["threshold"])

@@ -104,10 +104,11 @@ class EpochFeedbackSelector(
             batches, rank_weights, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method=method
         )
 
-    def _portable_state(self, fields: dict[str, Any]) -> dict[str, Any]:
+    def _portable_state(self, fields: dict[str, Any], copy: bool = True) -> dict[str, Any]:
         """The :meth:`state_dict` of a pruning selector: its class and number of examples,
         ``fields``, then :attr:`pruned_share_`, made portable
-        (:func:`batchsel.core.state.to_portable`)."""
+        (:func:`batchsel.core.state.to_portable`; ``copy=False``: ``fields``' arrays are
+        never written after, the state may share them)."""
         return to_portable(
             {
                 "class": type(self).__name__,
@@ -115,7 +116,8 @@ class EpochFeedbackSelector(
                 **fields,
                 "pruned_epochs": list(self.pruned_share_),
                 "pruned_shares": list(self.pruned_share_.values()),
-            }
+            },
+            copy=copy,
         )
 
     def _loaded_state(self, state: Any, fields: set[str]) -> dict[str, Any]:

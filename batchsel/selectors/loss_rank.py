@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit
 
 from batchsel.core.checks import check_int
+from batchsel.core.journal import WriteJournal, saved_parts, saved_values
 from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, uniform
-from batchsel.core.state import restored_into
 from batchsel.core.world import World
 from batchsel.selectors.feedback_checks import checked_losses
 from batchsel.selectors.online import OnlineSelector
@@ -48,6 +48,8 @@ class LossRankRun(Run):
 
     rank_order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     pending: np.ndarray | None = None
+
+    reads_order = False  # drawn with replacement: the identity order stays
 
 
 class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedback_fields=("losses",)):
@@ -114,6 +116,9 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         self.losses_ = np.full(self.num_examples, fill, dtype=np.float64)
         # drawn, loss not observed since: ranked last until it is (design/loss-rank.md)
         self._pending = np.zeros(self.num_examples, dtype=np.bool_)
+        # what the two arrays' entries a state shares with the last (a state every step
+        # costs the batches written since, not N); every write below records its positions
+        self._journal = WriteJournal(self.num_examples)
 
     @property
     def pressure(self) -> float:
@@ -136,6 +141,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             return
         idx, values = checked_losses(indices, losses, self.num_examples, cast=False)
         _store_losses(self.losses_, self._pending, idx, values)
+        self._journal.wrote(idx)
 
     def probabilities(self, n: int) -> np.ndarray:
         """Selection probabilities of ranks 0..n-1 (largest loss first)."""
@@ -170,7 +176,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         order = run.rank_order
         if order is None:  # the run's first batch: one sort; later ones update it in O(n)
             order = run.rank_order = _sort_shard(self.losses_, pending, shard)
-        return _loss_rank_batch(
+        batch = _loss_rank_batch(
             self.losses_,
             pending,
             shard,
@@ -179,11 +185,14 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             _log_q(self._run_pressure(run), n),
             stream_key(rng),
         )
+        self._journal.wrote(batch)  # its pending marks
+        return batch
 
     def rejoin(self, epoch: int, world: World, steps: int, drawn: np.ndarray) -> int:
         """:meth:`OnlineSelector.rejoin`; no batch is in flight after the interruption, so
         none is pending (those drawn and not trained are dropped with the old ranks)."""
         self._pending[:] = False
+        self._journal.rewrote_all()
         return super().rejoin(epoch, world, steps, drawn)
 
     def _pending_marks(self, run: LossRankRun) -> np.ndarray:
@@ -203,21 +212,26 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         per_epoch = -(-len(run.shard) // self.batch_size)  # the run's num_batches(world_size)
         return self.pressure_at(run.epoch * per_epoch + len(run.drawn))
 
+    def _journaled(self) -> dict[str, np.ndarray]:
+        """The per-example arrays a state carries, written a batch at a time (journaled)."""
+        return {"losses": self.losses_, "pending": self._pending}
+
     def _scores_state(self) -> dict[str, Any]:
-        return {"losses": self.losses_.copy(), "pressure": self._pressure, "pending": self._pending.copy()}
+        return {**self._journal.state(self._journaled()), "pressure": self._pressure}
 
     def _load_scores(self, state: dict[str, Any]) -> None:
-        losses = np.asarray(state["losses"], dtype=np.float64)
-        if losses.shape != (self.num_examples,):
-            raise ValueError(f"state has losses for {losses.shape} examples, expected {self.num_examples}")
-        if np.isnan(losses).any():  # +inf is an unseen example's loss; NaN has no rank
+        losses = saved_parts(state["losses"], np.float64)
+        if losses[0].shape != (self.num_examples,):
+            raise ValueError(f"state has losses for {losses[0].shape} examples, expected {self.num_examples}")
+        if np.isnan(losses[0]).any() or np.isnan(losses[2]).any():  # +inf is an unseen example's loss; NaN has no rank
             raise ValueError("state has NaN losses")
-        self.losses_ = restored_into(self.losses_, losses)
+        pending = saved_parts(state.get("pending", np.zeros(self.num_examples)), np.bool_)  # (older states: none)
+        if pending[0].shape != (self.num_examples,):
+            raise ValueError(f"state has pending marks for {pending[0].shape} examples, expected {self.num_examples}")
         self.pressure = state["pressure"]
-        pending = np.asarray(state.get("pending", np.zeros(self.num_examples)), dtype=np.bool_)  # (older states: none)
-        if pending.shape != (self.num_examples,):
-            raise ValueError(f"state has pending marks for {pending.shape} examples, expected {self.num_examples}")
-        self._pending = restored_into(self._pending, pending)
+        self.losses_ = saved_values(state["losses"], self.losses_, np.float64)
+        self._pending = saved_values(state.get("pending", pending[0]), self._pending, np.bool_)
+        self._journal.rewrote_all()
 
     def __repr__(self) -> str:
         return (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -62,6 +62,11 @@ class Run:
     sizes: np.ndarray
     drawn: list[np.ndarray] = field(default_factory=list)
     key: int | None = None
+    _drawn_record: DrawnRecord | None = field(default=None, repr=False)
+
+    #: whether the selector reads ``order``: a run drawn with replacement (loss rank) keeps
+    #: the identity order, which its record leaves out (restored as it started)
+    reads_order: ClassVar[bool] = True
 
     @classmethod
     def start(cls, epoch: int, rank: int, shard: np.ndarray, batch_size: int) -> Run:
@@ -105,15 +110,17 @@ class Run:
             ``rank``, ``world_size``, ``epoch``, ``order``, ``m``, ``drawn`` (the batches
             concatenated) and ``drawn_sizes``.
         """
-        drawn = self.drawn
+        if self._drawn_record is None or not self._drawn_record.follows(self.drawn):
+            self._drawn_record = DrawnRecord(self.drawn)
+        drawn, sizes = self._drawn_record.now()
         return {
             "rank": self.rank,
             "world_size": world_size,
             "epoch": self.epoch,
-            "order": self.order.copy(),
+            "order": self.order.copy() if self.reads_order else np.zeros(0, np.int64),
             "m": int(self.m),
-            "drawn": np.concatenate(drawn) if drawn else np.empty(0, np.int64),
-            "drawn_sizes": np.array([len(b) for b in drawn], dtype=np.int64),
+            "drawn": drawn,
+            "drawn_sizes": sizes,
         }
 
     def resume(self, record: dict[str, Any]) -> None:
@@ -127,7 +134,9 @@ class Run:
         sizes = np.asarray(record["drawn_sizes"], dtype=np.int64)
         drawn = np.asarray(record["drawn"], dtype=np.int64)
         self.drawn = np.split(drawn, np.cumsum(sizes)[:-1]) if sizes.size else []
-        self.order = restored_into(self.order, np.asarray(record["order"], dtype=np.int64))
+        order = np.asarray(record["order"], dtype=np.int64)
+        if order.size or self.reads_order:  # (else the identity order the run started with)
+            self.order = restored_into(self.order, order)
         self.m = int(record["m"])
 
     def recut_sizes(self) -> None:
@@ -171,4 +180,57 @@ class Run:
         return value
 
 
-__all__ = ["Run"]
+class DrawnRecord:
+    """A run's batches drawn so far, concatenated, and their sizes, kept up to date as
+    batches are appended: a state taken every step copies the new batches, not the
+    epoch's. The arrays handed out are views of buffers whose entries are never written
+    again (a full buffer is copied into a larger one), so earlier states stay as taken.
+
+    Parameters
+    ----------
+    drawn : list of numpy.ndarray
+        The run's list of batches, followed as it grows.
+
+    Example
+    -------
+    >>> batches = [np.array([3, 1])]
+    >>> record = DrawnRecord(batches)
+    >>> batches.append(np.array([0]))
+    >>> [a.tolist() for a in record.now()]
+    [[3, 1, 0], [2, 1]]
+    """
+
+    def __init__(self, drawn: list[np.ndarray]) -> None:
+        self.drawn = drawn
+        self.flat = np.zeros(sum(len(b) for b in drawn) + 1024, np.int64)
+        self.sizes = np.zeros(len(drawn) + 64, np.int64)
+        self.batches = self.length = 0
+        self.last: np.ndarray | None = None
+
+    def follows(self, drawn: list[np.ndarray]) -> bool:
+        """Whether ``drawn`` is the list followed, grown only by appending since."""
+        return (
+            drawn is self.drawn
+            and len(drawn) >= self.batches
+            and (self.batches == 0 or drawn[self.batches - 1] is self.last)
+        )
+
+    def now(self) -> tuple[np.ndarray, np.ndarray]:
+        """The batches drawn until now, concatenated (int64), and their sizes (int64)."""
+        new = self.drawn[self.batches :]
+        if new:
+            sizes = [len(b) for b in new]
+            length = self.length + sum(sizes)
+            if length > len(self.flat):
+                self.flat = np.concatenate([self.flat[: self.length], np.zeros(length, np.int64)])
+            if self.batches + len(new) > len(self.sizes):
+                self.sizes = np.concatenate([self.sizes[: self.batches], np.zeros(self.batches + len(new), np.int64)])
+            self.flat[self.length : length] = np.concatenate(new) if len(new) > 1 else new[0]
+            self.sizes[self.batches : self.batches + len(new)] = sizes
+            self.batches += len(new)
+            self.length = length
+            self.last = self.drawn[self.batches - 1]
+        return self.flat[: self.length], self.sizes[: self.batches]
+
+
+__all__ = ["Run", "DrawnRecord"]

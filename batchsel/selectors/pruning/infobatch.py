@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_indices, check_int, check_labels, check_number, check_rows
+from batchsel.core.journal import WriteJournal, saved_parts, saved_values
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.epoch_feedback import EpochFeedbackSelector
@@ -188,6 +189,7 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
         self._skipped_total = int(skipped.sum())
         #: the latest loss observed of every example (inf: never observed)
         self.losses_ = np.full(self.num_examples, np.inf)
+        self._journal = WriteJournal(self.num_examples)  # states share what observe did not write
         #: epoch -> share of the examples skipped, for every epoch planned
         self.pruned_share_: dict[int, float] = {}
         self._frozen: tuple[int, np.ndarray] | None = None  # (epoch, losses its plan was drawn from)
@@ -217,6 +219,7 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
             return
         idx = check_indices(indices, self.num_examples)
         self.losses_[idx] = check_rows(losses, len(idx), "losses", ndim=1)
+        self._journal.wrote(idx)
 
     # -- the plan ---------------------------------------------------------------------
     def _kept(self, epoch: int, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -253,14 +256,18 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
     def state_dict(self) -> dict[str, Any]:
         """The losses observed and the ones the latest planned epoch was drawn from."""
         epoch, frozen = self._frozen if self._frozen is not None else (-1, np.empty(0))
-        return self._portable_state({"losses": self.losses_, "frozen_epoch": int(epoch), "frozen_losses": frozen})
+        # the losses as a shared base and the batches observed since; the frozen ones are
+        # never written (a new epoch replaces them): a state every step copies neither
+        losses = self._journal.state({"losses": self.losses_})["losses"]
+        return self._portable_state({"losses": losses, "frozen_epoch": int(epoch), "frozen_losses": frozen}, copy=False)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = self._loaded_state(state, {"losses", "frozen_epoch", "frozen_losses"})
-        losses = np.asarray(state["losses"], dtype=np.float64)
+        losses = saved_parts(state["losses"], np.float64)[0]
         if losses.shape != (self.num_examples,):
             raise ValueError(f"state holds {losses.shape} losses, expected ({self.num_examples},)")
-        self.losses_ = losses.copy()
+        self.losses_ = saved_values(state["losses"], self.losses_, np.float64)
+        self._journal.rewrote_all()
         epoch = int(state["frozen_epoch"])
         self._frozen = None if epoch < 0 else (epoch, np.asarray(state["frozen_losses"], dtype=np.float64).copy())
         self._restore_pruned_shares(state)
