@@ -11,6 +11,7 @@ next state takes a new base.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -28,15 +29,16 @@ class WriteJournal:
     ----------
     size : int
         The arrays' length.
-    share : float, default 1/16
+    limit : int or None, default None
         The positions recorded (repeats counted) past which the next state takes a new
-        base, as a share of ``size``: a state costs at most that many entries, and a new
-        base (a copy of every array) comes at most once per ``share * size`` written.
+        base. None: ``16 * sqrt(size)``, which balances a state's gather of the positions
+        written (a few ns each, growing until a new base) against a new base's copy of
+        every array, spread over the states until the next.
 
     Example
     -------
     >>> losses = np.zeros(4)
-    >>> journal = WriteJournal(4, share=1.0)
+    >>> journal = WriteJournal(4, limit=4)
     >>> first = journal.state({"losses": losses})["losses"]
     >>> losses[2] = 5.0
     >>> journal.wrote(np.array([2]))
@@ -47,8 +49,8 @@ class WriteJournal:
     [0.0, 0.0, 5.0, 0.0]
     """
 
-    def __init__(self, size: int, share: float = 1 / 16) -> None:
-        self.limit = max(int(size * share), 1)
+    def __init__(self, size: int, limit: int | None = None) -> None:
+        self.limit = max(int(16 * math.sqrt(size)) if limit is None else int(limit), 1)
         self._bases: dict[str, tuple[np.ndarray, np.ndarray]] | None = None  # name -> (the live array, its base)
         self._written: list[np.ndarray] = []
         self._count = 0

@@ -64,8 +64,8 @@ class Run:
     key: int | None = None
     _drawn_record: DrawnRecord | None = field(default=None, repr=False)
 
-    #: whether the selector reads ``order``: a run drawn with replacement (loss rank) keeps
-    #: the identity order, which its record leaves out (restored as it started)
+    #: whether the selector reads ``order``: a run drawn with replacement (loss rank) has
+    #: none (an empty array), and its record none either
     reads_order: ClassVar[bool] = True
 
     @classmethod
@@ -90,7 +90,7 @@ class Run:
             epoch=int(epoch),
             rank=int(rank),
             shard=shard,
-            order=np.arange(len(shard), dtype=np.int64),
+            order=np.arange(len(shard), dtype=np.int64) if cls.reads_order else np.zeros(0, np.int64),
             m=len(shard),
             sizes=batch_sizes(len(shard), batch_size),
         )
@@ -135,7 +135,7 @@ class Run:
         drawn = np.asarray(record["drawn"], dtype=np.int64)
         self.drawn = np.split(drawn, np.cumsum(sizes)[:-1]) if sizes.size else []
         order = np.asarray(record["order"], dtype=np.int64)
-        if order.size or self.reads_order:  # (else the identity order the run started with)
+        if self.reads_order:  # (a run drawn with replacement has none; older states saved one)
             self.order = restored_into(self.order, order)
         self.m = int(record["m"])
 

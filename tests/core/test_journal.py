@@ -17,7 +17,7 @@ from batchsel.core.journal import WriteJournal, saved_parts, saved_values
 def test_every_state_gives_the_arrays_as_they_were_when_taken():
     rng = np.random.default_rng(0)
     a, b = np.zeros(50), np.zeros(50, np.bool_)
-    journal = WriteJournal(50, share=0.3)  # a new base every 15 positions or so
+    journal = WriteJournal(50, limit=15)
     taken = []
     for step in range(200):
         at = rng.integers(0, 50, int(rng.integers(1, 6)))
@@ -81,7 +81,7 @@ def run_lagged(sel, epochs, first_epoch=0, start=0, losses=None, fed=0, states=N
 def test_a_state_taken_at_every_step_resumes_exactly_from_any_of_them(kind):
     # a state before every draw shares its base with the others; any one of them, saved
     # with torch.save and read with weights_only=True, continues as the uninterrupted run
-    n = 800  # a new base every 50 positions written: about every third step
+    n = 400  # the journal's default limit, 16 * sqrt(n) = 320 positions: a new base every 20 steps
     rng = np.random.default_rng(1)  # mostly fitted, a few misfit: AutoSelector selects after its warm-up
     losses = np.where(rng.random(10**4) < 0.05, 3.0, 0.2 * rng.random(10**4))
     states = []

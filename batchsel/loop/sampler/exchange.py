@@ -237,6 +237,11 @@ class FeedbackExchange:
             The items selected ahead and not handed out (oldest first), and the feedback
             held back, settled into numpy arrays; the buffer is settled in place.
         """
+        if self.background.per_iteration:
+            # feedback read once an epoch goes in now (the plans are those of a selector fed
+            # every step): the state carries it in the selector's journaled arrays, not as a
+            # list that grows with the epoch (a state every step would copy it all each time)
+            self.background.apply_held_back()
         ahead, deferred = self.background.state()
         deferred = [settle(o) for o in deferred]
         self.buffer = [settle(o) for o in self.buffer]

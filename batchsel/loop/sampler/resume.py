@@ -10,7 +10,7 @@ state and the feedback not applied yet; :func:`every_rank` gathers every rank's.
 from __future__ import annotations
 
 import weakref
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
@@ -390,7 +390,7 @@ class SamplerState:
         place = self.place
         saved = {
             "version": STATE_VERSION,
-            **asdict(self.run),
+            **{f.name: getattr(self.run, f.name) for f in fields(self.run)},  # numbers and strings: no deep copy
             "epoch": place.epoch,
             "position": place.position,
             "pending": [np.asarray(b, dtype=np.int64) for b in place.pending],
