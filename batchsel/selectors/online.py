@@ -58,8 +58,9 @@ class OnlineSelector(
         raise NotImplementedError
 
     def _scores_state(self) -> dict[str, Any]:
-        """The scores' part of :meth:`state_dict`: fresh arrays (copies), which the state
-        shares with its tensors."""
+        """The scores' part of :meth:`state_dict`: arrays nothing writes into afterwards
+        (fresh copies, or a :class:`~batchsel.core.journal.WriteJournal`'s state), which
+        the state's tensors share."""
         return {}
 
     def _load_scores(self, state: dict[str, Any]) -> None:
@@ -240,7 +241,7 @@ class OnlineSelector(
                 "partitions": {int(w): owner.copy() for w, owner in self._shard_of.items()},
                 "scores": self._scores_state(),
             },
-            copy=False,  # every array above is a fresh copy (_scores_state's contract)
+            copy=False,  # no array above is written into afterwards (_scores_state's and Run.record's contract)
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -97,7 +97,10 @@ class Run:
 
     # -- resume -----------------------------------------------------------------------
     def record(self, world_size: int) -> dict[str, Any]:
-        """This run as an entry of ``state_dict()["runs"]`` (the format of every version).
+        """This run as an entry of ``state_dict()["runs"]`` (the format of every version;
+        a run drawn with replacement saves an empty ``order``). Nothing writes into its
+        arrays afterwards: a copy of ``order``, and views of the drawn batches' buffers
+        (:class:`DrawnRecord`), which later batches extend past.
 
         Parameters
         ----------
