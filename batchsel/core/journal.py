@@ -6,20 +6,30 @@ state at every batch. Copying the arrays each time costs their size. A
 :class:`WriteJournal` keeps, from the first state on, a base snapshot of the arrays that
 the states share (never written after it is taken) and the positions written since; a
 state holds the base, those positions and their values now. Past ``limit`` positions the
-next state takes a new base.
+next state takes a new base: the former one brought up to date at the positions written
+since it, where no state holds it any more, so that a new base costs what was written, not
+the arrays' size.
 """
 
 from __future__ import annotations
 
-import math
+import sys
 from typing import Any
 
 import numpy as np
 
 from batchsel.core.state import restored_into
 
+#: whether ``sys.getrefcount`` tells that only the journal holds an array (not in a
+#: free-threaded build, whose counts are deferred): only then is a former base reused
+_REFCOUNTS_EXACT = getattr(sys, "_is_gil_enabled", lambda: True)()
 #: the keys of an array saved as a base and the entries written since
 JOURNALED_KEYS = frozenset({"base", "at", "values"})
+#: the positions a state gathers at most (about): a new base comes after as many
+DEFAULT_LIMIT = 4096
+#: positions recorded without a state taken, as a multiple of the limit, past which the
+#: journal stops recording until the next state (which then copies the arrays whole)
+_IDLE_FACTOR = 16
 
 
 class WriteJournal:
@@ -29,11 +39,11 @@ class WriteJournal:
     ----------
     size : int
         The arrays' length.
-    limit : int or None, default None
+    limit : int, default 4096
         The positions recorded (repeats counted) past which the next state takes a new
-        base. None: ``16 * sqrt(size)``, which balances a state's gather of the positions
-        written (a few ns each, growing until a new base) against a new base's copy of
-        every array, spread over the states until the next.
+        base. A state gathers up to that many entries; a new base writes the positions
+        of two such periods into the former base (or copies the arrays whole where a
+        state still holds it).
 
     Example
     -------
@@ -49,14 +59,18 @@ class WriteJournal:
     [0.0, 0.0, 5.0, 0.0]
     """
 
-    def __init__(self, size: int, limit: int | None = None) -> None:
-        self.limit = max(int(16 * math.sqrt(size)) if limit is None else int(limit), 1)
+    def __init__(self, size: int, limit: int = DEFAULT_LIMIT) -> None:
+        self.size = int(size)
+        self.limit = max(int(limit), 1)
         self._bases: dict[str, tuple[np.ndarray, np.ndarray]] | None = None  # name -> (the live array, its base)
-        self._written: list[np.ndarray] = []
+        self._written: list[np.ndarray] = []  # the positions written since the base
         self._count = 0
+        self._known = False  # whether _written holds every write since the base
+        self._spares: dict[str, np.ndarray] = {}  # the former bases
+        self._spare_lacks: list[np.ndarray] | None = None  # what they lack besides _written (None: unknown)
 
     def __getstate__(self) -> dict[str, Any]:  # a pickled copy starts without a base
-        return {"limit": self.limit, "_bases": None, "_written": [], "_count": 0}
+        return {**self.__dict__, "_bases": None, "_written": [], "_count": 0, "_known": False, "_spares": {}}
 
     def wrote(self, positions: np.ndarray) -> None:
         """Record that the entries at ``positions`` of the arrays may have changed (a copy
@@ -67,19 +81,20 @@ class WriteJournal:
         positions : numpy.ndarray
             int64 positions.
         """
-        if self._bases is None:
+        if not self._known:
             return
         self._written.append(np.array(positions, dtype=np.int64))
         self._count += len(positions)
-        if self._count > self.limit:
+        if self._count > _IDLE_FACTOR * self.limit:  # no state for long: stop, the next copies whole
             self.rewrote_all()
 
     def rewrote_all(self) -> None:
         """Record that any entry may have changed (a load, a reset): the next state takes
-        a new base."""
-        self._bases = None
+        a whole new base."""
+        self._known = False
         self._written = []
         self._count = 0
+        self._spare_lacks = None
 
     def state(self, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
         """Each array as ``{"base", "at", "values"}``: the shared base, the positions
@@ -89,7 +104,7 @@ class WriteJournal:
         ----------
         arrays : dict of str to numpy.ndarray
             The live arrays by name; the same objects each time (another object, or
-            another set of names, takes a new base).
+            another set of names, takes a whole new base).
 
         Returns
         -------
@@ -98,11 +113,55 @@ class WriteJournal:
             not be written into.
         """
         bases = self._bases
-        if bases is None or bases.keys() != arrays.keys() or any(bases[k][0] is not a for k, a in arrays.items()):
-            bases = self._bases = {name: (live, live.copy()) for name, live in arrays.items()}
-            self._written, self._count = [], 0
+        same = bases is not None and bases.keys() == arrays.keys() and all(bases[k][0] is a for k, a in arrays.items())
+        if not (same and self._known):
+            self._renew(arrays, None)
+        elif self._count > self.limit:
+            self._renew(arrays, self._written)
+        bases = self._bases
+        assert bases is not None
         at = np.concatenate(self._written) if self._written else np.zeros(0, np.int64)
         return {name: {"base": base, "at": at, "values": live[at]} for name, (live, base) in bases.items()}
+
+    def _renew(self, arrays: dict[str, np.ndarray], written: list[np.ndarray] | None) -> None:
+        """New bases equal to ``arrays``: each former base (the spare) brought up to date
+        at the positions it lacks, where ``written`` (the positions since the current
+        base) and what it lacked before are known and no state holds it; else a copy,
+        into the spare's memory where no state holds it (a fresh array of ten million
+        entries costs its page faults, several times the copy)."""
+        lacks = None
+        if written is not None and self._spare_lacks is not None:
+            lacks = np.concatenate([*self._spare_lacks, *written]) if self._spare_lacks or written else None
+        new: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for name, live in arrays.items():
+            base = self._free_spare(name, live)
+            if base is None:
+                base = live.copy()
+            elif lacks is None:
+                np.copyto(base, live)
+            else:
+                base[lacks] = live[lacks]
+            new[name] = (live, base)
+        old = self._bases
+        self._spares = {} if old is None else {name: base for name, (_, base) in old.items()}
+        self._spare_lacks = (
+            written if (written is not None and old is not None and old.keys() == arrays.keys()) else None
+        )
+        self._bases = new
+        self._written, self._count, self._known = [], 0, True
+
+    def _free_spare(self, name: str, live: np.ndarray) -> np.ndarray | None:
+        """The former base of ``name`` if it fits ``live`` and no state holds it."""
+        spares = self._spares
+        if (
+            _REFCOUNTS_EXACT
+            and name in spares
+            and spares[name].shape == live.shape
+            and spares[name].dtype == live.dtype
+            and sys.getrefcount(spares[name]) <= 2  # the dict's reference and the call's: no state's tensor
+        ):
+            return spares.pop(name)
+        return None
 
 
 def saved_parts(saved: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
