@@ -23,7 +23,7 @@ from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.capabilities import PARTITIONS, Capabilities
 from batchsel.selectors.hashing import digest
-from batchsel.selectors.sharding import epoch_rng, epoch_shards
+from batchsel.selectors.sharding import epoch_rng, epoch_shards, even_split
 
 
 def weighted_sum(losses: Any, weights: Any) -> Any:
@@ -208,7 +208,15 @@ class Selector(Capabilities):
         cached = self.__dict__.get("_shards_cache")
         if cached is not None and cached[0] == key:
             return list(cached[1])
-        shards = epoch_shards(self.num_examples, world.size, self.drop_last, rng)
+        # the epoch's permutation is the same on every number of ranks: an elastic resume
+        # splits it for the old world and the new one, drawing it once
+        order_key = (epoch, self.seed, self.num_examples)
+        order = self.__dict__.get("_order_cache")
+        if order is None or order[0] != order_key:
+            order = (order_key, rng.permutation(self.num_examples).astype(np.int64, copy=False))
+            order[1].setflags(write=False)
+            self.__dict__["_order_cache"] = order
+        shards = even_split(order[1], world.size, self.drop_last)  # epoch_shards' split, of that permutation
         for shard in shards:
             shard.setflags(write=False)
         self.__dict__["_shards_cache"] = (key, shards)
@@ -218,6 +226,7 @@ class Selector(Capabilities):
         # a pickled copy (a DataLoader worker's, a checkpoint's) leaves the cached split behind
         state = self.__dict__.copy()
         state.pop("_shards_cache", None)
+        state.pop("_order_cache", None)
         return state
 
     # -- the interface: the public forms check, the underscored ones trust ----------------

@@ -117,8 +117,9 @@ def even_split(indices: np.ndarray, world_size: int, drop_last: bool) -> list[np
         indices = indices[: (n // world_size) * world_size]
     else:
         total = -(-n // world_size) * world_size
-        if total > n:
-            indices = np.concatenate([indices, np.resize(indices, total - n)])
+        if total > n:  # the wrap: the first total - n (np.resize would copy all of them first)
+            wrap = indices[: total - n] if total - n <= n else np.resize(indices, total - n)
+            indices = np.concatenate([indices, wrap])
     return [indices[r::world_size] for r in range(world_size)]
 
 
