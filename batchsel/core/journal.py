@@ -37,8 +37,6 @@ class WriteJournal:
 
     Parameters
     ----------
-    size : int
-        The arrays' length.
     limit : int, default 4096
         The positions recorded (repeats counted) past which the next state takes a new
         base. A state gathers up to that many entries; a new base writes the positions
@@ -48,7 +46,7 @@ class WriteJournal:
     Example
     -------
     >>> losses = np.zeros(4)
-    >>> journal = WriteJournal(4, limit=4)
+    >>> journal = WriteJournal(limit=4)
     >>> first = journal.state({"losses": losses})["losses"]
     >>> losses[2] = 5.0
     >>> journal.wrote(np.array([2]))
@@ -59,8 +57,7 @@ class WriteJournal:
     [0.0, 0.0, 5.0, 0.0]
     """
 
-    def __init__(self, size: int, limit: int = DEFAULT_LIMIT) -> None:
-        self.size = int(size)
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = max(int(limit), 1)
         self._bases: dict[str, tuple[np.ndarray, np.ndarray]] | None = None  # name -> (the live array, its base)
         self._written: list[np.ndarray] = []  # the positions written since the base
@@ -70,7 +67,15 @@ class WriteJournal:
         self._spare_lacks: list[np.ndarray] | None = None  # what they lack besides _written (None: unknown)
 
     def __getstate__(self) -> dict[str, Any]:  # a pickled copy starts without a base
-        return {**self.__dict__, "_bases": None, "_written": [], "_count": 0, "_known": False, "_spares": {}}
+        return {
+            **self.__dict__,
+            "_bases": None,
+            "_written": [],
+            "_count": 0,
+            "_known": False,
+            "_spares": {},
+            "_spare_lacks": None,
+        }
 
     def wrote(self, positions: np.ndarray) -> None:
         """Record that the entries at ``positions`` of the arrays may have changed (a copy
@@ -129,9 +134,9 @@ class WriteJournal:
         base) and what it lacked before are known and no state holds it; else a copy,
         into the spare's memory where no state holds it (a fresh array of ten million
         entries costs its page faults, several times the copy)."""
-        lacks = None
+        lacks = None  # (written holds more than the limit: never empty)
         if written is not None and self._spare_lacks is not None:
-            lacks = np.concatenate([*self._spare_lacks, *written]) if self._spare_lacks or written else None
+            lacks = np.concatenate([*self._spare_lacks, *written])
         new: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, live in arrays.items():
             base = self._free_spare(name, live)

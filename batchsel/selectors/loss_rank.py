@@ -118,7 +118,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         self._pending = np.zeros(self.num_examples, dtype=np.bool_)
         # what the two arrays' entries a state shares with the last (a state every step
         # costs the batches written since, not N); every write below records its positions
-        self._journal = WriteJournal(self.num_examples)
+        self._journal = WriteJournal()
 
     @property
     def pressure(self) -> float:
@@ -225,12 +225,13 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             raise ValueError(f"state has losses for {losses[0].shape} examples, expected {self.num_examples}")
         if np.isnan(losses[0]).any() or np.isnan(losses[2]).any():  # +inf is an unseen example's loss; NaN has no rank
             raise ValueError("state has NaN losses")
-        pending = saved_parts(state.get("pending", np.zeros(self.num_examples)), np.bool_)  # (older states: none)
-        if pending[0].shape != (self.num_examples,):
-            raise ValueError(f"state has pending marks for {pending[0].shape} examples, expected {self.num_examples}")
+        saved_pending = state.get("pending", np.zeros(self.num_examples, np.bool_))  # (older states: none)
+        pending = saved_parts(saved_pending, np.bool_)[0]
+        if pending.shape != (self.num_examples,):
+            raise ValueError(f"state has pending marks for {pending.shape} examples, expected {self.num_examples}")
         self.pressure = state["pressure"]
         self.losses_ = saved_values(state["losses"], self.losses_, np.float64)
-        self._pending = saved_values(state.get("pending", pending[0]), self._pending, np.bool_)
+        self._pending = saved_values(saved_pending, self._pending, np.bool_)
         self._journal.rewrote_all()
 
     def __repr__(self) -> str:

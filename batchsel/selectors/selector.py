@@ -23,7 +23,7 @@ from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.capabilities import PARTITIONS, Capabilities
 from batchsel.selectors.hashing import digest
-from batchsel.selectors.sharding import epoch_rng, epoch_shards, even_split
+from batchsel.selectors.sharding import epoch_order, epoch_rng, epoch_shards, even_split
 
 
 def weighted_sum(losses: Any, weights: Any) -> Any:
@@ -213,10 +213,10 @@ class Selector(Capabilities):
         order_key = (epoch, self.seed, self.num_examples)
         order = self.__dict__.get("_order_cache")
         if order is None or order[0] != order_key:
-            order = (order_key, rng.permutation(self.num_examples).astype(np.int64, copy=False))
+            order = (order_key, epoch_order(self.num_examples, rng))
             order[1].setflags(write=False)
             self.__dict__["_order_cache"] = order
-        shards = even_split(order[1], world.size, self.drop_last)  # epoch_shards' split, of that permutation
+        shards = even_split(order[1], world.size, self.drop_last)  # epoch_shards' split of that order
         for shard in shards:
             shard.setflags(write=False)
         self.__dict__["_shards_cache"] = (key, shards)

@@ -148,6 +148,30 @@ def shard_length(num_examples: int, world_size: int, drop_last: bool) -> int:
     return num_examples // world_size if drop_last else -(-num_examples // world_size)
 
 
+def epoch_order(num_examples: int, rng: np.random.Generator) -> np.ndarray:
+    """The epoch's examples in a random order, before DistributedSampler's split
+    (:func:`even_split`): the same on every number of ranks.
+
+    Parameters
+    ----------
+    num_examples : int
+        N.
+    rng : numpy.random.Generator
+        The epoch's generator (:func:`epoch_rng`).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, a permutation of ``0 .. N - 1``.
+
+    Example
+    -------
+    >>> sorted(epoch_order(4, epoch_rng(0, 0)).tolist())
+    [0, 1, 2, 3]
+    """
+    return rng.permutation(num_examples).astype(np.int64, copy=False)
+
+
 def epoch_shards(
     num_examples: int, world_size: int, drop_last: bool, rng: np.random.Generator, owner: np.ndarray | None = None
 ) -> list[np.ndarray]:
@@ -181,7 +205,7 @@ def epoch_shards(
     ([5, 5], True)
     """
     if owner is None:
-        return even_split(rng.permutation(num_examples).astype(np.int64, copy=False), world_size, drop_last)
+        return even_split(epoch_order(num_examples, rng), world_size, drop_last)
     length = shard_length(num_examples, world_size, drop_last)
     order = np.argsort(owner, kind="stable")
     bounds = np.searchsorted(owner[order], np.arange(world_size + 1))
@@ -192,4 +216,4 @@ def epoch_shards(
     return shards
 
 
-__all__ = ["epoch_rng", "split_batches", "batch_sizes", "even_split", "shard_length", "epoch_shards"]
+__all__ = ["epoch_rng", "split_batches", "batch_sizes", "even_split", "shard_length", "epoch_order", "epoch_shards"]

@@ -189,7 +189,7 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
         self._skipped_total = int(skipped.sum())
         #: the latest loss observed of every example (inf: never observed)
         self.losses_ = np.full(self.num_examples, np.inf)
-        self._journal = WriteJournal(self.num_examples)  # states share what observe did not write
+        self._journal = WriteJournal()  # states share what observe did not write
         #: epoch -> share of the examples skipped, for every epoch planned
         self.pruned_share_: dict[int, float] = {}
         self._frozen: tuple[int, np.ndarray] | None = None  # (epoch, losses its plan was drawn from)
