@@ -23,6 +23,7 @@ from numba import njit
 from batchsel.core.checks import check_int
 from batchsel.core.journal import WriteJournal, saved_parts, saved_values
 from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, uniform
+from batchsel.core.sorting import stable_argsort
 from batchsel.core.world import World
 from batchsel.selectors.feedback_checks import checked_losses
 from batchsel.selectors.online import OnlineSelector
@@ -162,10 +163,13 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         return float(self._pressure ** (1.0 - done))
 
     def _new_run(self, epoch: int, world: World) -> LossRankRun:
-        run = super()._new_run(epoch, world)
         # the shard's examples in index order: every batch scans their losses, read then in
         # memory order (fewer cache misses than the random split's order). Which examples
         # the shard holds is the random split's; ties are broken at random all the same (_pick)
+        if world.size == 1:  # one rank holds every example: no split, no permutation to draw
+            every = np.arange(self.num_examples, dtype=np.int64)
+            return self.run_type.start(epoch, world.rank, every, self.batch_size)  # type: ignore[return-value]
+        run = super()._new_run(epoch, world)
         run.shard = np.sort(run.shard)
         return run
 
@@ -301,7 +305,7 @@ def _draw_ranks_kernel(n, k, log_q, key):  # pragma: no cover - numba
                 clock[c] = clock[i]
                 c += 1
         cand, clock = cand[:c], clock[:c]
-    first = np.argsort(clock, kind="mergesort")[:m]
+    first = stable_argsort(clock)[:m]
     ranks[have:] = cand[first]
     return ranks
 
@@ -322,7 +326,7 @@ def _sort_shard(losses, pending, shard):  # pragma: no cover - numba
     cur = np.empty(n, np.float64)
     for p in range(n):
         cur[p] = _rank_value(losses, pending, shard[p])
-    sp = np.argsort(cur, kind="mergesort")
+    sp = stable_argsort(cur)
     return cur[sp], sp, cur
 
 
@@ -345,12 +349,12 @@ def _refresh(losses, pending, shard, sv, sp, cur):  # pragma: no cover - numba
     if d == 0:
         return
     if 8 * d > n:  # much changed: sort anew
-        sp[:] = np.argsort(cur, kind="mergesort")
+        sp[:] = stable_argsort(cur)
         for i in range(n):
             sv[i] = cur[sp[i]]
         return
     changed = changed[:d]  # ascending positions; sorted by value, stably
-    changed = changed[np.argsort(cur[changed], kind="mergesort")]
+    changed = changed[stable_argsort(cur[changed])]
     w = 0
     for i in range(n):  # drop the changed ones, keeping the order
         p = sp[i]

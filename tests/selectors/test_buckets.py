@@ -79,11 +79,13 @@ def test_resume_from_any_batch_gives_the_rest_of_the_plan():
         assert [b.tolist() for b in rest] == [b.tolist() for b in full[start:]]
 
 
+@pytest.mark.parametrize("kind", ["uniform", "skewed", "infinite", "equal"])
 @pytest.mark.parametrize("distinct", [1, 5, None])
-def test_order_by_cost_is_lexsorts_order_ties_and_all(distinct):
+def test_order_by_cost_is_lexsorts_order_ties_and_all(distinct, kind):
     # the epoch's sort (by cost, then by the epoch's random numbers, then by index) done
-    # as one sort and a counting pass: the same permutation as np.lexsort, whose order the
-    # golden plans were written with; rounded tiebreaks make equal pairs of both keys
+    # as a counting pass and a distribution sort per cost: the same permutation as
+    # np.lexsort, whose order the golden plans were written with; rounded tiebreaks make
+    # equal pairs of both keys
     from batchsel.selectors.buckets.kernels import order_by_cost
 
     rng = np.random.default_rng(7)
@@ -91,6 +93,12 @@ def test_order_by_cost_is_lexsorts_order_ties_and_all(distinct):
         n = int(rng.integers(1, 400))
         costs = rng.random(n) if distinct is None else rng.integers(0, distinct, n).astype(float)
         tiebreak = np.round(rng.random(n), int(rng.integers(1, 4)))
+        if kind == "skewed":  # crowded sub-ranges: sorted by argsort, not insertion
+            tiebreak = -(tiebreak**12)
+        elif kind == "infinite":  # no finite span: every group by argsort
+            tiebreak[rng.random(n) < 0.1] = np.inf
+        elif kind == "equal":
+            tiebreak[:] = 0.25
         group = np.unique(costs, return_inverse=True)[1]
         got = order_by_cost(group, int(group.max()) + 1, tiebreak)
         np.testing.assert_array_equal(got, np.lexsort((tiebreak, costs)))

@@ -72,10 +72,10 @@ def owned_costs_digest(owner: Any) -> str:
     return cached[1]
 
 
-def check_costs_digest(state: Any, key: str, costs: np.ndarray, owner: str) -> None:
-    """Refuse a state whose ``key`` records other costs than ``costs`` (its batches were
-    cut from other costs: resumed here, some examples would train twice in the epoch and
-    others never). A state without ``key`` (an older version's) is accepted.
+def check_costs_digest(state: Any, key: str, owner: Any) -> None:
+    """Refuse a state whose ``key`` records other costs than ``owner.costs`` (its batches
+    were cut from other costs: resumed here, some examples would train twice in the epoch
+    and others never). A state without ``key`` (an older version's) is accepted.
 
     Parameters
     ----------
@@ -83,21 +83,21 @@ def check_costs_digest(state: Any, key: str, costs: np.ndarray, owner: str) -> N
         The saved state.
     key : str
         Where ``state`` holds the digest.
-    costs : numpy.ndarray
-        The resuming selector's costs.
-    owner : str
-        The selector's name, for the message.
+    owner : object
+        The resuming selector (its ``costs``; their digest, :func:`owned_costs_digest`,
+        is computed once per selector).
     """
+    name = type(owner).__name__
     if not isinstance(state, dict):
-        raise TypeError(f"{owner} state must be a dict (what state_dict() returned), got {type(state).__name__}")
+        raise TypeError(f"{name} state must be a dict (what state_dict() returned), got {type(state).__name__}")
     saved = state.get(key)
     if saved is None:
         return
-    mine = costs_digest(costs)
+    mine = owned_costs_digest(owner)
     if str(saved) != mine:
         raise ValueError(
-            f"the {owner} state was saved with other costs (digest {saved}) than this selector's ({mine}, "
-            f"{len(costs)} examples): its batches would train some examples twice and others never; build the "
+            f"the {name} state was saved with other costs (digest {saved}) than this selector's ({mine}, "
+            f"{len(owner.costs)} examples): its batches would train some examples twice and others never; build the "
             f"selector from the costs of the saved run, or start the epoch afresh without loading the state"
         )
 
@@ -315,7 +315,7 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
             examples twice and others never). A state without the digest (an earlier
             version's) is accepted.
         """
-        check_costs_digest(state, COSTS_KEY, self.costs, type(self).__name__)
+        check_costs_digest(state, COSTS_KEY, self)
 
     def get_params(self) -> dict[str, Any]:
         return {
@@ -369,11 +369,12 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         batches: list[np.ndarray] = []
         for begin, end, count in zip(bounds[:-1], bounds[1:], counts):
             members = rng.permutation(order[begin:end])
-            batches += fill_bucket(members, self.costs, int(count), self.max_cost_, cap, self.packed)
+            top = self._sorted_costs[end - 1] if end > begin else None  # its largest cost: the last by cost
+            batches += fill_bucket(members, self.costs, int(count), self.max_cost_, cap, self.packed, top)
         batches = split_largest(batches, self._batches_per_rank(world.size) * world.size)
         longest = None if self.packed else batch_longest(batches, self.costs)
         if self.cost_model is None:
-            steps = deal_steps(batch_costs(batches, self.costs, self.packed), world.size, rng, longest)
+            steps = deal_steps(batch_costs(batches, self.costs, self.packed, longest), world.size, rng, longest)
         else:  # the model's cost is the one to match: it sorts alone
             steps = deal_steps(self._batch_costs(batches, longest), world.size, rng)
         per_rank = [[batches[i] for i in steps[:, r]] for r in range(world.size)]

@@ -7,6 +7,8 @@ Numpy in, numpy out; no selector state. ``costs`` are float64, ``>= 0``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -17,8 +19,10 @@ NUM_OFFSETS = 16
 
 def order_by_cost(cost_group: np.ndarray, groups: int, tiebreak: np.ndarray) -> np.ndarray:
     """``np.lexsort((tiebreak, costs))``: the examples by cost, equal costs by ``tiebreak``,
-    equal both by index; one sort of ``tiebreak`` and a counting pass over the cost
-    groups, where ``lexsort`` sorts twice (at ten million examples, a quarter of its time).
+    equal both by index. A stable counting pass deals the examples (and their tiebreaks)
+    to their cost groups; each group, small enough to stay in cache, is then sorted by a
+    distribution sort of its tiebreaks (expected linear for an epoch's uniform random
+    numbers), where a sort of all ``N`` numbers reads them at random, from memory.
 
     Parameters
     ----------
@@ -45,49 +49,95 @@ def order_by_cost(cost_group: np.ndarray, groups: int, tiebreak: np.ndarray) -> 
     group = np.asarray(cost_group)
     if group.dtype not in (np.int32, np.int64):
         group = group.astype(np.int64)
-    return _order_by_group(np.argsort(tiebreak), group, int(groups), np.asarray(tiebreak, np.float64))
+    tiebreak = np.asarray(tiebreak, np.float64)
+    if tiebreak.size == 0:
+        return np.zeros(0, np.int64)
+    low, high = float(tiebreak.min()), float(tiebreak.max())
+    span = high - low if math.isfinite(high - low) else 0.0  # 0: every group sorted by a stable argsort
+    return _order_by_group(group, int(groups), tiebreak, low, span)
+
+
+#: a distribution sort's sub-range sorted by insertion up to this many entries, else by a
+#: stable argsort (tiebreaks far from uniform crowd some sub-ranges)
+_INSERTION_MOST = 32
 
 
 @njit(cache=True, nogil=True)
-def _order_by_group(by_tiebreak, group, groups, tiebreak):  # pragma: no cover - numba
-    n = by_tiebreak.size
-    out = np.empty(n, np.int64)
-    if not _scatter_by_group(by_tiebreak, group, groups, tiebreak, out):
-        return out
-    i = 1  # rare (two equal random numbers): equal tiebreaks in index order, as lexsort's stable sort
-    while i < n:
-        if tiebreak[by_tiebreak[i]] == tiebreak[by_tiebreak[i - 1]]:
-            j = i - 1
-            while i < n and tiebreak[by_tiebreak[i]] == tiebreak[by_tiebreak[j]]:
-                i += 1
-            by_tiebreak[j:i] = np.sort(by_tiebreak[j:i])
-        else:
-            i += 1
-    _scatter_by_group(by_tiebreak, group, groups, tiebreak, out)
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _scatter_by_group(by_tiebreak, group, groups, tiebreak, out):  # pragma: no cover - numba
-    """A stable counting sort of ``by_tiebreak`` by cost group into ``out``; whether two
-    neighbours in it have equal tiebreaks (read in the same pass: the reads are random)."""
-    n = by_tiebreak.size
+def _order_by_group(group, groups, tiebreak, low, span):  # pragma: no cover - numba
+    n = group.size
     start = np.zeros(groups + 1, np.int64)
     for p in range(n):
         start[group[p] + 1] += 1
     for g in range(groups):
         start[g + 1] += start[g]
-    ties = False
-    previous = np.nan
-    for i in range(n):
-        p = by_tiebreak[i]
-        value = tiebreak[p]
-        ties |= value == previous
-        previous = value
+    at = start[:-1].copy()
+    by_group = np.empty(n, np.int64)  # the examples in group order, each group in index order
+    values = np.empty(n, np.float64)  # their tiebreaks, in the same order
+    for p in range(n):
         g = group[p]
-        out[start[g]] = p
-        start[g] += 1
-    return ties
+        i = at[g]
+        by_group[i] = p
+        values[i] = tiebreak[p]
+        at[g] = i + 1
+    largest = 0
+    for g in range(groups):
+        largest = max(largest, start[g + 1] - start[g])
+    fill = np.empty(largest + 1, np.int64)
+    local = np.empty(largest, np.int64)
+    out = np.empty(n, np.int64)
+    for g in range(groups):
+        first = start[g]
+        m = start[g + 1] - first
+        if m == 0:
+            continue
+        part = values[first : first + m]
+        if span > 0.0:
+            _distribution_sort(part, low, m / span, fill, local)
+        else:
+            local[:m] = np.argsort(part, kind="mergesort")
+        for i in range(m):
+            out[first + i] = by_group[first + local[i]]
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sub_range(value, low, scale, m):  # pragma: no cover - numba
+    """The sub-range of ``value``: ``(value - low) * scale`` rounded down, at most ``m - 1``
+    (monotone in ``value``: a larger value never falls in an earlier sub-range)."""
+    j = int((value - low) * scale)
+    return m - 1 if j >= m else j
+
+
+@njit(cache=True, nogil=True)
+def _distribution_sort(part, low, scale, fill, local):  # pragma: no cover - numba
+    """``local[:m]`` = the stable argsort of ``part`` (``m`` values), through ``m``
+    sub-ranges of ``[low, low + m / scale]``, each sorted stably."""
+    m = part.size
+    fill[: m + 1] = 0
+    for i in range(m):
+        fill[_sub_range(part[i], low, scale, m) + 1] += 1
+    for j in range(m):
+        fill[j + 1] += fill[j]
+    for i in range(m):  # in index order: equal values keep it
+        j = _sub_range(part[i], low, scale, m)
+        local[fill[j]] = i
+        fill[j] += 1
+    begin = 0
+    for j in range(m):  # fill[j] is now where sub-range j ends
+        end = fill[j]
+        if end - begin > _INSERTION_MOST:
+            members = local[begin:end].copy()
+            local[begin:end] = members[np.argsort(part[members], kind="mergesort")]
+        else:
+            for i in range(begin + 1, end):
+                x = local[i]
+                v = part[x]
+                k = i - 1
+                while k >= begin and part[local[k]] > v:  # strictly: equal values keep their order
+                    local[k + 1] = local[k]
+                    k -= 1
+                local[k + 1] = x
+        begin = end
 
 
 def bucket_starts(sorted_costs: np.ndarray, width: float, offset: float) -> np.ndarray:
@@ -223,7 +273,13 @@ def equal_run_size(top: np.ndarray | float, max_cost: float, max_examples: int) 
 
 
 def fill_bucket(
-    members: np.ndarray, costs: np.ndarray, count: int, max_cost: float, max_examples: int, packed: bool
+    members: np.ndarray,
+    costs: np.ndarray,
+    count: int,
+    max_cost: float,
+    max_examples: int,
+    packed: bool,
+    top: float | None = None,
 ) -> list[np.ndarray]:
     """Cut one bucket's examples, in their (shuffled) order, into ``count`` batches.
 
@@ -247,6 +303,8 @@ def fill_bucket(
         The most examples a batch holds.
     packed : bool
         Packed cost instead of padded cost.
+    top : float or None, default None
+        The members' largest cost where the caller knows it (else read from ``costs``).
 
     Returns
     -------
@@ -258,12 +316,13 @@ def fill_bucket(
     >>> [b.tolist() for b in fill_bucket(np.arange(5), np.ones(5), 2, 3.0, 10, packed=False)]
     [[0, 1, 2], [3, 4]]
     """
-    c = costs[members]
-    if not packed or -(-len(members) // count) <= equal_run_size(c.max(), max_cost, max_examples):
+    if top is None:
+        top = float(costs[members].max())
+    if not packed or -(-len(members) // count) <= equal_run_size(top, max_cost, max_examples):
         return np.array_split(members, count)
     starts = [0]
     total = 0.0
-    for i, cost in enumerate(c.tolist()):
+    for i, cost in enumerate(costs[members].tolist()):
         if i > starts[-1] and (total + cost > max_cost or i - starts[-1] >= max_examples):
             starts.append(i)
             total = 0.0
@@ -313,7 +372,9 @@ def split_largest(batches: list[np.ndarray], count: int) -> list[np.ndarray]:
     return batches
 
 
-def batch_costs(batches: list[np.ndarray], costs: np.ndarray, packed: bool) -> np.ndarray:
+def batch_costs(
+    batches: list[np.ndarray], costs: np.ndarray, packed: bool, longest: np.ndarray | None = None
+) -> np.ndarray:
     """Each batch's cost: ``len(b) * max(costs[b])`` padded, ``sum(costs[b])`` packed.
 
     Parameters
@@ -324,6 +385,9 @@ def batch_costs(batches: list[np.ndarray], costs: np.ndarray, packed: bool) -> n
         Every example's cost.
     packed : bool
         Packed cost instead of padded cost.
+    longest : numpy.ndarray or None, default None
+        Padded cost: each batch's largest cost where the caller has it
+        (:func:`batch_longest`), else read from ``costs``.
 
     Returns
     -------
@@ -339,7 +403,9 @@ def batch_costs(batches: list[np.ndarray], costs: np.ndarray, packed: bool) -> n
         return np.zeros(0)
     if packed:
         return _per_batch(np.add, batches, costs)
-    return np.array([len(b) for b in batches]) * _per_batch(np.maximum, batches, costs)
+    if longest is None:
+        longest = _per_batch(np.maximum, batches, costs)
+    return np.array([len(b) for b in batches]) * longest
 
 
 def batch_longest(batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:

@@ -272,7 +272,7 @@ class StepBalancedSelector(Selector):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the selector's state, once the costs are checked to be the saved run's."""
-        check_costs_digest(state, STEP_COSTS_KEY, self.costs, type(self).__name__)
+        check_costs_digest(state, STEP_COSTS_KEY, self)
         self.selector.load_state_dict({k: v for k, v in state.items() if k != STEP_COSTS_KEY})
 
     def __repr__(self) -> str:

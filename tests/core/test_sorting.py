@@ -1,0 +1,30 @@
+"""The radix argsort equals numpy's stable argsort on every kind of float64 input."""
+
+import numpy as np
+import pytest
+
+from batchsel.core.sorting import stable_argsort
+
+
+def _cases(rng, n):
+    yield rng.random(n)  # one exponent range: the high bytes' passes skipped
+    yield -rng.lognormal(0, 3, n)  # negatives over many exponents
+    yield np.round(rng.normal(size=n), 1)  # many ties: index order among them
+    special = rng.choice([0.0, -0.0, np.inf, -np.inf, 5e-324, -5e-324, 1.0, -1.0], n)
+    yield special  # signed zeros equal, infinities at the ends, subnormals
+    yield np.full(n, 3.5)  # every pass skipped
+
+
+@pytest.mark.parametrize("n", [1, 7, 2047, 2048, 5000, 100_003])
+def test_equals_numpys_stable_argsort(n):
+    rng = np.random.default_rng(n)
+    for values in _cases(rng, n):
+        np.testing.assert_array_equal(stable_argsort(values), np.argsort(values, kind="stable"))
+
+
+def test_a_pass_that_moves_keys_is_not_skipped():
+    # two values differing in one low byte only: the pass on that byte must run
+    a = np.float64(1.0)
+    b = np.frombuffer((a.view(np.uint64) + np.uint64(1)).tobytes(), np.float64)[0]
+    values = np.array([b, a] * 2000)
+    np.testing.assert_array_equal(stable_argsort(values), np.argsort(values, kind="stable"))
