@@ -93,6 +93,23 @@ class WriteJournal:
         if self._count > _IDLE_FACTOR * self.limit:  # no state for long: stop, the next copies whole
             self.rewrote_all()
 
+    def filled(self, arrays: dict[str, np.ndarray]) -> None:
+        """Record that each of ``arrays`` holds one value throughout (just built, as by
+        ``np.full``): the states share that value, broadcast read-only, as their base until
+        the first new base, so a fresh part's state copies nothing.
+
+        Parameters
+        ----------
+        arrays : dict of str to numpy.ndarray
+            The live arrays by name, each filled with one value.
+        """
+        self._bases = {
+            name: (live, np.broadcast_to(live[:1].copy(), live.shape) if live.size else live.copy())
+            for name, live in arrays.items()
+        }
+        self._written, self._count, self._known = [], 0, True
+        self._spares, self._spare_lacks = {}, None
+
     def rewrote_all(self) -> None:
         """Record that any entry may have changed (a load, a reset): the next state takes
         a whole new base."""
@@ -161,6 +178,7 @@ class WriteJournal:
         if (
             _REFCOUNTS_EXACT
             and name in spares
+            and spares[name].flags.writeable  # (a filled base is a read-only broadcast)
             and spares[name].shape == live.shape
             and spares[name].dtype == live.dtype
             and sys.getrefcount(spares[name]) <= 2  # the dict's reference and the call's: no state's tensor

@@ -75,7 +75,9 @@ def to_portable(obj: Any, *, copy: bool = True) -> Any:
     """Make a state dict loadable by ``torch.load(weights_only=True)``.
 
     numpy arrays -> torch tensors (copies), numpy scalars -> Python scalars, recursively
-    through dicts, lists and tuples.
+    through dicts, lists and tuples. A 1-D array of one value repeated (stride 0, a
+    broadcast) becomes a tensor of that one value expanded: saved, it takes one value's
+    room.
 
     Parameters
     ----------
@@ -108,6 +110,8 @@ def to_portable(obj: Any, *, copy: bool = True) -> Any:
     if isinstance(obj, np.ndarray) and obj.dtype != object:
         import torch
 
+        if obj.ndim == 1 and obj.size > 1 and obj.strides[0] == 0:  # one value repeated: saved once
+            return torch.from_numpy(np.array(obj[:1])).expand(obj.shape[0])
         return torch.from_numpy(np.array(obj, copy=True) if copy or not obj.flags.writeable else obj)
     if isinstance(obj, np.generic):
         return obj.item()

@@ -243,6 +243,7 @@ class AutoSelector(LossRankSelector):
         self.threshold_: float | None = math.log(classes) if classes and classes > 1 else None
         self.fitted_below_: float | None = None if self.threshold_ is None else self.threshold_ / 2
         self.raw_losses_ = np.full(self.num_examples, np.inf)  # the losses as observed (+inf: unseen)
+        self._journal.filled(self._journaled())  # with the raw losses
         self._mode = "warm-up"
         self._pressure_now = 1.0
         self._started = False

@@ -120,6 +120,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         # what the two arrays' entries a state shares with the last (a state every step
         # costs the batches written since, not N); every write below records its positions
         self._journal = WriteJournal()
+        self._journal.filled({"losses": self.losses_, "pending": self._pending})  # (a subclass adds its own)
 
     @property
     def pressure(self) -> float:

@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+# isort: split
+from common import same_state  # in tests/mp_scripts
+
 import batchsel
 from batchsel import SelectionBatchSampler
 from batchsel.loop.sampler.weighted import WeightedBatch
@@ -327,7 +330,7 @@ def test_a_state_of_another_run_is_refused_and_nothing_loads(other, match):
         before = sampler.state_dict()
         with pytest.raises(ValueError, match=match):
             sampler.load_state_dict(state)
-        assert _same(sampler.state_dict(), before) and sampler.epoch == 2
+        assert same_state(sampler.state_dict(), before) and sampler.epoch == 2
 
 
 def test_truncated_and_foreign_states_are_refused_and_nothing_loads():
@@ -339,22 +342,12 @@ def test_truncated_and_foreign_states_are_refused_and_nothing_loads():
     for bad, match in ((broken, "lacks"), ({"weights": 1}, "version"), ([1, 2], "dict")):
         with pytest.raises(ValueError, match=match):
             sampler.load_state_dict(bad)
-        assert _same(sampler.state_dict(), before)
+        assert same_state(sampler.state_dict(), before)
     # a rank entry that is not its rank's
     swapped = {**state, "ranks": [state["ranks"][1], state["ranks"][0]]}
     with pytest.raises(ValueError, match="rank 0 entry is rank 1"):
         sampler.load_state_dict(swapped)
-    assert _same(sampler.state_dict(), before)
-
-
-def _same(a, b):
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    return a == b
+    assert same_state(sampler.state_dict(), before)
 
 
 def _mpi():

@@ -1,5 +1,5 @@
 """Helpers shared by the multi-process test scripts (and tests/loop/test_sampler.py): a tiny
-online selector and a launcher for torch.multiprocessing + gloo."""
+online selector, a launcher for torch.multiprocessing + gloo, and a comparison of states."""
 
 from __future__ import annotations
 
@@ -61,6 +61,30 @@ class TinyOnline(Selector, online=True, uses_feedback=True):
         self.scores = np.array(state["scores"], dtype=np.float64)
         self.observed = np.array(state["observed"], dtype=np.int64)
         self._used = None if state["used"] is None else np.array(state["used"], dtype=bool)
+
+
+def same_state(a, b) -> bool:
+    """Whether two saved states hold the same values: dicts, lists and tensors compared
+    entry by entry, an array a journal saved as a shared base and the entries written since
+    (``{"base", "at", "values"}``) by the values they put together, whatever its base."""
+    import torch
+
+    from batchsel.core.journal import JOURNALED_KEYS, saved_values
+
+    if all(isinstance(x, dict) and x.keys() == JOURNALED_KEYS for x in (a, b)):
+        dtype = np.asarray(a["base"]).dtype
+        return np.array_equal(saved_values(a, None, dtype), saved_values(b, None, dtype), equal_nan=dtype.kind == "f")
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same_state(u, v) for u, v in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return (
+            isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and np.array_equal(a.numpy(), b.numpy(), equal_nan=a.is_floating_point())
+        )
+    return a == b
 
 
 def fake_loss(indices: np.ndarray, epoch: int) -> np.ndarray:

@@ -20,6 +20,9 @@ import scipy.sparse as sp
 import torch
 from paths import MP_SCRIPTS
 
+# isort: split
+from common import same_state  # in tests/mp_scripts
+
 import batchsel
 from batchsel import cli
 
@@ -498,20 +501,6 @@ def _classes_with_state_dict() -> set[str]:
     return {n for n, c in found.items() if not any(o is not c and issubclass(o, c) for o in found.values())}
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        return (
-            isinstance(b, torch.Tensor)
-            and a.dtype == b.dtype
-            and np.array_equal(a.numpy(), b.numpy(), equal_nan=a.is_floating_point())
-        )
-    return a == b
-
-
 def test_every_class_with_a_state_dict_is_tested_here():
     # the leaves must all be here; a concrete class with a subclass (LossRankSelector) may be too
     assert _classes_with_state_dict() <= set(_stateful())
@@ -529,7 +518,7 @@ def test_state_dict_loads_with_weights_only_and_restores(name):
     loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     fresh = build() if name != "SieveStreaming" else batchsel.SieveStreaming("facility-location", 5)
     fresh.load_state_dict(loaded)
-    assert _same(fresh.state_dict(), state)
+    assert same_state(fresh.state_dict(), state)
 
 
 # -- earlier rounds: interrupted writes and a dead rank ------------------------------------

@@ -621,3 +621,29 @@ def test_coverage_centric_selection_does_not_pass_over_every_stratum():
     finally:
         tracemalloc.stop()
     assert len(picked) == 50 and peak < 2_000_000  # (one empty array per stratum: ~100 MB)
+
+
+def test_a_state_carries_its_epochs_examples_and_refuses_them_broken():
+    # the planned epoch's examples travel in the state (a resume cuts them, it does not sort
+    # the losses anew): a selector with other losses resumes the saved epoch's plan; a state
+    # whose examples repeat one, miss some or leave the range is refused, nothing loaded
+    sel = observed(n=101, epochs=8)
+    plan = sel.plan(epoch=2, world_size=2)
+    state = sel.state_dict()
+    other = observed(n=101, epochs=8, seed=5)
+    other.load_state_dict(state)
+    assert other.plan(epoch=2, world_size=2).fingerprint() == plan.fingerprint()
+    kept = state["frozen_kept"]
+    broken = {
+        "a repeat": torch.cat([kept[:1], kept[:-1]]),
+        "one missing": kept[:-1],
+        "out of range": torch.where(kept == kept.max(), 101, kept),
+    }
+    for name, examples in broken.items():
+        fresh = observed(n=101, epochs=8, seed=5)
+        before = fresh.state_dict()
+        with pytest.raises(ValueError, match="examples"):
+            fresh.load_state_dict({**state, "frozen_kept": examples})
+        after = fresh.state_dict()
+        assert torch.equal(after["frozen_kept"], before["frozen_kept"]), name
+        np.testing.assert_array_equal(fresh.losses_, observed(n=101, epochs=8, seed=5).losses_)

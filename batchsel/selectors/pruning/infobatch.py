@@ -10,6 +10,7 @@ import numpy as np
 
 from batchsel.core.checks import check_indices, check_int, check_labels, check_number, check_rows
 from batchsel.core.journal import WriteJournal, saved_parts, saved_values
+from batchsel.core.sorting import stable_argsort
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.epoch_feedback import EpochFeedbackSelector
@@ -190,9 +191,12 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
         #: the latest loss observed of every example (inf: never observed)
         self.losses_ = np.full(self.num_examples, np.inf)
         self._journal = WriteJournal()  # states share what observe did not write
+        self._journal.filled({"losses": self.losses_})
         #: epoch -> share of the examples skipped, for every epoch planned
         self.pruned_share_: dict[int, float] = {}
-        self._frozen: tuple[int, np.ndarray] | None = None  # (epoch, losses its plan was drawn from)
+        # (epoch, its examples over all ranks in order, their weights): drawn once, when the
+        # epoch is first planned; a resume reads them back instead of sorting the losses anew
+        self._frozen: tuple[int, np.ndarray, np.ndarray] | None = None
 
     # -- the schedule -----------------------------------------------------------------
     def prunes(self, epoch: int) -> bool:
@@ -230,7 +234,7 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
         if self.prunes(epoch):
             # by group, then loss, ties by index (both sorts stable): each group's lowest
             # half sits in the fixed learnt slots
-            order = np.argsort(losses, kind="stable")
+            order = stable_argsort(losses)  # (by radix: numpy's stable order, faster at millions)
             if self.labels is not None:
                 order = order[np.argsort(self._group[order], kind="stable")]
             learnt = order[self._learnt_slots]
@@ -247,30 +251,75 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
 
     def _plan(self, epoch: int, world: World) -> EpochPlan:
         if self._frozen is None or self._frozen[0] != epoch:
-            self._frozen = (epoch, self.losses_.copy())
-        keep, weights = self._kept(epoch, self._frozen[1])
+            keep, weights = self._kept(epoch, self.losses_)
+            # every rank and every replan of the epoch (a resume's, another world's) cuts
+            # the same examples; int32 halves what a state carries
+            self._frozen = (epoch, keep.astype(self._index_dtype), weights)
+        _, keep, weights = self._frozen
         self.pruned_share_[epoch] = 1.0 - len(keep) / self.num_examples
         return self._epoch_plan(keep, weights, epoch, world, "infobatch")
 
+    @property
+    def _index_dtype(self) -> type:
+        return np.int32 if self.num_examples < 2**31 else np.int64
+
     # -- resume -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The losses observed and the ones the latest planned epoch was drawn from."""
-        epoch, frozen = self._frozen if self._frozen is not None else (-1, np.empty(0))
-        # the losses as a shared base and the batches observed since; the frozen ones are
-        # never written (a new epoch replaces them): a state every step copies neither
+        """The losses observed, and the latest planned epoch's examples and weights."""
+        if self._frozen is None:
+            epoch, kept, weights = -1, np.empty(0, self._index_dtype), np.empty(0, np.float32)
+        else:
+            epoch, kept, weights = self._frozen
+        # the losses as a shared base and the batches observed since; the epoch's examples
+        # are never written (a new epoch replaces them): a state every step copies neither
         losses = self._journal.state({"losses": self.losses_})["losses"]
-        return self._portable_state({"losses": losses, "frozen_epoch": int(epoch), "frozen_losses": frozen}, copy=False)
+        fields = {"losses": losses, "frozen_epoch": int(epoch), "frozen_kept": kept, "frozen_weights": weights}
+        return self._portable_state(fields, copy=False)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        state = self._loaded_state(state, {"losses", "frozen_epoch", "frozen_losses"})
+        # 0.1.0's states hold the losses the epoch was drawn from instead of its examples
+        drawn_from_losses = isinstance(state, dict) and "frozen_losses" in state
+        frozen_keys = {"frozen_losses"} if drawn_from_losses else {"frozen_kept", "frozen_weights"}
+        state = self._loaded_state(state, {"losses", "frozen_epoch", *frozen_keys})
         losses = saved_parts(state["losses"], np.float64)[0]
         if losses.shape != (self.num_examples,):
             raise ValueError(f"state holds {losses.shape} losses, expected ({self.num_examples},)")
+        epoch = int(state["frozen_epoch"])
+        frozen = None
+        if epoch >= 0 and drawn_from_losses:
+            drawn = np.asarray(state["frozen_losses"], dtype=np.float64)
+            if drawn.shape != (self.num_examples,):
+                raise ValueError(f"state holds {drawn.shape} losses of its epoch, expected ({self.num_examples},)")
+            kept, weights = self._kept(epoch, np.ascontiguousarray(drawn))
+            frozen = (epoch, kept.astype(self._index_dtype), weights)
+        elif epoch >= 0:
+            frozen = (epoch, *self._checked_kept(epoch, state["frozen_kept"], state["frozen_weights"]))
         self.losses_ = saved_values(state["losses"], self.losses_, np.float64)
         self._journal.rewrote_all()
-        epoch = int(state["frozen_epoch"])
-        self._frozen = None if epoch < 0 else (epoch, np.asarray(state["frozen_losses"], dtype=np.float64).copy())
+        self._frozen = frozen
         self._restore_pruned_shares(state)
+
+    def _checked_kept(self, epoch: int, kept: Any, weights: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A state's examples of ``epoch`` and their weights, as this selector's arrays,
+        once checked: as many as the epoch trains, each example at most once."""
+        kept = np.asarray(kept)
+        weights = np.asarray(weights, dtype=np.float32)
+        if kept.ndim != 1 or not np.issubdtype(kept.dtype, np.integer) or weights.shape != kept.shape:
+            raise ValueError(
+                f"state holds the epoch's examples as {kept.dtype} {kept.shape} with weights {weights.shape}: "
+                f"expected as many int examples as weights"
+            )
+        if len(kept) != self.epoch_size(epoch):
+            raise ValueError(
+                f"state holds {len(kept)} examples of epoch {epoch}, which trains {self.epoch_size(epoch)}"
+            )
+        seen = np.zeros(self.num_examples, np.bool_)
+        if len(kept) and (int(kept.min()) < 0 or int(kept.max()) >= self.num_examples):
+            raise ValueError(f"state holds examples of epoch {epoch} outside 0..{self.num_examples - 1}")
+        seen[kept] = True
+        if int(np.count_nonzero(seen)) != len(kept):
+            raise ValueError(f"state holds examples of epoch {epoch} more than once")
+        return np.array(kept, dtype=self._index_dtype), np.array(weights)  # copies: the caller keeps the state's
 
 
 __all__ = ["InfoBatchSelector", "ANNEAL_RULES"]
