@@ -51,7 +51,10 @@ class AutoRun(LossRankRun):
     used : numpy.ndarray or None, default None
         Per example: drawn this epoch (rebuilt from ``drawn`` after a restore).
     shuffled : numpy.ndarray or None, default None
-        The shard in the epoch's shuffle (random's order for this rank).
+        The shard in the epoch's shuffle (random's order for this rank), drawn when a
+        random batch first reads it (:meth:`AutoSelector._shuffle`).
+    world : World or None, default None
+        The run's rank and world size (what its shuffle is drawn for).
     cursor : int, default 0
         How far the random batches have read ``shuffled``.
     in_order : int, default 0
@@ -63,6 +66,7 @@ class AutoRun(LossRankRun):
 
     used: np.ndarray | None = None
     shuffled: np.ndarray | None = None
+    world: World | None = None
     cursor: int = 0
     in_order: int = 0
 
@@ -92,8 +96,9 @@ def _cut_of(threshold: float) -> float:
 
 
 def _shuffled_batch(run: AutoRun, size: int) -> np.ndarray:
-    """The next ``size`` examples of the run's shuffle that no batch of the epoch drew
-    yet, so random batches are a shuffle's: each example once an epoch."""
+    """The next ``size`` examples of the run's shuffle (drawn) that no batch of the epoch
+    drew yet, so random batches are a shuffle's: each example once an epoch."""
+    assert run.shuffled is not None  # AutoSelector._shuffle drew it
     taken: list[np.ndarray] = []
     while size > 0:
         if run.cursor >= len(run.shuffled):  # pressured batches drew the rest (or a cut): a new pass
@@ -115,6 +120,7 @@ def _shuffled_batch(run: AutoRun, size: int) -> np.ndarray:
 def _rest_of_shuffle(run: AutoRun, sizes: np.ndarray) -> list[np.ndarray]:
     """Batches of ``sizes`` from the examples of the run's shuffle that no batch drew yet,
     in one pass: :func:`_shuffled_batch`'s batches, one after the other."""
+    assert run.shuffled is not None  # AutoSelector._shuffle drew it
     need = int(np.sum(sizes))
     rest = run.shuffled[run.cursor :]
     unused = np.flatnonzero(~run.used[rest])
@@ -374,8 +380,9 @@ class AutoSelector(LossRankSelector):
             self._kept = self._kept_after_fallback()
             for run in self._runs.values():  # the epoch in progress goes on without the cut
                 assert isinstance(run, AutoRun)  # run_type
-                if self._kept is not None and run.shuffled is not None:
+                if self._kept is not None and run.shuffled is not None:  # (one not drawn yet is cut when drawn)
                     run.shuffled = run.shuffled[self._kept[run.shuffled]]
+                if self._kept is not None:
                     run.cursor, run.in_order = 0, -1  # ``used`` says what the epoch drew; the cursor saves a scan
             # WARNING: the run gives up loss-rank for good, a user should see it without
             # configuring logging; it happens once (the mode never leaves "noisy")
@@ -431,6 +438,7 @@ class AutoSelector(LossRankSelector):
         # so each later batch of the epoch is handed out as a planned one is
         t = len(run.drawn)
         self._ensure_used(run)
+        self._shuffle(run)
         run.drawn.extend(_rest_of_shuffle(run, run.sizes[t:]))
         return run.drawn[t]
 
@@ -449,9 +457,10 @@ class AutoSelector(LossRankSelector):
             mark(run.used, batch)
             return batch
         size = int(run.sizes[t])  # random's size too: B but the epoch's last, which holds the rest
-        if run.used is None and run.in_order == t and run.cursor + size <= len(run.shuffled):
+        shuffled = self._shuffle(run)
+        if run.used is None and run.in_order == t and run.cursor + size <= len(shuffled):
             # only the shuffle's batches so far, in order: the next is its next slice
-            batch = run.shuffled[run.cursor : run.cursor + size].copy()
+            batch = shuffled[run.cursor : run.cursor + size].copy()
             run.cursor += size
             run.in_order += 1
         else:
@@ -464,13 +473,22 @@ class AutoSelector(LossRankSelector):
     def _new_run(self, epoch: int, world: World) -> AutoRun:
         run = super()._new_run(epoch, world)
         assert isinstance(run, AutoRun)  # run_type
-        # loss-rank sorts the shard by index; the random batches read it in the epoch's own
-        # shuffle, the order RandomSelector (DistributedSampler) batches it: while no batch of
-        # the epoch is pressured, they are random's batches
-        run.shuffled = self._rank_shards(epoch, world)[world.rank]
-        if self._kept is not None:
-            run.shuffled = run.shuffled[self._kept[run.shuffled]]
+        run.world = world
         return run
+
+    def _shuffle(self, run: AutoRun) -> np.ndarray:
+        """The run's shard in the epoch's shuffle, drawn the first time a random batch reads
+        it (a run of pressured batches, as a resume in the select mode, never draws it).
+
+        Loss rank sorts the shard by index; the random batches read it in the epoch's own
+        shuffle, the order RandomSelector (DistributedSampler) batches it: while no batch of
+        the epoch is pressured, they are random's batches. After the fallback, the examples
+        it cut are left out."""
+        if run.shuffled is None:
+            assert run.world is not None  # _new_run's
+            shuffled = self._rank_shards(run.epoch, run.world)[run.world.rank]
+            run.shuffled = shuffled if self._kept is None else shuffled[self._kept[shuffled]]
+        return run.shuffled
 
     # -- state ------------------------------------------------------------------------
     def _journaled(self) -> dict[str, np.ndarray]:

@@ -266,6 +266,8 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
     # -- resume -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The losses observed, and the latest planned epoch's examples and weights."""
+        kept: np.ndarray
+        weights: np.ndarray
         if self._frozen is None:
             epoch, kept, weights = -1, np.empty(0, self._index_dtype), np.empty(0, np.float32)
         else:
@@ -285,7 +287,7 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
         if losses.shape != (self.num_examples,):
             raise ValueError(f"state holds {losses.shape} losses, expected ({self.num_examples},)")
         epoch = int(state["frozen_epoch"])
-        frozen = None
+        frozen: tuple[int, np.ndarray, np.ndarray] | None = None
         if epoch >= 0 and drawn_from_losses:
             drawn = np.asarray(state["frozen_losses"], dtype=np.float64)
             if drawn.shape != (self.num_examples,):
