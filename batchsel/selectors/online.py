@@ -210,8 +210,10 @@ class OnlineSelector(
         self._runs = {key: run for key, run in self._runs.items() if key[1] == world.size}
         run = self._new_run(epoch, world)
         if start:
-            used = np.isin(run.shard, np.asarray(drawn, dtype=np.int64))
-            run.order = np.concatenate([np.flatnonzero(~used), np.flatnonzero(used)]).astype(np.int64)
+            trained = np.zeros(self.num_examples, np.bool_)  # (a mask: np.isin sorts both)
+            trained[np.asarray(drawn, dtype=np.int64)] = True
+            used = trained[run.shard]
+            run.order = np.concatenate([np.flatnonzero(~used), np.flatnonzero(used)]).astype(np.int64, copy=False)
             run.m = int((~used).sum())
             # batch 0 holds the shard's examples trained, the others none: their numbers key the draws to come
             run.drawn = [run.shard[used]] + [np.empty(0, np.int64) for _ in range(start - 1)]
