@@ -113,14 +113,19 @@ def even_split(indices: np.ndarray, world_size: int, drop_last: bool) -> list[np
     [[0, 2, 4], [1, 3, 0]]
     """
     n = len(indices)
-    if drop_last:
+    total = -(-n // world_size) * world_size
+    if drop_last or total == n:
         indices = indices[: (n // world_size) * world_size]
-    else:
-        total = -(-n // world_size) * world_size
-        if total > n:  # the wrap: the first total - n (np.resize would copy all of them first)
-            wrap = indices[: total - n] if total - n <= n else np.resize(indices, total - n)
-            indices = np.concatenate([indices, wrap])
-    return [indices[r::world_size] for r in range(world_size)]
+        return [indices[r::world_size] for r in range(world_size)]
+    # the wrap: the first total - n (np.resize would copy all of them first), appended to
+    # the shards whose positions pass n; the others stay views (no copy of all N)
+    wrap = indices[: total - n] if total - n <= n else np.resize(indices, total - n)
+    shards = []
+    for r in range(world_size):
+        head = indices[r::world_size]
+        tail = wrap[r + world_size * len(head) - n :: world_size]  # rank r's first position past n on
+        shards.append(np.concatenate([head, tail]) if len(tail) else head)
+    return shards
 
 
 def shard_length(num_examples: int, world_size: int, drop_last: bool) -> int:

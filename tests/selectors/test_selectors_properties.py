@@ -15,7 +15,7 @@ from batchsel import (
     RandomSelector,
     SubmodularSelector,
 )
-from batchsel.selectors.sharding import batch_sizes
+from batchsel.selectors.sharding import batch_sizes, even_split
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
@@ -188,3 +188,18 @@ def test_iter_batches_start_yields_the_tail(start):
         tail = list(make().iter_batches(2, 1, 2, start=start))
         assert len(tail) == len(full) - start
         assert all(np.array_equal(p, q) for p, q in zip(full[start:], tail))
+
+
+@given(st.integers(0, 40), st.integers(1, 9), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_even_split_is_distributed_samplers_split(n, world_size, drop_last):
+    # DistributedSampler: pad by repeating from the start (cyclically when the padding is
+    # longer than the epoch) or drop the tail, then rank r takes every world_size-th from r
+    indices = np.arange(100, 100 + n)
+    total = -(-n // world_size) * world_size
+    if drop_last:
+        padded = indices[: (n // world_size) * world_size]
+    else:
+        padded = np.concatenate([indices, np.resize(indices, total - n)]) if n else indices
+    shards = even_split(indices, world_size, drop_last)
+    assert [s.tolist() for s in shards] == [padded[r::world_size].tolist() for r in range(world_size)]
