@@ -41,6 +41,10 @@ class EpochPlan:
     epoch, seed, method : int, int, str, default 0, 0, ""
         Provenance, stored in the file header. They are not part of :meth:`fingerprint`,
         which identifies the batches themselves.
+    copy : bool, default True
+        Copy the int64 index arrays given. False: the plan keeps them (a selector's fresh
+        arrays that nothing writes into afterwards: an epoch of millions of examples skips
+        a copy of every batch).
 
     Raises
     ------
@@ -66,10 +70,11 @@ class EpochPlan:
         epoch: int = 0,
         seed: int = 0,
         method: str = "",
+        copy: bool = True,
     ) -> None:
         if len(batches) == 0:
             raise ValueError("a plan needs at least one rank")
-        self._batches = [[_as_indices(b, r, i) for i, b in enumerate(rank)] for r, rank in enumerate(batches)]
+        self._batches = [[_as_indices(b, r, i, copy) for i, b in enumerate(rank)] for r, rank in enumerate(batches)]
         counts = {len(rank) for rank in self._batches}
         if len(counts) != 1:
             raise ValueError(f"every rank must have the same number of batches, got {[len(r) for r in self._batches]}")
@@ -326,12 +331,13 @@ class EpochPlan:
         raise ValueError(f"{os.fspath(path)!r} has no epoch {epoch} (it has {[p.epoch for p in plans]})")
 
 
-def _as_indices(batch: Any, rank: int, i: int) -> np.ndarray:
-    """A batch as a 1-D int64 array. Floats are accepted only when integral, booleans
-    never: ``np.asarray(..., dtype=int64)`` would silently truncate 0.5 to 0 and turn a
-    boolean mask into indices 0 and 1."""
+def _as_indices(batch: Any, rank: int, i: int, copy: bool = True) -> np.ndarray:
+    """A batch as a 1-D int64 array (a copy, or ``batch`` itself given one and ``copy``
+    False). Floats are accepted only when integral, booleans never: ``np.asarray(...,
+    dtype=int64)`` would silently truncate 0.5 to 0 and turn a boolean mask into indices 0
+    and 1."""
     if type(batch) is np.ndarray and batch.dtype == np.int64 and batch.ndim == 1:
-        return batch.copy()  # a selector's own batch: nothing to check
+        return batch.copy() if copy else batch  # a selector's own batch: nothing to check
     b = np.asarray(batch)
     if b.ndim > 1:  # flattening would silently merge rows (or batches) into one
         raise ValueError(f"rank {rank} batch {i} must be 1-D (a list of indices), got shape {b.shape}")

@@ -378,7 +378,10 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         else:  # the model's cost is the one to match: it sorts alone
             steps = deal_steps(self._batch_costs(batches, longest), world.size, rng)
         per_rank = [[batches[i] for i in steps[:, r]] for r in range(world.size)]
-        return EpochPlan(per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="buckets")
+        # (the batches are views of this epoch's fresh bucket arrays: the plan keeps them)
+        return EpochPlan(
+            per_rank, num_examples=self.num_examples, epoch=epoch, seed=self.seed, method="buckets", copy=False
+        )
 
     def _batch_costs(self, batches: list[np.ndarray], longest: np.ndarray | None = None) -> np.ndarray:
         """Each batch's cost: under ``cost_model``, else padded (or packed) tokens."""

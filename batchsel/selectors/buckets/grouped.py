@@ -145,6 +145,7 @@ class CostGroupedSelector(Selector):
             epoch=epoch,
             seed=self.seed,
             method=f"grouped {plan.method}",
+            copy=False,  # the regrouped batches are fresh arrays (fancy-indexed): the plan keeps them
         )
 
     def _regrouped(self, epoch: int, plan: EpochPlan, first_step: int) -> Iterator[list[list[tuple[Any, Any]]]]:
