@@ -13,6 +13,7 @@ import numpy as np
 
 from batchsel.core.heap import before, heap_build, heap_pop, heap_push
 from batchsel.core.rng import choice, substream, uniform
+from batchsel.core.sorting import stable_argsort_int
 from batchsel.submodular.kernels import einsum_dot, exp_f32, exp_f32_clipped, gemm_fma, pairwise_sum
 
 # streams of a batch's key
@@ -441,35 +442,6 @@ def count_below(order: np.ndarray, m: int, bound: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _stable_argsort(keys: np.ndarray) -> np.ndarray:
-    """``np.argsort(keys, kind="stable")`` for non-negative integers: an LSD radix sort, a
-    byte a pass (faster than numba's merge sort). A stable sort's order is
-    unique, so it is the merge sort's."""
-    n = keys.shape[0]
-    top = 0
-    for i in range(n):
-        top = max(top, keys[i])
-    idx = np.arange(n)
-    tmp = np.empty(n, dtype=np.int64)
-    count = np.empty(257, dtype=np.int64)
-    shift = 0
-    while shift == 0 or (top >> shift) > 0:
-        for b in range(257):
-            count[b] = 0
-        for i in range(n):
-            count[((keys[idx[i]] >> shift) & 255) + 1] += 1
-        for b in range(256):
-            count[b + 1] += count[b]
-        for i in range(n):
-            b = (keys[idx[i]] >> shift) & 255
-            tmp[count[b]] = idx[i]
-            count[b] += 1
-        idx, tmp = tmp, idx
-        shift += 8
-    return idx
-
-
-@numba.njit(cache=True, nogil=True)
 def _smdl_pool(
     order: np.ndarray, m: int, p: int, shard: np.ndarray, due: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -480,7 +452,7 @@ def _smdl_pool(
     examples = np.empty(p, dtype=np.int64)
     for i in range(p):
         examples[i] = shard[order[m - 1 - i]]
-    srt = _stable_argsort(examples)
+    srt = stable_argsort_int(examples)
     where = np.empty(p, dtype=np.int64)
     for i in range(p):
         where[srt[i]] = i

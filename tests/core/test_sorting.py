@@ -1,9 +1,9 @@
-"""The radix argsort equals numpy's stable argsort on every kind of float64 input."""
+"""The radix argsorts equal numpy's stable argsort on every kind of float64 input and on integers."""
 
 import numpy as np
 import pytest
 
-from batchsel.core.sorting import stable_argsort
+from batchsel.core.sorting import stable_argsort, stable_argsort_int
 
 
 def _cases(rng, n):
@@ -15,7 +15,7 @@ def _cases(rng, n):
     yield np.full(n, 3.5)  # every pass skipped
 
 
-@pytest.mark.parametrize("n", [1, 7, 2047, 2048, 5000, 100_003])
+@pytest.mark.parametrize("n", [1, 7, 1023, 1024, 5000, 100_003])
 def test_equals_numpys_stable_argsort(n):
     rng = np.random.default_rng(n)
     for values in _cases(rng, n):
@@ -28,3 +28,11 @@ def test_a_pass_that_moves_keys_is_not_skipped():
     b = np.frombuffer((a.view(np.uint64) + np.uint64(1)).tobytes(), np.float64)[0]
     values = np.array([b, a] * 2000)
     np.testing.assert_array_equal(stable_argsort(values), np.argsort(values, kind="stable"))
+
+
+@pytest.mark.parametrize("n", [0, 1, 1000, 5000])
+def test_integers_equal_numpys_stable_argsort(n):
+    rng = np.random.default_rng(n)
+    for top in (1, 255, 70_000, 2**40):  # one byte, several, a high byte alone varying
+        keys = rng.integers(0, top, n)
+        np.testing.assert_array_equal(stable_argsort_int(keys), np.argsort(keys, kind="stable"))
