@@ -79,7 +79,8 @@ class WriteJournal:
 
     def wrote(self, positions: np.ndarray) -> None:
         """Record that the entries at ``positions`` of the arrays may have changed (a copy
-        is kept: the caller may reuse its buffer). Nothing is recorded before a first state.
+        is kept: the caller may reuse its buffer). Nothing is recorded while the journal
+        has no base (before a first state or :meth:`filled`, after :meth:`rewrote_all`).
 
         Parameters
         ----------

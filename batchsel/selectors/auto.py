@@ -380,9 +380,9 @@ class AutoSelector(LossRankSelector):
             self._kept = self._kept_after_fallback()
             for run in self._runs.values():  # the epoch in progress goes on without the cut
                 assert isinstance(run, AutoRun)  # run_type
-                if self._kept is not None and run.shuffled is not None:  # (one not drawn yet is cut when drawn)
-                    run.shuffled = run.shuffled[self._kept[run.shuffled]]
                 if self._kept is not None:
+                    if run.shuffled is not None:  # (a shuffle not drawn yet is cut when drawn: _shuffle)
+                        run.shuffled = run.shuffled[self._kept[run.shuffled]]
                     run.cursor, run.in_order = 0, -1  # ``used`` says what the epoch drew; the cursor saves a scan
             # WARNING: the run gives up loss-rank for good, a user should see it without
             # configuring logging; it happens once (the mode never leaves "noisy")

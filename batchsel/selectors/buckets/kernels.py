@@ -12,6 +12,8 @@ import math
 import numpy as np
 from numba import njit
 
+from batchsel.core.sorting import stable_argsort
+
 #: how many bucket offsets an epoch draws from: the number of batches per epoch is the
 #: largest over them, so that every epoch has the same length (an LR schedule's)
 NUM_OFFSETS = 16
@@ -94,7 +96,7 @@ def _order_by_group(group, groups, tiebreak, low, span):  # pragma: no cover - n
         if span > 0.0:
             _distribution_sort(part, low, m / span, fill, local)
         else:
-            local[:m] = np.argsort(part, kind="mergesort")
+            local[:m] = stable_argsort(part)
         for i in range(m):
             out[first + i] = by_group[first + local[i]]
     return out
@@ -127,7 +129,7 @@ def _distribution_sort(part, low, scale, fill, local):  # pragma: no cover - num
         end = fill[j]
         if end - begin > _INSERTION_MOST:
             members = local[begin:end].copy()
-            local[begin:end] = members[np.argsort(part[members], kind="mergesort")]
+            local[begin:end] = members[stable_argsort(part[members])]
         else:
             for i in range(begin + 1, end):
                 x = local[i]
