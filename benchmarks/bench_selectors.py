@@ -17,9 +17,10 @@
    child process so its peak RSS is its own.
 3. GreedMax (partition="submodular") for N = 100k, W = 8, next to a random split: time
    and the worst shard's facility-location value.
-4. One loss-rank batch (B = 128, pressure 100, half the examples unseen) at N = 3200 and
-   1M, next to one RandomSelector batch of the same N (the anchor: its epoch's
-   permutation and slicing, per batch), with one BLAS thread and the default threads.
+4. One loss-rank batch (B = 128, pressure 100) at N = 3200, 1M and 10M, half the
+   examples unseen and every loss known (each batch's losses fed back before the next),
+   next to one RandomSelector batch of the same N (the anchor: its epoch's permutation and
+   slicing, per batch), with one BLAS thread and the default threads.
 
 Run: ``python benchmarks/bench_selectors.py`` (``--quick``: N = 20k, < 1 minute).
 Part 1 runs selection (numpy BLAS) and the MLP (torch) on one thread each, calls
@@ -341,17 +342,19 @@ def bench_loss_rank(sizes: tuple[int, ...], batch: int = 128) -> None:
     from batchsel import LossRankSelector, RandomSelector
 
     print(
-        f"\n4. One loss-rank batch (B={batch}, pressure 100, half the losses unseen) vs one RandomSelector "
+        f"\n4. One loss-rank batch (B={batch}, pressure 100, its losses fed back) vs one RandomSelector "
         f"batch (epoch permutation + slicing, per batch); median ms; load average {os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} CPUs"
     )
-    print(f"   {'N':>9} {'threads':>8} {'loss-rank ms':>13} {'random ms':>10} {'ratio':>8}")
-    for n in sizes:
+    print(f"   {'N':>10} {'known':>6} {'threads':>8} {'loss-rank ms':>13} {'random ms':>10} {'ratio':>8}")
+    for n, known in ((n, known) for n in sizes for known in (0.5, 1.0)):
         sel = LossRankSelector(n, batch, seed=0, pressure=100)
-        sel.observe(np.arange(n // 2), losses=np.random.default_rng(0).random(n // 2))
+        seen = int(known * n)
+        sel.observe(np.arange(seen), losses=np.random.default_rng(0).random(seen))
         rand = RandomSelector(n, batch, seed=0)
-        per_call = max(1, min(200, 2_000_000 // n))  # loss-rank batches per timed call
-        state = {"it": sel.iter_batches(0), "epoch": 0}
+        per_call = max(20, min(200, 2_000_000 // n))  # loss-rank batches per timed call
+        state = {"it": sel.iter_batches(0), "epoch": 0, "rng": np.random.default_rng(1)}
+        next(state["it"])  # the run's first batch sorts its shard: not a batch's cost
 
         def loss_batches(sel=sel, state=state, per_call=per_call):
             for _ in range(per_call):
@@ -359,7 +362,8 @@ def bench_loss_rank(sizes: tuple[int, ...], batch: int = 128) -> None:
                 if b is None:
                     state["epoch"] += 1
                     state["it"] = sel.iter_batches(state["epoch"])
-                    next(state["it"])
+                    b = next(state["it"])
+                sel.observe(b, losses=state["rng"].random(len(b)))
 
         def random_epoch(rand=rand):
             return sum(1 for _ in rand.iter_batches(0))
@@ -369,7 +373,9 @@ def bench_loss_rank(sizes: tuple[int, ...], batch: int = 128) -> None:
             with threadpool_limits(limits=limit, user_api="blas"):
                 res = paired({"loss": loss_batches, "random": random_epoch}, 5 if n > 100_000 else 30)
             loss_ms, rand_ms = res["loss"][0] / per_call, res["random"][0] / batches
-            print(f"   {n:>9,} {label:>8} {loss_ms:>13.4f} {rand_ms:>10.4f} {loss_ms / rand_ms:>7.0f}x")
+            print(
+                f"   {n:>10,} {known:>6.0%} {label:>8} {loss_ms:>13.4f} {rand_ms:>10.4f} {loss_ms / rand_ms:>7.0f}x"
+            )
 
 
 def main() -> None:
@@ -389,7 +395,7 @@ def main() -> None:
         smdl_thread_worker(int(n), int(repeats), start_at, args.impl)
         return
     if args.loss_rank_only:
-        bench_loss_rank((3200, 1_000_000))
+        bench_loss_rank((3200, 1_000_000, 10_000_000))
         return
     if args.smdl_only:
         bench_smdl(20_000 if args.quick else 100_000, 30 if args.quick else 200)
@@ -403,7 +409,7 @@ def main() -> None:
         bench_smdl(100_000, 200)
         bench_graph(1_000_000, 32, 128)
         bench_greedmax(100_000, 8)
-        bench_loss_rank((3200, 1_000_000))
+        bench_loss_rank((3200, 1_000_000, 10_000_000))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ writes a batch's entries per step; torchdata's ``StatefulDataLoader`` takes the 
 state at every batch. Copying the arrays each time costs their size. A
 :class:`WriteJournal` keeps, from the first state on, a base snapshot of the arrays that
 the states share (never written after it is taken) and the positions written since; a
-state holds the base, those positions and their values now. Past ``limit`` positions the
+state holds the base, those positions and their values. A state reads only the values of
+the positions written since the one before (still in cache: just written), and keeps the
+earlier ones as read then; a position written again is listed again, later, and the last
+of its values is the one that holds (:func:`saved_parts`). Past ``limit`` positions the
 next state takes a new base: the former one brought up to date at the positions written
 since it, where no state holds it any more, so that a new base costs what was written, not
 the arrays' size.
@@ -14,6 +17,7 @@ the arrays' size.
 from __future__ import annotations
 
 import sys
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -61,6 +65,7 @@ class WriteJournal:
         self.limit = max(int(limit), 1)
         self._bases: dict[str, tuple[np.ndarray, np.ndarray]] | None = None  # name -> (the live array, its base)
         self._written: list[np.ndarray] = []  # the positions written since the base
+        self._read: dict[str, list[np.ndarray]] = {}  # name -> the values of _written[:len] as a state read them
         self._count = 0
         self._known = False  # whether _written holds every write since the base
         self._spares: dict[str, np.ndarray] = {}  # the former bases
@@ -71,6 +76,7 @@ class WriteJournal:
             **self.__dict__,
             "_bases": None,
             "_written": [],
+            "_read": {},
             "_count": 0,
             "_known": False,
             "_spares": {},
@@ -108,20 +114,21 @@ class WriteJournal:
             name: (live, np.broadcast_to(live[:1].copy(), live.shape) if live.size else live.copy())
             for name, live in arrays.items()
         }
-        self._written, self._count, self._known = [], 0, True
+        self._written, self._read, self._count, self._known = [], {}, 0, True
         self._spares, self._spare_lacks = {}, None
 
     def rewrote_all(self) -> None:
         """Record that any entry may have changed (a load, a reset): the next state takes
         a whole new base."""
         self._known = False
-        self._written = []
+        self._written, self._read = [], {}
         self._count = 0
         self._spare_lacks = None
 
     def state(self, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
         """Each array as ``{"base", "at", "values"}``: the shared base, the positions
-        written since it and their values now (:func:`saved_values` puts them together).
+        written since it and their values (a position written again is listed again, with
+        its later value: :func:`saved_values` puts them together).
 
         Parameters
         ----------
@@ -143,8 +150,15 @@ class WriteJournal:
             self._renew(arrays, self._written)
         bases = self._bases
         assert bases is not None
-        at = np.concatenate(self._written) if self._written else np.zeros(0, np.int64)
-        return {name: {"base": base, "at": at, "values": live[at]} for name, (live, base) in bases.items()}
+        written = self._written
+        at = np.concatenate(written) if written else np.zeros(0, np.int64)
+        saved = {}
+        for name, (live, base) in bases.items():
+            read = self._read.setdefault(name, [])
+            read.extend(live[positions] for positions in written[len(read) :])  # only the new ones: in cache
+            values = np.concatenate(read) if read else live[:0].copy()
+            saved[name] = {"base": base, "at": at, "values": values}
+        return saved
 
     def _renew(self, arrays: dict[str, np.ndarray], written: list[np.ndarray] | None) -> None:
         """New bases equal to ``arrays``: each former base (the spare) brought up to date
@@ -171,7 +185,7 @@ class WriteJournal:
             written if (written is not None and old is not None and old.keys() == arrays.keys()) else None
         )
         self._bases = new
-        self._written, self._count, self._known = [], 0, True
+        self._written, self._read, self._count, self._known = [], {}, 0, True
 
     def _free_spare(self, name: str, live: np.ndarray) -> np.ndarray | None:
         """The former base of ``name`` if it fits ``live`` and no state holds it."""
@@ -188,6 +202,101 @@ class WriteJournal:
         return None
 
 
+class ChangeLog:
+    """The positions of an array written, in order, for readers that each catch up at
+    their own pace (a rank order updated at its next batch, not at every write).
+
+    A reader keeps the :meth:`now` it last read at and asks :meth:`since` for what was
+    written after it; where that is unknown (:meth:`rewrote_all`, a log copied or
+    pickled, or more than ``limit`` positions ago, when reading everything again costs
+    about as much), ``since`` answers None: anything may have changed.
+
+    Parameters
+    ----------
+    limit : int
+        Positions kept at most (the oldest are dropped past it).
+
+    Example
+    -------
+    >>> log = ChangeLog(limit=100)
+    >>> mark = log.now()
+    >>> log.wrote(np.array([3, 1]))
+    >>> log.wrote(np.array([1]))
+    >>> log.since(mark).tolist(), log.since(log.now()).tolist()
+    ([3, 1, 1], [])
+    >>> log.rewrote_all()
+    >>> log.since(mark) is None
+    True
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(int(limit), 1)
+        self._parts: deque[np.ndarray] = deque()
+        self._first = 0  # the count at which _parts[0] starts
+        self._end = 0  # positions written since the log began (its clock)
+        self._known_from = 0  # readers from before it get None
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy's readers read everything again
+        return {
+            **self.__dict__,
+            "_parts": deque(),
+            "_first": self._end + 1,
+            "_end": self._end + 1,
+            "_known_from": self._end + 1,
+        }
+
+    def now(self) -> int:
+        """The log's clock: what a reader keeps to ask :meth:`since` later."""
+        return self._end
+
+    def wrote(self, positions: np.ndarray) -> None:
+        """Record that the entries at ``positions`` may have changed (a copy is kept).
+
+        Parameters
+        ----------
+        positions : numpy.ndarray
+            int64 positions.
+        """
+        part = np.array(positions, dtype=np.int64).reshape(-1)
+        self._parts.append(part)
+        self._end += part.size
+        while self._end - self._first > self.limit:
+            self._first += self._parts.popleft().size
+            self._known_from = self._first
+
+    def rewrote_all(self) -> None:
+        """Record that any entry may have changed: every reader reads everything again."""
+        self._parts = deque()
+        self._end += 1  # (a tick of its own: a reader marked just before it is told nothing)
+        self._first = self._known_from = self._end
+
+    def since(self, mark: int) -> np.ndarray | None:
+        """The positions written since :meth:`now` was ``mark`` (repeats kept), or None
+        where that is not known.
+
+        Parameters
+        ----------
+        mark : int
+            A former :meth:`now`.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            int64 positions, oldest first.
+        """
+        if not self._known_from <= mark <= self._end:
+            return None
+        parts, at = [], self._end
+        for part in reversed(self._parts):
+            if at <= mark:
+                break
+            parts.append(part)
+            at -= part.size
+        if at != mark:  # (a mark inside a part: not one of now()'s)
+            return None
+        return np.concatenate(parts[::-1]) if parts else np.zeros(0, np.int64)
+
+
 def saved_parts(saved: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A saved array as ``(base, at, values)``, of a :meth:`WriteJournal.state` or a plain
     array (states written before journals: nothing written since its base).
@@ -202,7 +311,8 @@ def saved_parts(saved: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
     Returns
     -------
     tuple of numpy.ndarray
-        The base (``dtype``), int64 positions and their values (``dtype``).
+        The base (``dtype``), int64 positions and their values (``dtype``), each position
+        once: where a state lists one more than once, its last value.
 
     Raises
     ------
@@ -217,6 +327,10 @@ def saved_parts(saved: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
             raise ValueError(f"saved array has {at.size} positions written and {values.size} values")
         if at.size and (int(at.min()) < 0 or int(at.max()) >= base.shape[0]):
             raise ValueError(f"saved array has positions written outside its {base.shape[0]} entries")
+        if at.size > 1:  # a position written again is listed again, later: its last value holds
+            _, first_from_end = np.unique(at[::-1], return_index=True)
+            last = at.size - 1 - first_from_end
+            at, values = at[last], values[last]
         return base, at, values
     return np.asarray(saved, dtype=dtype), np.zeros(0, np.int64), np.zeros(0, dtype)
 
@@ -245,4 +359,4 @@ def saved_values(saved: Any, current: np.ndarray | None = None, dtype: Any = np.
     return out
 
 
-__all__ = ["WriteJournal", "saved_parts", "saved_values", "JOURNALED_KEYS"]
+__all__ = ["WriteJournal", "ChangeLog", "saved_parts", "saved_values", "JOURNALED_KEYS"]

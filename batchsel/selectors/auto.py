@@ -296,7 +296,7 @@ class AutoSelector(LossRankSelector):
         state.setdefault("fitted_below_", None if threshold is None else _cut_of(threshold))
         state.setdefault("noisy_cut", 0.0)
         state.setdefault("_kept", None)
-        self.__dict__.update(state)
+        super().__setstate__(state)
 
     @property
     def left_out_(self) -> np.ndarray:
@@ -355,8 +355,8 @@ class AutoSelector(LossRankSelector):
             self._recount()
         cut = self._mode == "noisy" and self.noisy_pressure > 1.0
         tau, below = self.threshold_, self.fitted_below_
-        record_losses(self.raw_losses_, self.losses_, self._pending, self._counts, idx, values, tau, below, cut)
-        self._journal.wrote(idx)
+        record_losses(self.raw_losses_, self._losses, self._pending, self._counts, idx, values, tau, below, cut)
+        self._wrote(idx)
         self._decide(len(idx))
 
     def _decide(self, observed: int) -> None:
@@ -375,8 +375,8 @@ class AutoSelector(LossRankSelector):
         if self._suspect_seen >= _LATCH_PASSES * self.num_examples:
             self._mode, self._pressure_now = "noisy", self.noisy_pressure
             if self.noisy_pressure > 1.0:  # the misfit examples rank as learnt from now on
-                self.losses_[np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_)] = 0.0
-                self._journal.rewrote_all()
+                self._losses[np.isfinite(self.raw_losses_) & (self.raw_losses_ > self.threshold_)] = 0.0
+                self._rewrote_all()
             self._kept = self._kept_after_fallback()
             for run in self._runs.values():  # the epoch in progress goes on without the cut
                 assert isinstance(run, AutoRun)  # run_type
@@ -467,7 +467,7 @@ class AutoSelector(LossRankSelector):
             self._ensure_used(run)
             batch = _shuffled_batch(run, size)
         mark(self._pending_marks(run), batch)
-        self._journal.wrote(batch)
+        self._wrote(batch)
         return batch
 
     def _new_run(self, epoch: int, world: World) -> AutoRun:
@@ -513,7 +513,7 @@ class AutoSelector(LossRankSelector):
         if state["mode"] not in MODES:
             raise ValueError(f"state has mode {state['mode']!r}; expected one of {MODES}")
         self.raw_losses_ = saved_values(state["raw_losses"], self.raw_losses_, np.float64)
-        self._journal.rewrote_all()
+        self._rewrote_all()
         self._mode = state["mode"]
         self._pressure_now = float(state["pressure_now"])
         self.threshold_ = None if state["threshold"] is None else float(state["threshold"])

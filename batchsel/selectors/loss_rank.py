@@ -21,12 +21,14 @@ import numpy as np
 from numba import njit
 
 from batchsel.core.checks import check_int
-from batchsel.core.journal import WriteJournal, saved_parts, saved_values
+from batchsel.core.journal import ChangeLog, WriteJournal, saved_parts, saved_values
 from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, uniform
 from batchsel.core.sorting import stable_argsort
 from batchsel.core.world import World
+from batchsel.selectors import rank_order
 from batchsel.selectors.feedback_checks import checked_losses
 from batchsel.selectors.online import OnlineSelector
+from batchsel.selectors.rank_order import RankOrder
 from batchsel.selectors.runs import Run
 
 logger = logging.getLogger(__name__)
@@ -38,16 +40,23 @@ class LossRankRun(Run):
 
     Parameters
     ----------
-    rank_order : tuple of numpy.ndarray or None, default None
-        The shard's rank order (``_sort_shard``'s ``(sv, sp, cur)``), from the run's first
-        batch on; later batches update it in O(n).
+    rank_order : RankOrder or None, default None
+        The shard's rank order (:mod:`~batchsel.selectors.rank_order`), from the run's
+        first batch on; later batches move the keys that changed.
+    read_changes : int, default 0
+        The selector's change log's clock when the order last read it.
+    direct : bool, default False
+        Whether the shard is every example in index order (one rank): example ``i`` is
+        shard position ``i``.
     pending : numpy.ndarray or None, default None
         A plan's own pending marks (a training run uses the selector's).
     **fields
         :class:`~batchsel.selectors.runs.Run`'s.
     """
 
-    rank_order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    rank_order: RankOrder | None = None
+    read_changes: int = 0
+    direct: bool = False
     pending: np.ndarray | None = None
 
     reads_order = False  # drawn with replacement: the identity order stays
@@ -81,8 +90,15 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         ``N // W`` examples per rank, ``ceil(shard / B)`` batches).
 
     Each rank ranks and draws only within its shard of the epoch (a random split, fresh
-    every epoch), with no communication. The cost per batch is O(n) (an update of the
-    shard's rank order), not a sort.
+    every epoch), with no communication. A batch moves the keys that changed in the
+    shard's rank order, kept in sorted blocks: its cost grows with the changes (a binary
+    search and a shift within a block each), not with a sort or a pass over the shard.
+
+    Attributes
+    ----------
+    losses_ : numpy.ndarray of float64, shape (num_examples,)
+        The latest loss observed per example (read-only: :meth:`observe` writes it, so
+        the rank order hears of every change).
 
     Example
     -------
@@ -114,13 +130,40 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             raise ValueError(f"initial_loss must be a finite number or None, got {initial_loss!r}")
         self.initial_loss = None if initial_loss is None else float(initial_loss)
         fill = np.inf if initial_loss is None else float(initial_loss)
-        self.losses_ = np.full(self.num_examples, fill, dtype=np.float64)
+        self._losses = np.full(self.num_examples, fill, dtype=np.float64)
         # drawn, loss not observed since: ranked last until it is (design/loss-rank.md)
         self._pending = np.zeros(self.num_examples, dtype=np.bool_)
-        # what the two arrays' entries a state shares with the last (a state every step
-        # costs the batches written since, not N); every write below records its positions
+        # every write below records its positions (_wrote): the journal, for what a state
+        # shares with the last (a state every step costs the batches written since, not
+        # N); the change log, for the runs' rank orders (a batch moves what changed)
         self._journal = WriteJournal()
-        self._journal.filled({"losses": self.losses_, "pending": self._pending})  # (a subclass adds its own)
+        self._journal.filled({"losses": self._losses, "pending": self._pending})  # (a subclass adds its own)
+        self._changes = ChangeLog(limit=max(self.num_examples // 8, 1024))
+
+    @property
+    def losses_(self) -> np.ndarray:
+        """The latest loss observed per example, read-only (+inf or ``initial_loss`` where
+        none was): feed losses with :meth:`observe`."""
+        view = self._losses.view()
+        view.flags.writeable = False
+        return view
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        if "losses_" in state:  # pickled before losses_ was read-only
+            state["_losses"] = state.pop("losses_")
+        state.setdefault("_changes", ChangeLog(limit=max(int(state["num_examples"]) // 8, 1024)))
+        self.__dict__.update(state)
+
+    def _wrote(self, positions: np.ndarray) -> None:
+        """Record a write of the per-example arrays at ``positions``."""
+        self._journal.wrote(positions)
+        self._changes.wrote(positions)
+
+    def _rewrote_all(self) -> None:
+        """Record that any entry of the per-example arrays may have changed."""
+        self._journal.rewrote_all()
+        self._changes.rewrote_all()
 
     @property
     def pressure(self) -> float:
@@ -142,8 +185,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         if losses is None:
             return
         idx, values = checked_losses(indices, losses, self.num_examples, cast=False)
-        _store_losses(self.losses_, self._pending, idx, values)
-        self._journal.wrote(idx)
+        _store_losses(self._losses, self._pending, idx, values)
+        self._wrote(idx)
 
     def probabilities(self, n: int) -> np.ndarray:
         """Selection probabilities of ranks 0..n-1 (largest loss first)."""
@@ -164,12 +207,15 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         return float(self._pressure ** (1.0 - done))
 
     def _new_run(self, epoch: int, world: World) -> LossRankRun:
-        # the shard's examples in index order: every batch scans their losses, read then in
-        # memory order (fewer cache misses than the random split's order). Which examples
-        # the shard holds is the random split's; ties are broken at random all the same (_pick)
+        # the shard's examples in index order: an example's positions are found by a binary
+        # search, and the first sort reads the losses in memory order. Which examples the
+        # shard holds is the random split's; ties are broken at random all the same (pick)
         if world.size == 1:  # one rank holds every example: no split, no permutation to draw
             every = np.arange(self.num_examples, dtype=np.int64)
-            return self.run_type.start(epoch, world.rank, every, self.batch_size)  # type: ignore[return-value]
+            run = self.run_type.start(epoch, world.rank, every, self.batch_size)
+            assert isinstance(run, LossRankRun)  # run_type
+            run.direct = True
+            return run
         run = super()._new_run(epoch, world)
         run.shard = np.sort(run.shard)
         return run
@@ -178,26 +224,32 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         shard = run.shard
         n = len(shard)
         pending = self._pending_marks(run)
-        order = run.rank_order
-        if order is None:  # the run's first batch: one sort; later ones update it in O(n)
-            order = run.rank_order = _sort_shard(self.losses_, pending, shard)
+        changed: np.ndarray | None = np.zeros(0, np.int64)
+        if run.rank_order is None:  # the run's first batch: one sort; later ones move what changed
+            run.rank_order = rank_order.build(_rank_values(self._losses, pending, shard))
+        else:
+            changed = self._changes.since(run.read_changes)
+        run.read_changes = self._changes.now()
         batch = _loss_rank_batch(
-            self.losses_,
+            self._losses,
             pending,
             shard,
-            *order,
+            run.rank_order,
+            np.zeros(0, np.int64) if changed is None else changed,
+            changed is None,
+            run.direct,
             min(self.batch_size, n),
             _log_q(self._run_pressure(run), n),
             stream_key(rng),
         )
-        self._journal.wrote(batch)  # its pending marks
+        self._wrote(batch)  # its pending marks
         return batch
 
     def rejoin(self, epoch: int, world: World, steps: int, drawn: np.ndarray) -> int:
         """:meth:`OnlineSelector.rejoin`; no batch is in flight after the interruption, so
         none is pending (those drawn and not trained are dropped with the old ranks)."""
         self._pending[:] = False
-        self._journal.rewrote_all()
+        self._rewrote_all()
         return super().rejoin(epoch, world, steps, drawn)
 
     def _pending_marks(self, run: LossRankRun) -> np.ndarray:
@@ -219,7 +271,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
 
     def _journaled(self) -> dict[str, np.ndarray]:
         """The per-example arrays a state carries, written a batch at a time (journaled)."""
-        return {"losses": self.losses_, "pending": self._pending}
+        return {"losses": self._losses, "pending": self._pending}
 
     def _scores_state(self) -> dict[str, Any]:
         return {**self._journal.state(self._journaled()), "pressure": self._pressure}
@@ -235,9 +287,9 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         if pending.shape != (self.num_examples,):
             raise ValueError(f"state has pending marks for {pending.shape} examples, expected {self.num_examples}")
         self.pressure = state["pressure"]
-        self.losses_ = saved_values(state["losses"], self.losses_, np.float64)
+        self._losses = saved_values(state["losses"], self._losses, np.float64)
         self._pending = saved_values(saved_pending, self._pending, np.bool_)
-        self._journal.rewrote_all()
+        self._rewrote_all()
 
     def __repr__(self) -> str:
         return (
@@ -246,8 +298,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         )
 
 
-# substreams of a batch's key: rank draws, the race over the ranks left, tie breaks
-_RANKS, _RACE, _TIES = 1, 2, 3
+# substreams of a batch's key: rank draws, the race over the ranks left (tie breaks: rank_order's)
+_RANKS, _RACE = 1, 2
 # rank draws tried by rejection before the ranks still missing are drawn by a race over
 # the ranks left (O(n)); rejection costs O(1) a draw while the batch is a small part of the
 # probability mass, the race bounds the work when repeats become the rule (k close to n
@@ -266,27 +318,33 @@ def _draw_ranks_kernel(n, k, log_q, key):  # pragma: no cover - numba
     stopping rule that looks only at the past) the ranks still missing come from an
     exponential race over the ranks not drawn (rank r's clock ``E_r / p_r``, the earliest
     first), which is the same sequential sampling over those ranks: the whole sequence
-    keeps its distribution, and the work stays O(n) when repeats dominate.
+    keeps its distribution, and the work stays O(n) when repeats dominate. The ranks
+    drawn are remembered in a table of O(k) entries, not a mark per rank (O(n) a batch).
     """
     ranks = np.empty(k, np.int64)
-    seen = np.zeros(n, np.bool_)
     have = 0
     if k < n:
         stream = substream(key, _RANKS)
+        tries = _DRAW_FACTOR * k + _DRAW_EXTRA
+        drawn = rank_order.int_table(min(tries, n))
         # inverse CDF: F(r) = (1 - q^(r+1)) / (1 - q^n), q = exp(log_q)
         mass = -math.expm1(n * log_q)  # 1 - q^n
-        for i in range(_DRAW_FACTOR * k + _DRAW_EXTRA):
+        for i in range(tries):
             u = uniform(stream, i)
             x = u * n if log_q == 0.0 else math.log1p(-u * mass) / log_q
             r = n - 1 if x >= n - 1 else int(x)  # (rounding up to n; no int overflow)
-            if not seen[r]:
-                seen[r] = True
+            slot = rank_order.slot_of(drawn, r)
+            if drawn[slot] == -1:
+                drawn[slot] = r
                 ranks[have] = r
                 have += 1
                 if have == k:
                     return ranks
     m = k - have
     rest = n - have
+    seen = np.zeros(n, np.bool_)
+    for i in range(have):
+        seen[ranks[i]] = True
     cand = np.empty(rest, np.int64)
     clock = np.empty(rest, np.float64)
     stream = substream(key, _RACE)
@@ -318,134 +376,52 @@ def _rank_value(losses, pending, i):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
-def _sort_shard(losses, pending, shard):  # pragma: no cover - numba
-    """The shard's examples in rank order: ``(sv, sp, cur)`` with ``cur[p]`` the negated
-    loss of shard position ``p`` (+inf while its loss is pending: ranked last) and ``sp``
-    the positions sorted by ``(cur[p], p)`` (largest loss first, equal losses by
-    position), ``sv = cur[sp]``."""
+def _rank_values(losses, pending, shard):  # pragma: no cover - numba
+    """The value each shard position is ranked by (largest loss first, pending last)."""
     n = shard.size
     cur = np.empty(n, np.float64)
     for p in range(n):
         cur[p] = _rank_value(losses, pending, shard[p])
-    sp = stable_argsort(cur)
-    return cur[sp], sp, cur
+    return cur
 
 
 @njit(cache=True, nogil=True)
-def _refresh(losses, pending, shard, sv, sp, cur):  # pragma: no cover - numba
-    """Bring ``_sort_shard``'s arrays up to date with ``losses`` in place, in O(n): the
-    positions whose loss changed (one scan, whoever changed it) leave the sorted order and
-    are merged back, by ``(value, position)``; the result is what a new sort would give."""
+def _move_examples(order, losses, pending, shard, direct, examples):  # pragma: no cover - numba
+    """Move the keys of the shard positions holding ``examples`` to their values now
+    (``shard`` sorted; ``direct``: position ``i`` holds example ``i``)."""
     n = shard.size
-    dirty = np.zeros(n, np.bool_)
-    changed = np.empty(n, np.int64)
-    d = 0
-    for p in range(n):
-        v = _rank_value(losses, pending, shard[p])
-        if v != cur[p]:
-            cur[p] = v
-            dirty[p] = True
-            changed[d] = p
-            d += 1
-    if d == 0:
-        return
-    if 8 * d > n:  # much changed: sort anew
-        sp[:] = stable_argsort(cur)
-        for i in range(n):
-            sv[i] = cur[sp[i]]
-        return
-    changed = changed[:d]  # ascending positions; sorted by value, stably
-    changed = changed[stable_argsort(cur[changed])]
-    w = 0
-    for i in range(n):  # drop the changed ones, keeping the order
-        p = sp[i]
-        if not dirty[p]:
-            sv[w] = sv[i]
-            sp[w] = p
-            w += 1
-    i, j, out = w - 1, d - 1, n - 1  # merge them back, from the end
-    while j >= 0:
-        pj = changed[j]
-        vj = cur[pj]
-        if i >= 0 and (sv[i] > vj or (sv[i] == vj and sp[i] > pj)):
-            sv[out] = sv[i]
-            sp[out] = sp[i]
-            i -= 1
-        else:
-            sv[out] = vj
-            sp[out] = pj
-            j -= 1
-        out -= 1
-
-
-@njit(cache=True, nogil=True)
-def _pick(sv, sp, ranks, key):  # pragma: no cover - numba
-    """The positions holding the given distinct ranks of the sorted ``(sv, sp)``, in the
-    order of ``ranks``: a rank whose value is unique is its example; the ranks falling in
-    a block of equal values get distinct members of the block, uniformly at random
-    (sampling without replacement: rejection of repeats when the block is at least twice
-    the ranks in it, else a partial Fisher-Yates shuffle of a copy)."""
-    n = sv.size
-    k = ranks.size
-    order = np.argsort(ranks)
-    picked = np.empty(k, np.int64)
-    stream = substream(key, _TIES)
-    draws = 0
-    i = 0
-    while i < k:
-        r = ranks[order[i]]
-        v = sv[r]
-        if (r == 0 or sv[r - 1] != v) and (r == n - 1 or sv[r + 1] != v):
-            picked[i] = sp[r]
-            i += 1
+    for e in examples:
+        if direct:
+            if 0 <= e < n:
+                rank_order.move(order, e, _rank_value(losses, pending, e))
             continue
-        a = np.searchsorted(sv, v, side="left")
-        b = np.searchsorted(sv, v, side="right")
-        j = i
-        while j < k and ranks[order[j]] < b:
-            j += 1
-        m, c = j - i, b - a
-        if 2 * m <= c and m <= 64:
-            for t in range(m):
-                while True:
-                    s = int(uniform(stream, draws) * c)
-                    draws += 1
-                    s = a + (c - 1 if s >= c else s)
-                    fresh = True
-                    for q in range(i, i + t):
-                        if picked[q] == sp[s]:
-                            fresh = False
-                            break
-                    if fresh:
-                        break
-                picked[i + t] = sp[s]
-        else:
-            block = sp[a:b].copy()
-            for t in range(m):
-                left = c - t
-                s = int(uniform(stream, draws) * left)
-                draws += 1
-                s = t + (left - 1 if s >= left else s)
-                block[t], block[s] = block[s], block[t]
-                picked[i + t] = block[t]
-        i = j
-    out = np.empty(k, np.int64)
-    for i in range(k):
-        out[order[i]] = picked[i]
-    return out
+        p = np.searchsorted(shard, e)
+        while p < n and shard[p] == e:  # (DistributedSampler's padding repeats an example)
+            rank_order.move(order, p, _rank_value(losses, pending, e))
+            p += 1
 
 
 @njit(cache=True, nogil=True)
-def _loss_rank_batch(losses, pending, shard, sv, sp, cur, k, log_q, key):  # pragma: no cover - numba
+def _loss_rank_batch(
+    losses, pending, shard, order, changed, everything, direct, k, log_q, key
+):  # pragma: no cover - numba
     """A loss-rank batch of ``k`` examples of ``shard``, in one call without the GIL:
-    refresh the rank order (``_sort_shard``'s arrays, in place; pending losses last),
-    draw the ranks, look their examples up, mark them pending."""
-    _refresh(losses, pending, shard, sv, sp, cur)
-    picked = _pick(sv, sp, _draw_ranks_kernel(shard.size, k, log_q, key), key)
+    bring the rank order up to date (the examples ``changed`` since it was, or, with
+    ``everything`` or many changed, a new sort), draw the ranks, look their examples
+    up, mark them pending (their keys move last)."""
+    if everything or 8 * changed.size > shard.size:
+        order.cur[:] = _rank_values(losses, pending, shard)
+        rank_order.resort(order)
+    else:
+        _move_examples(order, losses, pending, shard, direct, changed)
+        rank_order.recount(order)
+    picked = rank_order.pick(order, _draw_ranks_kernel(shard.size, k, log_q, key), key)
     out = np.empty(k, np.int64)
     for i in range(k):
         out[i] = shard[picked[i]]
         pending[out[i]] = True
+    _move_examples(order, losses, pending, shard, direct, out)
+    rank_order.recount(order)
     return out
 
 
@@ -502,8 +478,8 @@ def _examples_of_ranks(losses: np.ndarray, ranks: np.ndarray, rng: Any) -> np.nd
     """Positions in ``losses`` of the examples with the given (distinct) ranks, largest
     loss first, ties broken uniformly at random."""
     losses = np.asarray(losses, dtype=np.float64)
-    sv, sp, _ = _sort_shard(losses, np.zeros(losses.size, np.bool_), np.arange(losses.size, dtype=np.int64))
-    return _pick(sv, sp, np.asarray(ranks, dtype=np.int64), stream_key(rng))
+    order = rank_order.build(-losses)
+    return rank_order.pick(order, np.asarray(ranks, dtype=np.int64), stream_key(rng))
 
 
 __all__ = ["LossRankSelector"]

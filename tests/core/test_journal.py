@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from batchsel import AutoSelector, InfoBatchSelector, LossRankSelector
-from batchsel.core.journal import WriteJournal, saved_parts, saved_values
+from batchsel.core.journal import ChangeLog, WriteJournal, saved_parts, saved_values
 
 
 def test_every_state_gives_the_arrays_as_they_were_when_taken():
@@ -74,6 +74,39 @@ def test_plain_arrays_and_bad_parts():
     journal = WriteJournal()
     journal.state({"a": np.zeros(4)})
     assert pickle.loads(pickle.dumps(journal)).state({"a": np.ones(4)})["a"]["base"].tolist() == [1.0] * 4
+
+
+def test_a_position_written_again_saves_its_last_value():
+    # a state reads only the values written since the one before: a position written
+    # again is listed again, and the later value is the one that loads
+    a = np.zeros(6)
+    journal = WriteJournal(limit=100)
+    journal.state({"a": a})
+    a[2] = 1.0
+    journal.wrote(np.array([2]))
+    journal.state({"a": a})
+    a[2] = 7.0
+    journal.wrote(np.array([2, 4]))
+    state = journal.state({"a": a})["a"]
+    assert state["at"].tolist() == [2, 2, 4] and state["values"].tolist() == [1.0, 7.0, 0.0]
+    assert saved_values(state).tolist() == [0.0, 0.0, 7.0, 0.0, 0.0, 0.0]
+
+
+def test_change_log_tells_each_reader_what_changed_since_it_read():
+    log = ChangeLog(limit=10)
+    first = log.now()
+    log.wrote(np.array([4, 2]))
+    second = log.now()
+    log.wrote(np.array([2]))
+    assert log.since(first).tolist() == [4, 2, 2] and log.since(second).tolist() == [2]
+    assert log.since(log.now()).tolist() == []
+    log.wrote(np.arange(9))  # past the limit: the oldest reader can no longer be told
+    assert log.since(first) is None and log.since(second).tolist() == [2, *range(9)]
+    copied = pickle.loads(pickle.dumps(log))  # a copy's readers read everything again
+    assert copied.since(second) is None and copied.since(copied.now()).tolist() == []
+    mark = log.now()
+    log.rewrote_all()
+    assert log.since(mark) is None and log.since(log.now()).tolist() == []
 
 
 def make(kind: str, n: int):

@@ -418,7 +418,7 @@ def test_selection_kernels_release_the_gil():
     # a background selection only overlaps the step if its compiled loops let go of the GIL
     from batchsel.core import heap as _heap
     from batchsel.core import rng as _counter_rng
-    from batchsel.selectors import _smdl_kernels, loss_rank
+    from batchsel.selectors import _smdl_kernels, loss_rank, rank_order
 
     for kernel in (
         _smdl_kernels._smdl_greedy,
@@ -427,7 +427,9 @@ def test_selection_kernels_release_the_gil():
         _smdl_kernels._add,
         loss_rank._loss_rank_batch,
         _counter_rng.choice,
-        loss_rank._sort_shard,
+        loss_rank._rank_values,
+        rank_order.resort,
+        rank_order.pick,
         _heap.lazy_pop,
         _heap.heapify,
     ):

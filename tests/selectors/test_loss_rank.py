@@ -1,21 +1,22 @@
 """Loss-rank selection's compiled batch: the distribution (ranks by sequential sampling
 without replacement, equal losses sharing their ranks uniformly), the rank order kept up to
-date in O(n) (always what a fresh sort gives, whatever the history), determinism and the
-input checks of the feedback path."""
+date a key at a time in sorted blocks (always what a fresh sort gives, whatever the
+history), determinism and the input checks of the feedback path."""
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
 
-from batchsel.selectors import LossRankSelector
+from batchsel.core.sorting import stable_argsort
+from batchsel.selectors import LossRankSelector, rank_order
 from batchsel.selectors.loss_rank import (
     _draw_ranks,
     _examples_of_ranks,
     _log_q,
     _loss_rank_batch,
-    _refresh,
-    _sort_shard,
+    _move_examples,
+    _rank_values,
 )
 
 
@@ -115,27 +116,85 @@ def test_selector_batches_follow_the_rank_probabilities_with_ties():
     assert chisquare(counts, expected * counts.sum()).pvalue > 1e-3
 
 
+def fresh_sort(losses, pending, shard):
+    """The shard's keys sorted anew: values and positions in rank order."""
+    cur = _rank_values(losses, pending, shard)
+    positions = stable_argsort(cur)
+    return cur[positions], positions
+
+
+@pytest.mark.parametrize("capacity", [2, 3, 8, 256])
 @pytest.mark.parametrize("repeats", [False, True])
-def test_rank_order_updates_are_a_fresh_sort(repeats):
+def test_rank_order_updates_are_a_fresh_sort(repeats, capacity):
     # whatever changes (a few, many, ties, +-inf, -0.0, an example twice in the shard), the
-    # updated order is the sort by (value, position): batches do not depend on the history
+    # order after the moves is the sort by (value, position); small blocks split, empty
+    # and run out of room (laid out again) many times on the way
     rng = np.random.default_rng(6)
     losses = np.full(300, np.inf)
-    shard = rng.permutation(300)[:200]
+    shard = np.sort(rng.permutation(300)[:200])
     if repeats:  # DistributedSampler's padding repeats examples within a shard
-        shard = np.concatenate([shard, shard[:37]])
+        shard = np.sort(np.concatenate([shard, shard[:37]]))
     shard = shard.astype(np.int64)
     pending = np.zeros(300, dtype=bool)
-    order = _sort_shard(losses, pending, shard)
-    for step in range(60):
+    order = rank_order.build(_rank_values(losses, pending, shard), capacity=capacity)
+    for step in range(120):
         changed = rng.choice(300, size=int(rng.choice([1, 5, 32, 150])), replace=False)
         values = rng.choice([0.0, -0.0, 1.0, 2.5, np.inf], size=changed.size) if step % 3 else rng.random(changed.size)
         losses[changed] = values
-        pending[rng.choice(300, size=10, replace=False)] ^= True  # drawn, or observed since
-        _refresh(losses, pending, shard, *order)
-        fresh = _sort_shard(losses, pending, shard)
-        assert np.array_equal(order[1], fresh[1]) and np.array_equal(order[0], fresh[0])
-        assert np.array_equal(order[2], fresh[2])
+        flipped = rng.choice(300, size=10, replace=False)
+        pending[flipped] ^= True  # drawn, or observed since
+        _move_examples(order, losses, pending, shard, False, np.concatenate([changed, flipped]))
+        rank_order.recount(order)
+        want_values, want_positions = fresh_sort(losses, pending, shard)
+        values_now, positions_now = rank_order.sorted_keys(order)
+        assert np.array_equal(positions_now, want_positions) and np.array_equal(values_now, want_values)
+        assert np.array_equal(order.cur, _rank_values(losses, pending, shard))
+        ranks = rng.choice(shard.size, size=5, replace=False)
+        assert [rank_order.key_at(order, r)[1] for r in ranks] == want_positions[ranks].tolist()
+        assert rank_order.rank_of(order, 1.0, -1) == np.searchsorted(want_values, 1.0, side="left")
+
+
+def test_rank_order_lays_its_blocks_out_again_when_none_is_left_to_split_into():
+    # keys moved one by one to the end fill the last block again and again: its splits
+    # take every free block, and the order is laid out anew (the free count jumps)
+    rng = np.random.default_rng(4)
+    cur = rng.random(60)
+    order = rank_order.build(cur.copy(), capacity=4)
+    jumps = 0
+    for p in rng.permutation(60)[:45]:
+        free = int(order.meta[1])
+        rank_order.move(order, p, np.inf)
+        rank_order.recount(order)
+        cur[p] = np.inf
+        jumps += int(order.meta[1]) > free + 1  # a removal frees one block at most
+        assert np.array_equal(rank_order.sorted_keys(order)[1], stable_argsort(cur))
+    assert jumps > 0
+
+
+def test_one_rank_shard_moves_examples_by_index():
+    # one rank's shard is every example in index order: an example is its position
+    rng = np.random.default_rng(9)
+    losses, pending, shard = rng.random(500), np.zeros(500, bool), np.arange(500, dtype=np.int64)
+    order = rank_order.build(_rank_values(losses, pending, shard), capacity=4)
+    for _ in range(30):
+        changed = rng.integers(0, 500, 40)
+        losses[changed] = rng.integers(0, 3, 40)
+        _move_examples(order, losses, pending, shard, True, changed)
+        rank_order.recount(order)
+    assert np.array_equal(rank_order.sorted_keys(order)[1], fresh_sort(losses, pending, shard)[1])
+
+
+def test_rank_order_refuses_a_capacity_below_two():
+    with pytest.raises(ValueError, match="capacity must be >= 2, got 1"):
+        rank_order.build(np.zeros(3), capacity=1)
+
+
+def test_losses_are_read_only_so_the_rank_order_hears_of_every_change():
+    sel = LossRankSelector(10, 2)
+    sel.observe(np.array([3]), losses=np.array([2.0]))
+    assert sel.losses_[3] == 2.0
+    with pytest.raises(ValueError, match="read-only"):
+        sel.losses_[3] = 5.0
 
 
 def test_batch_depends_on_the_losses_not_on_the_history():
@@ -167,24 +226,27 @@ def test_batches_are_deterministic_and_differ_by_seed_epoch_and_rank():
 
 
 def test_kernel_takes_a_batch_without_sorting_the_shard():
-    # O(n) a batch: 200k examples, a batch after 32 updates costs far less than a sort
+    # 200k examples: a batch after 32 updates moves their keys, far less than a sort
     import time
 
     n = 200_000
     rng = np.random.default_rng(8)
-    losses, shard = rng.random(n), rng.permutation(n).astype(np.int64)
-    pending = np.zeros(n, dtype=bool)
-    order = _sort_shard(losses, pending, shard)
-    _loss_rank_batch(losses, pending, shard, *order, 32, _log_q(100.0, n), 1)
+    losses, shard = rng.random(2 * n), np.sort(rng.permutation(2 * n)[:n]).astype(np.int64)
+    pending = np.zeros(2 * n, dtype=bool)
+    order = rank_order.build(_rank_values(losses, pending, shard))
+    none = np.zeros(0, np.int64)
+    _loss_rank_batch(losses, pending, shard, order, none, False, False, 32, _log_q(100.0, n), 1)
     t0 = time.process_time()
     for key in range(5):
-        losses[rng.integers(0, n, 32)] = rng.random(32)
-        batch = _loss_rank_batch(losses, pending, shard, *order, 32, _log_q(100.0, n), key)
+        changed = rng.integers(0, 2 * n, 32)  # (half of them in the shard)
+        losses[changed] = rng.random(32)
+        batch = _loss_rank_batch(losses, pending, shard, order, changed, False, False, 32, _log_q(100.0, n), key)
     per_batch = (time.process_time() - t0) / 5
     t0 = time.process_time()
     for _ in range(5):
-        _sort_shard(losses, pending, shard)
+        rank_order.build(_rank_values(losses, pending, shard))
     assert per_batch < (time.process_time() - t0) / 5 and len(set(batch.tolist())) == 32
+    assert np.array_equal(rank_order.sorted_keys(order)[1], fresh_sort(losses, pending, shard)[1])
 
 
 # -- the feedback path's checks (fast paths must refuse what the slow ones did) -------------

@@ -1,0 +1,431 @@
+"""A shard's rank order, kept up to date a few keys at a time: sorted blocks.
+
+Loss rank reads its shard's examples ordered by the key ``(value, position)`` (``value``:
+the negated loss, +inf while the loss is pending; ``position``: the example's place in
+the shard) and draws ranks of that order. A batch changes a few hundred keys of a shard
+of up to millions; a flat sorted array costs O(n) a batch to keep sorted (the changed keys
+taken out, merged back), which at ten million examples is a pass over hundreds of MB a
+step. Here the order is a sequence of blocks, each a sorted run of at most ``capacity``
+keys: a changed key leaves its block and enters another (a binary search over the blocks'
+last keys, a shift within a block), a full block splits in two, an empty one leaves the
+sequence, and rank ``r``'s key is found by a binary search over the blocks' first ranks,
+counted again once a batch. A batch costs O(changes x capacity + n / capacity), not O(n).
+
+The order is always the sort by ``(value, position)`` a fresh sort would give (a total
+order: positions are distinct), whatever the history, so the batches drawn from it do not
+depend on how it was reached (a resumed run rebuilds it with one sort).
+
+The kernels take a :class:`RankOrder` (a tuple of arrays that numba passes whole) and run
+without the GIL.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from batchsel.core.rng import substream, uniform
+from batchsel.core.sorting import stable_argsort
+
+#: keys a block holds at most (a build fills each to 7/8 of it, leaving room to insert): a
+#: change shifts half a block on average, and a lookup searches the blocks' last keys
+CAPACITY = 256
+#: a position above every shard position: ``(value, _ABOVE)`` follows every key of ``value``
+_ABOVE = np.int64(2**62)
+# substream of a batch's key the tie breaks read (loss rank's: its ranks use 1 and 2)
+_TIES = 3
+
+
+class RankOrder(NamedTuple):
+    """A shard's keys in sorted blocks (:func:`build`); the kernels keep its arrays.
+
+    Attributes
+    ----------
+    cur : numpy.ndarray of float64, shape (n,)
+        Each shard position's value as the order holds it.
+    values, positions : numpy.ndarray, shape (blocks, capacity)
+        Block ``b``'s keys, sorted, in its first ``counts[b]`` slots.
+    counts : numpy.ndarray of int64
+        Keys per block.
+    sequence : numpy.ndarray of int64
+        The blocks in key order (the first ``meta[0]``).
+    starts : numpy.ndarray of int64
+        The first rank of each block of ``sequence`` (and ``n`` after the last).
+    last_values, last_positions : numpy.ndarray
+        The largest key of each block of ``sequence`` (in sequence order: the search for
+        a key's block reads one small contiguous array).
+    free : numpy.ndarray of int64
+        Blocks out of the sequence (the first ``meta[1]``).
+    meta : numpy.ndarray of int64, shape (2,)
+        Blocks in the sequence, blocks free.
+    """
+
+    cur: np.ndarray
+    values: np.ndarray
+    positions: np.ndarray
+    counts: np.ndarray
+    sequence: np.ndarray
+    starts: np.ndarray
+    last_values: np.ndarray
+    last_positions: np.ndarray
+    free: np.ndarray
+    meta: np.ndarray
+
+
+def build(cur: np.ndarray, capacity: int = CAPACITY) -> RankOrder:
+    """The order of the keys ``(cur[p], p)``, in blocks of at most ``capacity`` keys.
+
+    Parameters
+    ----------
+    cur : numpy.ndarray of float64
+        Each position's value (kept: the order owns it), no NaN.
+    capacity : int, default 256
+        Keys a block holds at most, >= 2.
+
+    Returns
+    -------
+    RankOrder
+
+    Example
+    -------
+    >>> order = build(np.array([2.0, -1.0, 2.0, 0.5]), capacity=2)
+    >>> [int(key_at(order, r)[1]) for r in range(4)]
+    [1, 3, 0, 2]
+    """
+    if capacity < 2:
+        raise ValueError(f"capacity must be >= 2, got {capacity}")
+    n = cur.size
+    fill = _fill_of(capacity)
+    blocks = -(-n // fill) + (-(-n // fill)) // 4 + 4  # the build's blocks and room for splits
+    order = RankOrder(
+        cur=cur,
+        values=np.empty((blocks, capacity), np.float64),
+        positions=np.empty((blocks, capacity), np.int64),
+        counts=np.zeros(blocks, np.int64),
+        sequence=np.empty(blocks, np.int64),
+        starts=np.zeros(blocks + 1, np.int64),
+        last_values=np.empty(blocks, np.float64),
+        last_positions=np.empty(blocks, np.int64),
+        free=np.empty(blocks, np.int64),
+        meta=np.zeros(2, np.int64),
+    )
+    resort(order)
+    return order
+
+
+def sorted_keys(order: RankOrder) -> tuple[np.ndarray, np.ndarray]:
+    """The order's keys, flat: ``(values, positions)`` in rank order (O(n): for checks)."""
+    blocks = order.sequence[: order.meta[0]]
+    if not blocks.size:
+        return np.zeros(0, np.float64), np.zeros(0, np.int64)
+    counts = order.counts[blocks]
+    values = np.concatenate([order.values[b, :c] for b, c in zip(blocks, counts)])
+    positions = np.concatenate([order.positions[b, :c] for b, c in zip(blocks, counts)])
+    return values, positions
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fill_of(capacity):  # pragma: no cover - numba
+    return max(capacity * 7 // 8, 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _before(v1, p1, v2, p2):  # pragma: no cover - numba
+    """Whether key ``(v1, p1)`` comes before ``(v2, p2)``."""
+    return v1 < v2 or (v1 == v2 and p1 < p2)
+
+
+@njit(cache=True, nogil=True)
+def _fill(order, sorted_positions):  # pragma: no cover - numba
+    """Lay ``sorted_positions`` (every position, in key order) out in fresh blocks."""
+    cur, values, positions, counts = order.cur, order.values, order.positions, order.counts
+    n = sorted_positions.size
+    fill = _fill_of(values.shape[1])
+    blocks = counts.size
+    used = -(-n // fill)
+    for b in range(used):
+        lo = b * fill
+        hi = min(lo + fill, n)
+        for j in range(hi - lo):
+            p = sorted_positions[lo + j]
+            values[b, j] = cur[p]
+            positions[b, j] = p
+        counts[b] = hi - lo
+        order.last_values[b] = values[b, hi - lo - 1]
+        order.last_positions[b] = positions[b, hi - lo - 1]
+        order.sequence[b] = b
+    for f in range(blocks - used):
+        counts[used + f] = 0
+        order.free[f] = blocks - 1 - f
+    order.meta[0] = used
+    order.meta[1] = blocks - used
+    recount(order)
+
+
+@njit(cache=True, nogil=True)
+def resort(order):  # pragma: no cover - numba
+    """Sort the order anew from ``order.cur`` (after many changes, or none known)."""
+    _fill(order, stable_argsort(order.cur))
+
+
+@njit(cache=True, nogil=True)
+def _repack(order):  # pragma: no cover - numba
+    """Lay the keys out again in full blocks (no block left to split into)."""
+    flat = np.empty(order.cur.size, np.int64)
+    w = 0
+    for i in range(order.meta[0]):
+        b = order.sequence[i]
+        for j in range(order.counts[b]):
+            flat[w] = order.positions[b, j]
+            w += 1
+    _fill(order, flat[:w])  # (in a move, the key moved is out: one fewer than the positions)
+
+
+@njit(cache=True, nogil=True)
+def recount(order):  # pragma: no cover - numba
+    """Each block's first rank (after changes: the rank lookups read them)."""
+    starts, sequence, counts = order.starts, order.sequence, order.counts
+    starts[0] = 0
+    for i in range(order.meta[0]):
+        starts[i + 1] = starts[i] + counts[sequence[i]]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _locate(order, v, p):  # pragma: no cover - numba
+    """``(i, j)``: the first block of the sequence whose last key is not before ``(v, p)``
+    (the last block if none is) and the first slot of it not before ``(v, p)``."""
+    sequence, last_values, last_positions = order.sequence, order.last_values, order.last_positions
+    used = order.meta[0]
+    lo, hi = 0, used
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _before(last_values[mid], last_positions[mid], v, p):
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == used:
+        return used - 1, order.counts[sequence[used - 1]]
+    b = sequence[lo]
+    values, positions = order.values, order.positions
+    a, z = 0, order.counts[b]
+    while a < z:
+        mid = (a + z) >> 1
+        if _before(values[b, mid], positions[b, mid], v, p):
+            a = mid + 1
+        else:
+            z = mid
+    return lo, a
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _remove(order, v, p):  # pragma: no cover - numba
+    """Take the key ``(v, p)`` (present) out of its block."""
+    i, j = _locate(order, v, p)
+    b = order.sequence[i]
+    values, positions, counts = order.values, order.positions, order.counts
+    if j >= counts[b] or order.positions[b, j] != p:
+        raise ValueError("rank order: a key to move is not where its value puts it")
+    c = counts[b] - 1
+    for t in range(j, c):
+        values[b, t] = values[b, t + 1]
+        positions[b, t] = positions[b, t + 1]
+    counts[b] = c
+    if c == 0:  # the block leaves the sequence
+        used = order.meta[0]
+        for t in range(i, used - 1):
+            order.sequence[t] = order.sequence[t + 1]
+            order.last_values[t] = order.last_values[t + 1]
+            order.last_positions[t] = order.last_positions[t + 1]
+        order.meta[0] = used - 1
+        order.free[order.meta[1]] = b
+        order.meta[1] += 1
+    elif j == c:
+        order.last_values[i] = values[b, c - 1]
+        order.last_positions[i] = positions[b, c - 1]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _insert(order, v, p):  # pragma: no cover - numba
+    """Put the key ``(v, p)`` in its block; a block that fills up splits in two."""
+    if order.meta[1] == 0:  # (a split below needs a free block)
+        _repack(order)
+    values, positions, counts, sequence = order.values, order.positions, order.counts, order.sequence
+    if order.meta[0] == 0:
+        order.meta[1] -= 1
+        sequence[0] = order.free[order.meta[1]]
+        counts[sequence[0]] = 0
+        order.meta[0] = 1
+        i, j = 0, 0
+    else:
+        i, j = _locate(order, v, p)
+    b = sequence[i]
+    c = counts[b]
+    for t in range(c, j, -1):
+        values[b, t] = values[b, t - 1]
+        positions[b, t] = positions[b, t - 1]
+    values[b, j] = v
+    positions[b, j] = p
+    c += 1
+    counts[b] = c
+    if j == c - 1:
+        order.last_values[i] = v
+        order.last_positions[i] = p
+    capacity = values.shape[1]
+    if c == capacity:  # split: the upper half moves to a free block, next in the sequence
+        order.meta[1] -= 1
+        nb = order.free[order.meta[1]]
+        half = capacity // 2
+        for t in range(capacity - half):
+            values[nb, t] = values[b, half + t]
+            positions[nb, t] = positions[b, half + t]
+        counts[nb] = capacity - half
+        counts[b] = half
+        used = order.meta[0]
+        for t in range(used, i + 1, -1):
+            sequence[t] = sequence[t - 1]
+            order.last_values[t] = order.last_values[t - 1]
+            order.last_positions[t] = order.last_positions[t - 1]
+        sequence[i + 1] = nb
+        order.last_values[i + 1] = order.last_values[i]
+        order.last_positions[i + 1] = order.last_positions[i]
+        order.last_values[i] = values[b, half - 1]
+        order.last_positions[i] = positions[b, half - 1]
+        order.meta[0] = used + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def move(order, p, v):  # pragma: no cover - numba
+    """Give position ``p`` the value ``v`` (its key moves where it belongs); call
+    :func:`recount` before the next rank lookup."""
+    old = order.cur[p]
+    if v != old:  # (-0.0 and 0.0 are one value)
+        _remove(order, old, p)
+        order.cur[p] = v
+        _insert(order, v, p)
+
+
+@njit(cache=True, nogil=True)
+def key_at(order, r):  # pragma: no cover - numba
+    """The key ``(value, position)`` of rank ``r`` (``0 <= r < n``)."""
+    starts = order.starts
+    lo, hi = 0, order.meta[0] - 1  # the last block whose first rank is <= r
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if starts[mid] <= r:
+            lo = mid
+        else:
+            hi = mid - 1
+    b = order.sequence[lo]
+    j = r - starts[lo]
+    return order.values[b, j], order.positions[b, j]
+
+
+@njit(cache=True, nogil=True)
+def rank_of(order, v, p):  # pragma: no cover - numba
+    """How many keys come before ``(v, p)``."""
+    if order.meta[0] == 0:
+        return 0
+    i, j = _locate(order, v, p)
+    return order.starts[i] + j
+
+
+@njit(cache=True, nogil=True)
+def slot_of(keys, x):  # pragma: no cover - numba
+    """The slot of ``x`` in an open-addressing table of non-negative ints (-1: empty)."""
+    mask = keys.size - 1
+    s = (x * 2654435761) & mask
+    while keys[s] != -1 and keys[s] != x:
+        s = (s + 1) & mask
+    return s
+
+
+@njit(cache=True, nogil=True)
+def int_table(entries):  # pragma: no cover - numba
+    """An empty open-addressing table for up to ``entries`` keys (a quarter full at most)."""
+    size = 16
+    while size < 4 * entries:
+        size *= 2
+    return np.full(size, -1, np.int64)
+
+
+@njit(cache=True, nogil=True)
+def pick(order, ranks, key):  # pragma: no cover - numba
+    """The positions holding the given distinct ranks, in the order of ``ranks``: a rank
+    whose value is unique is its key's position; the ranks falling in a block of equal
+    values get distinct members of the block, uniformly at random (sampling without
+    replacement: rejection of repeats when the block is at least twice the ranks in it,
+    else a partial Fisher-Yates shuffle of the block, whose moved entries a table keeps).
+    """
+    n = order.cur.size
+    k = ranks.size
+    by_rank = np.argsort(ranks)
+    picked = np.empty(k, np.int64)
+    stream = substream(key, _TIES)
+    draws = 0
+    i = 0
+    while i < k:
+        r = ranks[by_rank[i]]
+        v, p = key_at(order, r)
+        if (r == 0 or key_at(order, r - 1)[0] != v) and (r == n - 1 or key_at(order, r + 1)[0] != v):
+            picked[i] = p
+            i += 1
+            continue
+        a = rank_of(order, v, np.int64(-1))
+        b = rank_of(order, v, _ABOVE)
+        j = i
+        while j < k and ranks[by_rank[j]] < b:
+            j += 1
+        m, c = j - i, b - a
+        if 2 * m <= c and m <= 64:
+            for t in range(m):
+                while True:
+                    s = int(uniform(stream, draws) * c)
+                    draws += 1
+                    s = a + (c - 1 if s >= c else s)
+                    candidate = key_at(order, s)[1]
+                    fresh = True
+                    for q in range(i, i + t):
+                        if picked[q] == candidate:
+                            fresh = False
+                            break
+                    if fresh:
+                        break
+                picked[i + t] = candidate
+        else:  # block[t], block[s] swapped as in a copy of the block: moved[x] is what slot x holds
+            slots = int_table(2 * m)
+            moved = np.empty(slots.size, np.int64)
+            for t in range(m):
+                left = c - t
+                s = int(uniform(stream, draws) * left)
+                draws += 1
+                s = t + (left - 1 if s >= left else s)
+                st, ss = slot_of(slots, t), slot_of(slots, s)
+                held_t = moved[st] if slots[st] == t else t
+                held_s = moved[ss] if slots[ss] == s else s
+                slots[st], moved[st] = t, held_s
+                ss = slot_of(slots, s)
+                slots[ss], moved[ss] = s, held_t
+                picked[i + t] = key_at(order, a + held_s)[1]
+        i = j
+    out = np.empty(k, np.int64)
+    for i in range(k):
+        out[by_rank[i]] = picked[i]
+    return out
+
+
+__all__ = [
+    "RankOrder",
+    "CAPACITY",
+    "int_table",
+    "slot_of",
+    "build",
+    "resort",
+    "recount",
+    "move",
+    "key_at",
+    "rank_of",
+    "pick",
+    "sorted_keys",
+]
