@@ -373,9 +373,7 @@ def bench_loss_rank(sizes: tuple[int, ...], batch: int = 128) -> None:
             with threadpool_limits(limits=limit, user_api="blas"):
                 res = paired({"loss": loss_batches, "random": random_epoch}, 5 if n > 100_000 else 30)
             loss_ms, rand_ms = res["loss"][0] / per_call, res["random"][0] / batches
-            print(
-                f"   {n:>10,} {known:>6.0%} {label:>8} {loss_ms:>13.4f} {rand_ms:>10.4f} {loss_ms / rand_ms:>7.0f}x"
-            )
+            print(f"   {n:>10,} {known:>6.0%} {label:>8} {loss_ms:>13.4f} {rand_ms:>10.4f} {loss_ms / rand_ms:>7.0f}x")
 
 
 def main() -> None:
