@@ -388,17 +388,32 @@ def _rank_values(losses, pending, shard):  # pragma: no cover - numba
 @njit(cache=True, nogil=True)
 def _move_examples(order, losses, pending, shard, direct, examples):  # pragma: no cover - numba
     """Move the keys of the shard positions holding ``examples`` to their values now
-    (``shard`` sorted; ``direct``: position ``i`` holds example ``i``)."""
+    (``shard`` sorted; ``direct``: position ``i`` holds example ``i``), then recount."""
     n = shard.size
-    for e in examples:
-        if direct:
-            if 0 <= e < n:
-                rank_order.move(order, e, _rank_value(losses, pending, e))
-            continue
-        p = np.searchsorted(shard, e)
-        while p < n and shard[p] == e:  # (DistributedSampler's padding repeats an example)
-            rank_order.move(order, p, _rank_value(losses, pending, e))
+    if direct:
+        values = np.empty(examples.size, np.float64)
+        for t in range(examples.size):
+            values[t] = _rank_value(losses, pending, examples[t])
+        rank_order.move_many(order, examples, values)
+        return
+    first = np.searchsorted(shard, examples)
+    count = 0
+    for t in range(examples.size):  # (DistributedSampler's padding repeats an example)
+        p = first[t]
+        while p < n and shard[p] == examples[t]:
+            count += 1
             p += 1
+    moved = np.empty(count, np.int64)
+    values = np.empty(count, np.float64)
+    count = 0
+    for t in range(examples.size):
+        p = first[t]
+        while p < n and shard[p] == examples[t]:
+            moved[count] = p
+            values[count] = _rank_value(losses, pending, examples[t])
+            count += 1
+            p += 1
+    rank_order.move_many(order, moved, values)
 
 
 @njit(cache=True, nogil=True)
@@ -408,20 +423,18 @@ def _loss_rank_batch(
     """A loss-rank batch of ``k`` examples of ``shard``, in one call without the GIL:
     bring the rank order up to date (the examples ``changed`` since it was, or, with
     ``everything`` or many changed, a new sort), draw the ranks, look their examples
-    up, mark them pending (their keys move last)."""
+    up, mark them pending. The caller records the batch as changed: a training loop
+    observes its losses before the next, and each key then moves once."""
     if everything or 8 * changed.size > shard.size:
         order.cur[:] = _rank_values(losses, pending, shard)
         rank_order.resort(order)
     else:
         _move_examples(order, losses, pending, shard, direct, changed)
-        rank_order.recount(order)
     picked = rank_order.pick(order, _draw_ranks_kernel(shard.size, k, log_q, key), key)
     out = np.empty(k, np.int64)
     for i in range(k):
         out[i] = shard[picked[i]]
-        pending[out[i]] = True
-    _move_examples(order, losses, pending, shard, direct, out)
-    rank_order.recount(order)
+        pending[out[i]] = True  # (their keys move at the next batch, which reads them in the change log)
     return out
 
 

@@ -32,6 +32,10 @@ from batchsel.core.sorting import stable_argsort
 #: keys a block holds at most (a build fills each to 7/8 of it, leaving room to insert): a
 #: change shifts half a block on average, and a lookup searches the blocks' last keys
 CAPACITY = 256
+#: shards of at most this many keys are one block, brought up to date by one merge of
+#: the changed keys a batch (O(n), which at this size costs less than moving them one
+#: by one through blocks)
+FLAT_MOST = 65536
 #: a position above every shard position: ``(value, _ABOVE)`` follows every key of ``value``
 _ABOVE = np.int64(2**62)
 # substream of a batch's key the tie breaks read (loss rank's: its ranks use 1 and 2)
@@ -74,8 +78,9 @@ class RankOrder(NamedTuple):
     meta: np.ndarray
 
 
-def build(cur: np.ndarray, capacity: int = CAPACITY) -> RankOrder:
-    """The order of the keys ``(cur[p], p)``, in blocks of at most ``capacity`` keys.
+def build(cur: np.ndarray, capacity: int = CAPACITY, flat_most: int = FLAT_MOST) -> RankOrder:
+    """The order of the keys ``(cur[p], p)``, in blocks of at most ``capacity`` keys (one
+    block of every key where there are at most ``flat_most``).
 
     Parameters
     ----------
@@ -83,6 +88,8 @@ def build(cur: np.ndarray, capacity: int = CAPACITY) -> RankOrder:
         Each position's value (kept: the order owns it), no NaN.
     capacity : int, default 256
         Keys a block holds at most, >= 2.
+    flat_most : int, default 65536
+        Up to this many keys, one block holds them all (:func:`move_many` merges).
 
     Returns
     -------
@@ -97,8 +104,11 @@ def build(cur: np.ndarray, capacity: int = CAPACITY) -> RankOrder:
     if capacity < 2:
         raise ValueError(f"capacity must be >= 2, got {capacity}")
     n = cur.size
-    fill = _fill_of(capacity)
-    blocks = -(-n // fill) + (-(-n // fill)) // 4 + 4  # the build's blocks and room for splits
+    if n <= flat_most:  # one block, never full (and a spare, never used)
+        capacity, blocks = max(n + 1, 2), 2
+    else:
+        fill = _fill_of(capacity)
+        blocks = -(-n // fill) + (-(-n // fill)) // 4 + 4  # the build's blocks and room for splits
     order = RankOrder(
         cur=cur,
         values=np.empty((blocks, capacity), np.float64),
@@ -132,6 +142,12 @@ def _fill_of(capacity):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _flat(order):  # pragma: no cover - numba
+    """Whether one block holds every key (a block larger than the shard)."""
+    return order.values.shape[1] > order.cur.size
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _before(v1, p1, v2, p2):  # pragma: no cover - numba
     """Whether key ``(v1, p1)`` comes before ``(v2, p2)``."""
     return v1 < v2 or (v1 == v2 and p1 < p2)
@@ -142,7 +158,7 @@ def _fill(order, sorted_positions):  # pragma: no cover - numba
     """Lay ``sorted_positions`` (every position, in key order) out in fresh blocks."""
     cur, values, positions, counts = order.cur, order.values, order.positions, order.counts
     n = sorted_positions.size
-    fill = _fill_of(values.shape[1])
+    fill = max(n, 1) if _flat(order) else _fill_of(values.shape[1])
     blocks = counts.size
     used = -(-n // fill)
     for b in range(used):
@@ -304,6 +320,63 @@ def move(order, p, v):  # pragma: no cover - numba
         _remove(order, old, p)
         order.cur[p] = v
         _insert(order, v, p)
+
+
+@njit(cache=True, nogil=True)
+def move_many(order, moved, new_values):  # pragma: no cover - numba
+    """Give each position ``moved[t]`` the value ``new_values[t]`` (in that order: a
+    position given twice keeps the later), then :func:`recount`. Blocks: one move each;
+    one block of every key: one pass that takes the changed keys out and merges them
+    back sorted, or a new sort where more than an eighth changed."""
+    if not _flat(order):
+        for t in range(moved.size):
+            move(order, moved[t], new_values[t])
+        recount(order)
+        return
+    cur = order.cur
+    n = cur.size
+    dirty = np.zeros(n, np.bool_)
+    changed = np.empty(moved.size, np.int64)
+    d = 0
+    for t in range(moved.size):
+        p, v = moved[t], new_values[t]
+        if v != cur[p]:  # (-0.0 and 0.0 are one value)
+            cur[p] = v
+            if not dirty[p]:
+                dirty[p] = True
+                changed[d] = p
+                d += 1
+    if d == 0:
+        return
+    if 8 * d > n:
+        resort(order)
+        return
+    changed = np.sort(changed[:d])  # by position, then stably by value: by key
+    changed = changed[stable_argsort(cur[changed])]
+    b = order.sequence[0]
+    values, positions = order.values[b], order.positions[b]
+    w = 0
+    for i in range(n):  # the unchanged keys, in order
+        p = positions[i]
+        if not dirty[p]:
+            values[w] = values[i]
+            positions[w] = p
+            w += 1
+    i, j, out = w - 1, d - 1, n - 1  # the changed ones merged back, from the end
+    while j >= 0:
+        pj = changed[j]
+        vj = cur[pj]
+        if i >= 0 and (values[i] > vj or (values[i] == vj and positions[i] > pj)):
+            values[out] = values[i]
+            positions[out] = positions[i]
+            i -= 1
+        else:
+            values[out] = vj
+            positions[out] = pj
+            j -= 1
+        out -= 1
+    order.last_values[0] = values[n - 1]
+    order.last_positions[0] = positions[n - 1]
 
 
 @njit(cache=True, nogil=True)

@@ -123,12 +123,12 @@ def fresh_sort(losses, pending, shard):
     return cur[positions], positions
 
 
-@pytest.mark.parametrize("capacity", [2, 3, 8, 256])
+@pytest.mark.parametrize("capacity", [2, 3, 8, 256, "flat"])
 @pytest.mark.parametrize("repeats", [False, True])
 def test_rank_order_updates_are_a_fresh_sort(repeats, capacity):
     # whatever changes (a few, many, ties, +-inf, -0.0, an example twice in the shard), the
-    # order after the moves is the sort by (value, position); small blocks split, empty
-    # and run out of room (laid out again) many times on the way
+    # order after the moves is the sort by (value, position): blocks (small ones split,
+    # empty and run out of room many times on the way) or one block merged a batch at a time
     rng = np.random.default_rng(6)
     losses = np.full(300, np.inf)
     shard = np.sort(rng.permutation(300)[:200])
@@ -136,7 +136,9 @@ def test_rank_order_updates_are_a_fresh_sort(repeats, capacity):
         shard = np.sort(np.concatenate([shard, shard[:37]]))
     shard = shard.astype(np.int64)
     pending = np.zeros(300, dtype=bool)
-    order = rank_order.build(_rank_values(losses, pending, shard), capacity=capacity)
+    cur = _rank_values(losses, pending, shard)
+    order = rank_order.build(cur) if capacity == "flat" else rank_order.build(cur, capacity, flat_most=0)
+    assert (order.values.shape[0] == 2) == (capacity == "flat")
     for step in range(120):
         changed = rng.choice(300, size=int(rng.choice([1, 5, 32, 150])), replace=False)
         values = rng.choice([0.0, -0.0, 1.0, 2.5, np.inf], size=changed.size) if step % 3 else rng.random(changed.size)
@@ -144,7 +146,6 @@ def test_rank_order_updates_are_a_fresh_sort(repeats, capacity):
         flipped = rng.choice(300, size=10, replace=False)
         pending[flipped] ^= True  # drawn, or observed since
         _move_examples(order, losses, pending, shard, False, np.concatenate([changed, flipped]))
-        rank_order.recount(order)
         want_values, want_positions = fresh_sort(losses, pending, shard)
         values_now, positions_now = rank_order.sorted_keys(order)
         assert np.array_equal(positions_now, want_positions) and np.array_equal(values_now, want_values)
@@ -159,7 +160,7 @@ def test_rank_order_lays_its_blocks_out_again_when_none_is_left_to_split_into():
     # take every free block, and the order is laid out anew (the free count jumps)
     rng = np.random.default_rng(4)
     cur = rng.random(60)
-    order = rank_order.build(cur.copy(), capacity=4)
+    order = rank_order.build(cur.copy(), capacity=4, flat_most=0)
     jumps = 0
     for p in rng.permutation(60)[:45]:
         free = int(order.meta[1])
@@ -175,12 +176,11 @@ def test_one_rank_shard_moves_examples_by_index():
     # one rank's shard is every example in index order: an example is its position
     rng = np.random.default_rng(9)
     losses, pending, shard = rng.random(500), np.zeros(500, bool), np.arange(500, dtype=np.int64)
-    order = rank_order.build(_rank_values(losses, pending, shard), capacity=4)
+    order = rank_order.build(_rank_values(losses, pending, shard), capacity=4, flat_most=0)
     for _ in range(30):
         changed = rng.integers(0, 500, 40)
         losses[changed] = rng.integers(0, 3, 40)
         _move_examples(order, losses, pending, shard, True, changed)
-        rank_order.recount(order)
     assert np.array_equal(rank_order.sorted_keys(order)[1], fresh_sort(losses, pending, shard)[1])
 
 
@@ -235,17 +235,21 @@ def test_kernel_takes_a_batch_without_sorting_the_shard():
     pending = np.zeros(2 * n, dtype=bool)
     order = rank_order.build(_rank_values(losses, pending, shard))
     none = np.zeros(0, np.int64)
-    _loss_rank_batch(losses, pending, shard, order, none, False, False, 32, _log_q(100.0, n), 1)
+    batch = _loss_rank_batch(losses, pending, shard, order, none, False, False, 32, _log_q(100.0, n), 1)
     t0 = time.process_time()
     for key in range(5):
         changed = rng.integers(0, 2 * n, 32)  # (half of them in the shard)
         losses[changed] = rng.random(32)
+        changed = np.concatenate([changed, batch])  # and the last batch's pending marks, as the change log has them
         batch = _loss_rank_batch(losses, pending, shard, order, changed, False, False, 32, _log_q(100.0, n), key)
     per_batch = (time.process_time() - t0) / 5
     t0 = time.process_time()
     for _ in range(5):
         rank_order.build(_rank_values(losses, pending, shard))
     assert per_batch < (time.process_time() - t0) / 5 and len(set(batch.tolist())) == 32
+    _move_examples(
+        order, losses, pending, shard, False, batch
+    )  # the batch's pending marks: the next batch's first move
     assert np.array_equal(rank_order.sorted_keys(order)[1], fresh_sort(losses, pending, shard)[1])
 
 
