@@ -80,12 +80,103 @@ def stable_argsort(values):  # pragma: no cover - numba
     n = values.size
     if n < _RADIX_LEAST:
         return np.argsort(values, kind="mergesort")
+    return _radix_order(_float_keys(values))
+
+
+@njit(cache=True, nogil=True)
+def _float_keys(values):  # pragma: no cover - numba
+    """uint64 keys in the order of float64 ``values`` (no NaN), equal values one key."""
     bits = values.view(np.uint64)
-    keys = np.empty(n, np.uint64)
-    for i in range(n):
+    keys = np.empty(values.size, np.uint64)
+    for i in range(values.size):
         b = np.uint64(0) if values[i] == 0.0 else bits[i]  # -0.0 == 0.0: one key
         keys[i] = ~b if b & _SIGN else b | _SIGN  # negatives reversed below the positives
-    return _radix_order(keys)
+    return keys
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bits_of_key(key):  # pragma: no cover - numba
+    """The float64 bits a :func:`_float_keys` key stands for (``0.0`` for a zero)."""
+    return key ^ _SIGN if key & _SIGN else ~key
+
+
+@njit(cache=True, nogil=True)
+def sort_into_rows(values, out_values, out_positions, row_bits):  # pragma: no cover - numba
+    """Sort float64 ``values`` stably and write the ``j``-th smallest, and its index, at
+    row ``j >> row_bits``, column ``j % 2**row_bits`` of ``out_values`` and
+    ``out_positions`` (the rest of each row untouched): a sorted array laid out in rows
+    with room to grow, with no gather of the values afterwards (the last radix pass
+    writes them) and no division per value (rows of a power of two).
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        float64, 1-D, no NaN; fewer than 2**31 if ``out_positions`` is int32.
+    out_values : numpy.ndarray
+        float64, 2-D, C-contiguous, at least ``ceil(n / 2**row_bits)`` rows of at
+        least ``2**row_bits`` columns. A zero is written as ``0.0`` (``-0.0 == 0.0``).
+    out_positions : numpy.ndarray
+        Integers, the same shape.
+    row_bits : int
+        ``log2`` of the values per row, ``>= 0``.
+
+    Example
+    -------
+    >>> out, at = np.zeros((2, 3)), np.zeros((2, 3), np.int32)
+    >>> sort_into_rows(np.array([2.0, -1.0, 0.5, 3.0]), out, at, 1)
+    >>> out.tolist(), at.tolist()
+    ([[-1.0, 0.5, 0.0], [2.0, 3.0, 0.0]], [[1, 2, 0], [0, 3, 0]])
+    """
+    n = values.size
+    mask = (1 << row_bits) - 1
+    if n < _RADIX_LEAST:
+        order = np.argsort(values, kind="mergesort")
+        for j in range(n):
+            out_values[j >> row_bits, j & mask] = values[order[j]] + 0.0  # (-0.0 + 0.0 is 0.0)
+            out_positions[j >> row_bits, j & mask] = order[j]
+        return
+    keys = _float_keys(values)
+    counts = np.zeros((8, 256), np.int64)
+    for i in range(n):
+        k = keys[i]
+        for p in range(8):
+            counts[p, (k >> np.uint64(8 * p)) & _BYTE] += 1
+    passes = [p for p in range(8) if counts[p].max() != n]  # the others would not move a key
+    out_bits = out_values.view(np.uint64)
+    order = np.arange(n).astype(out_positions.dtype)
+    if not passes:  # one key throughout: in index order
+        for j in range(n):
+            out_bits[j >> row_bits, j & mask] = _bits_of_key(keys[j])
+            out_positions[j >> row_bits, j & mask] = j
+        return
+    keys_out = np.empty(n if len(passes) > 1 else 0, np.uint64)
+    order_out = np.empty(n if len(passes) > 1 else 0, order.dtype)
+    at = np.empty(256, np.int64)
+    for t in range(len(passes)):
+        p = passes[t]
+        total = 0
+        for d in range(256):
+            at[d] = total
+            total += counts[p, d]
+        shift = np.uint64(8 * p)
+        if t < len(passes) - 1:
+            for i in range(n):  # in the current order: equal bytes keep it (stable)
+                k = keys[i]
+                d = (k >> shift) & _BYTE
+                j = at[d]
+                keys_out[j] = k
+                order_out[j] = order[i]
+                at[d] = j + 1
+            keys, keys_out = keys_out, keys
+            order, order_out = order_out, order
+        else:  # the last pass writes the rows
+            for i in range(n):
+                k = keys[i]
+                d = (k >> shift) & _BYTE
+                j = at[d]
+                out_bits[j >> row_bits, j & mask] = _bits_of_key(k)
+                out_positions[j >> row_bits, j & mask] = order[i]
+                at[d] = j + 1
 
 
 @njit(cache=True, nogil=True)
@@ -116,4 +207,4 @@ def stable_argsort_int(keys):  # pragma: no cover - numba
     return _radix_order(keys.astype(np.uint64))
 
 
-__all__ = ["stable_argsort", "stable_argsort_int"]
+__all__ = ["stable_argsort", "stable_argsort_int", "sort_into_rows"]

@@ -27,11 +27,12 @@ import numpy as np
 from numba import njit
 
 from batchsel.core.rng import substream, uniform
-from batchsel.core.sorting import stable_argsort
+from batchsel.core.sorting import sort_into_rows, stable_argsort
 
-#: keys a block holds at most (a build fills each to 7/8 of it, leaving room to insert): a
-#: change shifts half a block on average, and a lookup searches the blocks' last keys
-CAPACITY = 256
+#: keys a block holds at most; a build fills each with the largest power of two up to 8/9
+#: of it (256: room for 32 more before it splits; rows of a power of two are laid out
+#: without a division per key). A change shifts half a block on average
+CAPACITY = 288
 #: shards of at most this many keys are one block, brought up to date by one merge of
 #: the changed keys a batch (O(n), which at this size costs less than moving them one
 #: by one through blocks)
@@ -49,7 +50,7 @@ class RankOrder(NamedTuple):
     ----------
     cur : numpy.ndarray of float64, shape (n,)
         Each shard position's value as the order holds it.
-    values, positions : numpy.ndarray, shape (blocks, capacity)
+    values, positions : numpy.ndarray of float64 and int32, shape (blocks, capacity)
         Block ``b``'s keys, sorted, in its first ``counts[b]`` slots.
     counts : numpy.ndarray of int64
         Keys per block.
@@ -86,7 +87,7 @@ def build(cur: np.ndarray, capacity: int = CAPACITY, flat_most: int = FLAT_MOST)
     ----------
     cur : numpy.ndarray of float64
         Each position's value (kept: the order owns it), no NaN.
-    capacity : int, default 256
+    capacity : int, default 288
         Keys a block holds at most, >= 2.
     flat_most : int, default 65536
         Up to this many keys, one block holds them all (:func:`move_many` merges).
@@ -104,15 +105,17 @@ def build(cur: np.ndarray, capacity: int = CAPACITY, flat_most: int = FLAT_MOST)
     if capacity < 2:
         raise ValueError(f"capacity must be >= 2, got {capacity}")
     n = cur.size
+    if n >= 2**31:
+        raise ValueError(f"a rank order holds fewer than 2**31 keys (int32 positions), got {n}: use more ranks")
     if n <= flat_most:  # one block, never full (and a spare, never used)
         capacity, blocks = max(n + 1, 2), 2
     else:
-        fill = _fill_of(capacity)
+        fill = 1 << _row_bits(capacity, n)
         blocks = -(-n // fill) + (-(-n // fill)) // 4 + 4  # the build's blocks and room for splits
     order = RankOrder(
         cur=cur,
-        values=np.empty((blocks, capacity), np.float64),
-        positions=np.empty((blocks, capacity), np.int64),
+        values=_empty_rows(blocks, capacity),
+        positions=_empty_positions(blocks, capacity),  # (a shard of fewer than 2**31: fewer pages to map)
         counts=np.zeros(blocks, np.int64),
         sequence=np.empty(blocks, np.int64),
         starts=np.zeros(blocks + 1, np.int64),
@@ -136,9 +139,32 @@ def sorted_keys(order: RankOrder) -> tuple[np.ndarray, np.ndarray]:
     return values, positions
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _fill_of(capacity):  # pragma: no cover - numba
-    return max(capacity * 7 // 8, 1)
+# the blocks' rows are allocated by numba, not numpy: numpy asks the kernel for huge pages
+# (madvise), which on a machine that defragments for them on demand stalls the first
+# write to every page (defrag=madvise: docs/design/implementation-notes.md)
+@njit(cache=True, nogil=True)
+def _empty_rows(blocks, capacity):  # pragma: no cover - numba
+    return np.empty((blocks, capacity), np.float64)
+
+
+@njit(cache=True, nogil=True)
+def _empty_positions(blocks, capacity):  # pragma: no cover - numba
+    return np.empty((blocks, capacity), np.int32)
+
+
+@njit(cache=True, nogil=True)
+def _row_bits(capacity, n):  # pragma: no cover - numba
+    """log2 of the keys a build puts in a block: the largest power of two up to 8/9 of
+    ``capacity`` (at least 1 key); where one block holds every key (``capacity > n``), a
+    power of two of at least ``n``."""
+    bits = 0
+    if capacity > n:
+        while (1 << bits) < n:
+            bits += 1
+        return bits
+    while (2 << bits) * 9 <= capacity * 8:
+        bits += 1
+    return bits
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -154,24 +180,19 @@ def _before(v1, p1, v2, p2):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
-def _fill(order, sorted_positions):  # pragma: no cover - numba
-    """Lay ``sorted_positions`` (every position, in key order) out in fresh blocks."""
-    cur, values, positions, counts = order.cur, order.values, order.positions, order.counts
-    n = sorted_positions.size
-    fill = max(n, 1) if _flat(order) else _fill_of(values.shape[1])
+def _lay_out(order, n):  # pragma: no cover - numba
+    """Make the first ``ceil(n / fill)`` blocks, whose rows hold the ``n`` keys in order
+    (``fill`` a row), the sequence; the other blocks free."""
+    values, positions, counts = order.values, order.positions, order.counts
+    fill = 1 << _row_bits(values.shape[1], order.cur.size)
     blocks = counts.size
     used = -(-n // fill)
     for b in range(used):
-        lo = b * fill
-        hi = min(lo + fill, n)
-        for j in range(hi - lo):
-            p = sorted_positions[lo + j]
-            values[b, j] = cur[p]
-            positions[b, j] = p
-        counts[b] = hi - lo
-        order.last_values[b] = values[b, hi - lo - 1]
-        order.last_positions[b] = positions[b, hi - lo - 1]
+        c = min(fill, n - b * fill)
+        counts[b] = c
         order.sequence[b] = b
+        order.last_values[b] = values[b, c - 1]
+        order.last_positions[b] = positions[b, c - 1]
     for f in range(blocks - used):
         counts[used + f] = 0
         order.free[f] = blocks - 1 - f
@@ -183,20 +204,29 @@ def _fill(order, sorted_positions):  # pragma: no cover - numba
 @njit(cache=True, nogil=True)
 def resort(order):  # pragma: no cover - numba
     """Sort the order anew from ``order.cur`` (after many changes, or none known)."""
-    _fill(order, stable_argsort(order.cur))
+    n = order.cur.size
+    sort_into_rows(order.cur, order.values, order.positions, _row_bits(order.values.shape[1], n))
+    _lay_out(order, n)
 
 
 @njit(cache=True, nogil=True)
 def _repack(order):  # pragma: no cover - numba
-    """Lay the keys out again in full blocks (no block left to split into)."""
-    flat = np.empty(order.cur.size, np.int64)
+    """Lay the keys out again in blocks filled as a build fills them (no block was left
+    to split into)."""
+    cur, values, positions = order.cur, order.values, order.positions
+    flat = np.empty(cur.size, np.int64)
     w = 0
     for i in range(order.meta[0]):
         b = order.sequence[i]
         for j in range(order.counts[b]):
-            flat[w] = order.positions[b, j]
+            flat[w] = positions[b, j]
             w += 1
-    _fill(order, flat[:w])  # (in a move, the key moved is out: one fewer than the positions)
+    bits = _row_bits(values.shape[1], cur.size)
+    mask = (1 << bits) - 1
+    for j in range(w):  # (in a move, the key moved is out: one fewer than the positions)
+        values[j >> bits, j & mask] = cur[flat[j]]
+        positions[j >> bits, j & mask] = flat[j]
+    _lay_out(order, w)
 
 
 @njit(cache=True, nogil=True)

@@ -156,18 +156,20 @@ def test_rank_order_updates_are_a_fresh_sort(repeats, capacity):
 
 
 def test_rank_order_lays_its_blocks_out_again_when_none_is_left_to_split_into():
-    # keys moved one by one to the end fill the last block again and again: its splits
-    # take every free block, and the order is laid out anew (the free count jumps)
+    # keys taken from every block in turn (none empties) and moved to the end fill the
+    # last block again and again: its splits take every free block, and the order is
+    # laid out anew (the free count jumps: a removal frees one block at most)
     rng = np.random.default_rng(4)
     cur = rng.random(60)
-    order = rank_order.build(cur.copy(), capacity=4, flat_most=0)
+    order = rank_order.build(cur.copy(), capacity=8, flat_most=0)  # blocks of 4 keys
+    by_rank = np.argsort(cur)
     jumps = 0
-    for p in rng.permutation(60)[:45]:
+    for p in [by_rank[4 * b + r] for r in range(3) for b in range(15)]:
         free = int(order.meta[1])
         rank_order.move(order, p, np.inf)
         rank_order.recount(order)
         cur[p] = np.inf
-        jumps += int(order.meta[1]) > free + 1  # a removal frees one block at most
+        jumps += int(order.meta[1]) > free + 1
         assert np.array_equal(rank_order.sorted_keys(order)[1], stable_argsort(cur))
     assert jumps > 0
 
