@@ -339,3 +339,15 @@ def test_more_buckets_than_steps_warns(caplog):
         sel = BucketSelector(lognormal_lengths(60), batch_size=30, bucket_width=1.05)
     assert "more buckets than the 2 steps of batch_size=30" in caplog.text
     assert sel.num_batches() >= 2
+
+
+def test_by_cost_then_is_lexsort_by_cost_then_tiebreak():
+    # the regrouping's order of a window: by cost, equal costs by the random tiebreak, then
+    # by position (lexsort's); integer lengths (many ties), floats, zeros of both signs
+    from batchsel.selectors.buckets.kernels import by_cost_then
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 1023, 1024, 5000):
+        for costs in (rng.integers(0, 9, n).astype(float), rng.lognormal(0, 2, n), rng.choice([0.0, -0.0, 1.0], n)):
+            tiebreak = rng.choice([0.25, 0.5], n) if n % 2 else rng.random(n)  # ties in both keys too
+            np.testing.assert_array_equal(by_cost_then(costs, tiebreak), np.lexsort((tiebreak, costs)))

@@ -508,6 +508,21 @@ def deal_steps(
     return np.take_along_axis(ranked, rng.permuted(np.tile(np.arange(world_size), (len(ranked), 1)), axis=1), axis=1)
 
 
+@njit(cache=True, nogil=True)
+def by_cost_then(costs, tiebreak):  # pragma: no cover - numba
+    """``np.lexsort((tiebreak, costs))`` for float64 ``costs`` and ``tiebreak``: a stable
+    sort by the tiebreak, then by cost (two radix argsorts; lexsort compares whole rows).
+
+    Example
+    -------
+    >>> costs, tiebreak = np.array([2.0, 1.0, 2.0, 1.0]), np.array([0.5, 0.7, 0.1, 0.7])
+    >>> by_cost_then(costs, tiebreak).tolist(), np.lexsort((tiebreak, costs)).tolist()
+    ([1, 3, 2, 0], [1, 3, 2, 0])
+    """
+    first = stable_argsort(tiebreak)
+    return first[stable_argsort(costs[first])]
+
+
 def regroup(
     batches: list[np.ndarray], costs: np.ndarray, world_size: int, rng: np.random.Generator, packed: bool = False
 ) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -544,7 +559,7 @@ def regroup(
     [[1.0, 2.0], [8.0, 9.0]]
     """
     flat = np.concatenate(batches) if batches else np.zeros(0, np.int64)
-    ranked = np.lexsort((rng.random(len(flat)), costs[flat]))
+    ranked = by_cost_then(np.asarray(costs[flat], np.float64), rng.random(len(flat)))
     sizes = np.sort([len(b) for b in batches])[::-1]
     parts = np.split(ranked, np.cumsum(sizes)[:-1])
     steps = deal_steps(batch_costs([flat[p] for p in parts], costs, packed), world_size, rng)
@@ -553,6 +568,7 @@ def regroup(
 
 __all__ = [
     "NUM_OFFSETS",
+    "by_cost_then",
     "order_by_cost",
     "bucket_starts",
     "segment_bounds",
