@@ -21,25 +21,43 @@ _BYTE = np.uint64(255)
 
 
 @njit(cache=True, nogil=True)
-def _radix_order(keys):  # pragma: no cover - numba
-    """The stable argsort of uint64 ``keys`` (which it reorders: pass a copy)."""
-    n = keys.size
+def _byte_counts(keys):  # pragma: no cover - numba
+    """How many of the uint64 ``keys`` hold each value of each of their 8 bytes."""
     counts = np.zeros((8, 256), np.int64)
-    for i in range(n):
+    for i in range(keys.size):
         k = keys[i]
         for p in range(8):
             counts[p, (k >> np.uint64(8 * p)) & _BYTE] += 1
-    order = np.arange(n)
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def _moving_passes(counts, n):  # pragma: no cover - numba
+    """The bytes whose pass moves a key: not those every key shares."""
+    return [p for p in range(8) if counts[p].max() != n]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bucket_starts(at, counts_of_byte):  # pragma: no cover - numba
+    """Where each value of a byte starts in a pass's output."""
+    total = 0
+    for d in range(256):
+        at[d] = total
+        total += counts_of_byte[d]
+
+
+@njit(cache=True, nogil=True)
+def _radix_passes(keys, order, counts, passes):  # pragma: no cover - numba
+    """``keys`` and ``order`` after the stable passes on the bytes ``passes`` (least
+    significant first): new arrays, or the same ones without a pass."""
+    n = keys.size
+    if len(passes) == 0:
+        return keys, order
     keys_out = np.empty(n, np.uint64)
-    order_out = np.empty(n, np.int64)
+    order_out = np.empty(n, order.dtype)
     at = np.empty(256, np.int64)
-    for p in range(8):
-        if counts[p].max() == n:  # every key has this byte: the pass would not move one
-            continue
-        total = 0
-        for d in range(256):
-            at[d] = total
-            total += counts[p, d]
+    for p in passes:
+        _bucket_starts(at, counts[p])
         shift = np.uint64(8 * p)
         for i in range(n):  # in the current order: equal bytes keep it (stable)
             k = keys[i]
@@ -50,7 +68,14 @@ def _radix_order(keys):  # pragma: no cover - numba
             at[d] = j + 1
         keys, keys_out = keys_out, keys
         order, order_out = order_out, order
-    return order
+    return keys, order
+
+
+@njit(cache=True, nogil=True)
+def _radix_order(keys):  # pragma: no cover - numba
+    """The stable argsort of uint64 ``keys`` (which it reorders: pass a copy)."""
+    counts = _byte_counts(keys)
+    return _radix_passes(keys, np.arange(keys.size), counts, _moving_passes(counts, keys.size))[1]
 
 
 @njit(cache=True, nogil=True)
@@ -136,12 +161,8 @@ def sort_into_rows(values, out_values, out_positions, row_bits):  # pragma: no c
             out_positions[j >> row_bits, j & mask] = order[j]
         return
     keys = _float_keys(values)
-    counts = np.zeros((8, 256), np.int64)
-    for i in range(n):
-        k = keys[i]
-        for p in range(8):
-            counts[p, (k >> np.uint64(8 * p)) & _BYTE] += 1
-    passes = [p for p in range(8) if counts[p].max() != n]  # the others would not move a key
+    counts = _byte_counts(keys)
+    passes = _moving_passes(counts, n)
     out_bits = out_values.view(np.uint64)
     order = np.arange(n).astype(out_positions.dtype)
     if not passes:  # one key throughout: in index order
@@ -149,34 +170,17 @@ def sort_into_rows(values, out_values, out_positions, row_bits):  # pragma: no c
             out_bits[j >> row_bits, j & mask] = _bits_of_key(keys[j])
             out_positions[j >> row_bits, j & mask] = j
         return
-    keys_out = np.empty(n if len(passes) > 1 else 0, np.uint64)
-    order_out = np.empty(n if len(passes) > 1 else 0, order.dtype)
-    at = np.empty(256, np.int64)
-    for t in range(len(passes)):
-        p = passes[t]
-        total = 0
-        for d in range(256):
-            at[d] = total
-            total += counts[p, d]
-        shift = np.uint64(8 * p)
-        if t < len(passes) - 1:
-            for i in range(n):  # in the current order: equal bytes keep it (stable)
-                k = keys[i]
-                d = (k >> shift) & _BYTE
-                j = at[d]
-                keys_out[j] = k
-                order_out[j] = order[i]
-                at[d] = j + 1
-            keys, keys_out = keys_out, keys
-            order, order_out = order_out, order
-        else:  # the last pass writes the rows
-            for i in range(n):
-                k = keys[i]
-                d = (k >> shift) & _BYTE
-                j = at[d]
-                out_bits[j >> row_bits, j & mask] = _bits_of_key(k)
-                out_positions[j >> row_bits, j & mask] = order[i]
-                at[d] = j + 1
+    keys, order = _radix_passes(keys, order, counts, passes[:-1])
+    at = np.empty(256, np.int64)  # the last pass writes the rows
+    _bucket_starts(at, counts[passes[-1]])
+    shift = np.uint64(8 * passes[-1])
+    for i in range(n):
+        k = keys[i]
+        d = (k >> shift) & _BYTE
+        j = at[d]
+        out_bits[j >> row_bits, j & mask] = _bits_of_key(k)
+        out_positions[j >> row_bits, j & mask] = order[i]
+        at[d] = j + 1
 
 
 @njit(cache=True, nogil=True)
