@@ -559,10 +559,14 @@ def regroup(
     [[1.0, 2.0], [8.0, 9.0]]
     """
     flat = np.concatenate(batches) if batches else np.zeros(0, np.int64)
-    ranked = by_cost_then(np.asarray(costs[flat], np.float64), rng.random(len(flat)))
+    window_costs = np.asarray(costs[flat], np.float64)
+    ranked = by_cost_then(window_costs, rng.random(len(flat)))
     sizes = np.sort([len(b) for b in batches])[::-1]
-    parts = np.split(ranked, np.cumsum(sizes)[:-1])
-    steps = deal_steps(batch_costs([flat[p] for p in parts], costs, packed), world_size, rng)
+    ends = np.cumsum(sizes)
+    parts = [ranked[end - size : end] for size, end in zip(sizes.tolist(), ends.tolist())]
+    # a part is a run of the cost order: its longest member is its last
+    longest = None if packed or not parts else window_costs[ranked[ends - 1]]
+    steps = deal_steps(batch_costs([flat[p] for p in parts], costs, packed, longest), world_size, rng)
     return steps, parts
 
 
