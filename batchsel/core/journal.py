@@ -17,7 +17,6 @@ the arrays' size.
 from __future__ import annotations
 
 import sys
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -208,13 +207,14 @@ class ChangeLog:
 
     A reader keeps the :meth:`now` it last read at and asks :meth:`since` for what was
     written after it; where that is unknown (:meth:`rewrote_all`, a log copied or
-    pickled, or more than ``limit`` positions ago, when reading everything again costs
-    about as much), ``since`` answers None: anything may have changed.
+    pickled, or writes the log has dropped), ``since`` answers None: anything may have
+    changed.
 
     Parameters
     ----------
     limit : int
-        Positions kept at most (the oldest are dropped past it).
+        Positions kept when the log's buffer fills (the older ones are dropped: a reader
+        that far behind reads everything again, which then costs about as much).
 
     Example
     -------
@@ -231,19 +231,17 @@ class ChangeLog:
 
     def __init__(self, limit: int) -> None:
         self.limit = max(int(limit), 1)
-        self._parts: deque[np.ndarray] = deque()
-        self._first = 0  # the count at which _parts[0] starts
+        # the positions in the order written: entry i is write number _first + i. Entries
+        # are only appended; a full buffer is copied into a new one (keeping the last
+        # ``limit``), so the views ``since`` hands out never change
+        self._buffer = np.empty(0, np.int64)
+        self._first = 0  # the clock of _buffer[0]
         self._end = 0  # positions written since the log began (its clock)
         self._known_from = 0  # readers from before it get None
 
     def __getstate__(self) -> dict[str, Any]:  # a copy's readers read everything again
-        return {
-            **self.__dict__,
-            "_parts": deque(),
-            "_first": self._end + 1,
-            "_end": self._end + 1,
-            "_known_from": self._end + 1,
-        }
+        after = self._end + 1
+        return {**self.__dict__, "_buffer": np.empty(0, np.int64), "_first": after, "_end": after, "_known_from": after}
 
     def now(self) -> int:
         """The log's clock: what a reader keeps to ask :meth:`since` later."""
@@ -255,18 +253,22 @@ class ChangeLog:
         Parameters
         ----------
         positions : numpy.ndarray
-            int64 positions.
+            1-D integer positions.
         """
-        part = np.array(positions, dtype=np.int64).reshape(-1)
-        self._parts.append(part)
-        self._end += part.size
-        while self._end - self._first > self.limit:
-            self._first += self._parts.popleft().size
-            self._known_from = self._first
+        held = self._end - self._first
+        if held + positions.size > self._buffer.size:
+            keep = min(held, self.limit)
+            buffer = np.empty(max(2 * (keep + positions.size), 1024), np.int64)
+            buffer[:keep] = self._buffer[held - keep : held]
+            self._buffer, self._first = buffer, self._end - keep
+            self._known_from = max(self._known_from, self._first)
+            held = keep
+        self._buffer[held : held + positions.size] = positions
+        self._end += positions.size
 
     def rewrote_all(self) -> None:
         """Record that any entry may have changed: every reader reads everything again."""
-        self._parts = deque()
+        self._buffer = np.empty(0, np.int64)  # (a new one: views handed out stay as they are)
         self._end += 1  # (a tick of its own: a reader marked just before it is told nothing)
         self._first = self._known_from = self._end
 
@@ -282,19 +284,12 @@ class ChangeLog:
         Returns
         -------
         numpy.ndarray or None
-            int64 positions, oldest first.
+            int64 positions, oldest first: a view of the log, which later writes leave as
+            it is (do not write into it).
         """
         if not self._known_from <= mark <= self._end:
             return None
-        parts, at = [], self._end
-        for part in reversed(self._parts):
-            if at <= mark:
-                break
-            parts.append(part)
-            at -= part.size
-        if at != mark:  # (a mark inside a part: not one of now()'s)
-            return None
-        return np.concatenate(parts[::-1]) if parts else np.zeros(0, np.int64)
+        return self._buffer[mark - self._first : self._end - self._first]
 
 
 def saved_parts(saved: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -224,7 +224,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         shard = run.shard
         n = len(shard)
         pending = self._pending_marks(run)
-        changed: np.ndarray | None = np.zeros(0, np.int64)
+        changed: np.ndarray | None = _NOTHING
         if run.rank_order is None:  # the run's first batch: one sort; later ones move what changed
             run.rank_order = rank_order.build(_rank_values(self._losses, pending, shard))
         else:
@@ -234,8 +234,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             self._losses,
             pending,
             shard,
-            run.rank_order,
-            np.zeros(0, np.int64) if changed is None else changed,
+            *run.rank_order,  # (arrays: numba reads their types faster than a tuple's)
+            _NOTHING if changed is None else changed,
             changed is None,
             run.direct,
             min(self.batch_size, n),
@@ -298,6 +298,7 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         )
 
 
+_NOTHING = np.zeros(0, np.int64)  # no example changed (the kernel only reads it)
 # substreams of a batch's key: rank draws, the race over the ranks left (tie breaks: rank_order's)
 _RANKS, _RACE = 1, 2
 # rank draws tried by rejection before the ranks still missing are drawn by a race over
@@ -418,13 +419,33 @@ def _move_examples(order, losses, pending, shard, direct, examples):  # pragma: 
 
 @njit(cache=True, nogil=True)
 def _loss_rank_batch(
-    losses, pending, shard, order, changed, everything, direct, k, log_q, key
+    losses,
+    pending,
+    shard,
+    cur,
+    values,
+    positions,
+    counts,
+    sequence,
+    starts,
+    last_values,
+    last_positions,
+    free,
+    meta,
+    changed,
+    everything,
+    direct,
+    k,
+    log_q,
+    key,
 ):  # pragma: no cover - numba
     """A loss-rank batch of ``k`` examples of ``shard``, in one call without the GIL:
-    bring the rank order up to date (the examples ``changed`` since it was, or, with
-    ``everything`` or many changed, a new sort), draw the ranks, look their examples
-    up, mark them pending. The caller records the batch as changed: a training loop
-    observes its losses before the next, and each key then moves once."""
+    bring the rank order (a :class:`RankOrder`'s arrays) up to date (the examples
+    ``changed`` since it was, or, with ``everything`` or many changed, a new sort), draw
+    the ranks, look their examples up, mark them pending. The caller records the batch as
+    changed: a training loop observes its losses before the next, and each key then
+    moves once."""
+    order = RankOrder(cur, values, positions, counts, sequence, starts, last_values, last_positions, free, meta)
     if everything or 8 * changed.size > shard.size:
         order.cur[:] = _rank_values(losses, pending, shard)
         rank_order.resort(order)

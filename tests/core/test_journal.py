@@ -100,10 +100,14 @@ def test_change_log_tells_each_reader_what_changed_since_it_read():
     log.wrote(np.array([2]))
     assert log.since(first).tolist() == [4, 2, 2] and log.since(second).tolist() == [2]
     assert log.since(log.now()).tolist() == []
-    log.wrote(np.arange(9))  # past the limit: the oldest reader can no longer be told
-    assert log.since(first) is None and log.since(second).tolist() == [2, *range(9)]
+    view = log.since(second)
+    log.wrote(np.arange(2000))
+    log.wrote(np.arange(5000))  # the buffer fills: the last `limit` are kept, older readers are not told
+    assert log.since(first) is None and log.since(second) is None
+    assert log.since(log.now() - 5010).tolist() == [*range(1990, 2000), *range(5000)]
+    assert view.tolist() == [2]  # what a reader got stays as it was
     copied = pickle.loads(pickle.dumps(log))  # a copy's readers read everything again
-    assert copied.since(second) is None and copied.since(copied.now()).tolist() == []
+    assert copied.since(log.now()) is None and copied.since(copied.now()).tolist() == []
     mark = log.now()
     log.rewrote_all()
     assert log.since(mark) is None and log.since(log.now()).tolist() == []
