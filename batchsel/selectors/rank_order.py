@@ -10,6 +10,8 @@ keys: a changed key leaves its block and enters another (a binary search over th
 last keys, a shift within a block), a full block splits in two, an empty one leaves the
 sequence, and rank ``r``'s key is found by a binary search over the blocks' first ranks,
 counted again once a batch. A batch costs O(changes x capacity + n / capacity), not O(n).
+A shard of at most ``FLAT_MOST`` keys is one block, brought up to date by one merge of the
+changed keys a batch (:func:`move_many`), cheaper at that size.
 
 The order is always the sort by ``(value, position)`` a fresh sort would give (a total
 order: positions are distinct), whatever the history, so the batches drawn from it do not
