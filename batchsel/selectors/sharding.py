@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from batchsel.core.checks import check_int
+from batchsel.core.permutation import permutation
 
 
 def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
@@ -174,7 +175,7 @@ def epoch_order(num_examples: int, rng: np.random.Generator) -> np.ndarray:
     >>> sorted(epoch_order(4, epoch_rng(0, 0)).tolist())
     [0, 1, 2, 3]
     """
-    return rng.permutation(num_examples).astype(np.int64, copy=False)
+    return permutation(rng, num_examples)
 
 
 def epoch_shards(
@@ -217,7 +218,7 @@ def epoch_shards(
     shards = []
     for r in range(world_size):
         part = order[bounds[r] : bounds[r + 1]]
-        shards.append(np.resize(part[rng.permutation(len(part))], length).astype(np.int64))
+        shards.append(np.resize(part[permutation(rng, len(part))], length).astype(np.int64))
     return shards
 
 

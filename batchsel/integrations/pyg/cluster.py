@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from batchsel.core.checks import check_int, check_number, check_seed
 from batchsel.core.graph import metis_blocks
+from batchsel.core.permutation import permutation
 from batchsel.core.world import World
 from batchsel.distributed.comm import Communicator
 from batchsel.integrations.pyg.subgraphs import Subgraphs, require_pyg
@@ -272,7 +273,9 @@ class ClusterBatchSelector(OfflineSelector):
 
     def _plan(self, epoch: int, world: World) -> EpochPlan:
         order = (
-            epoch_rng(self.seed, epoch).permutation(self.num_examples) if self.shuffle else np.arange(self.num_examples)
+            permutation(epoch_rng(self.seed, epoch), self.num_examples)
+            if self.shuffle
+            else np.arange(self.num_examples)
         ).astype(np.int64)
         if world.size == 1:
             per_rank = [split_batches(order, self.batch_size)]

@@ -15,7 +15,7 @@ from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.buckets.bucket import check_costs_digest, owned_costs_digest
 from batchsel.selectors.buckets.costs import check_costs
-from batchsel.selectors.buckets.kernels import regroup
+from batchsel.selectors.buckets.kernels import regroup, regroup_windows, window_draws
 from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.hashing import digest
 from batchsel.selectors.selector import Selector
@@ -23,6 +23,10 @@ from batchsel.selectors.sharding import epoch_rng
 
 #: the generator stream of the regrouping, apart from the selector's own draws
 GROUP_STREAM = 0x6B75
+
+#: the most windows an epoch's batches are regrouped by one call, one after another: the
+#: first call one window (a first batch soon), each next call twice as many
+WINDOWS_AT_ONCE = 512
 
 #: the key :meth:`CostGroupedSelector.state_dict` adds to the selector's state: a digest
 #: of the costs the batches were regrouped by
@@ -131,54 +135,63 @@ class CostGroupedSelector(Selector):
 
     def _plan(self, epoch: int, world: World) -> EpochPlan:
         plan = self.selector.plan(epoch, world.size)
-        out_b: list[list[np.ndarray]] = [[] for _ in range(world.size)]
-        out_w: list[list[np.ndarray]] = [[] for _ in range(world.size)]
-        for regrouped in self._regrouped(epoch, plan, 0):
-            for r, steps in enumerate(regrouped):
-                for batch, weights in steps:
-                    out_b[r].append(batch)
-                    out_w[r].append(weights)
+        batches, weights = self._regrouped(epoch, plan, 0, plan.num_batches)
         return EpochPlan(
-            out_b,
-            out_w if plan.weights(0) is not None else None,
+            batches,
+            weights,
             num_examples=self.num_examples,
             epoch=epoch,
             seed=self.seed,
             method=f"grouped {plan.method}",
-            copy=False,  # the regrouped batches are fresh arrays (fancy-indexed): the plan keeps them
+            copy=False,  # the regrouped batches are views of fresh arrays: the plan keeps them
         )
 
-    def _regrouped(self, epoch: int, plan: EpochPlan, first_step: int) -> Iterator[list[list[tuple[Any, Any]]]]:
-        """The offline ``plan``'s windows regrouped, from the one holding ``first_step`` on:
-        for each window, every rank's ``(batch, weights)`` per step (weights None without).
-        Each window draws from its own generator, so a resume starts at its window."""
+    def _regrouped(
+        self, epoch: int, plan: EpochPlan, first: int, stop: int
+    ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]] | None]:
+        """Every rank's batches of ``plan``'s steps ``first`` to ``stop - 1`` regrouped, and
+        their weights (None without); ``first`` is a window's first step, ``stop`` another's
+        or the epoch's end. Each window draws from its own generator, so a resume starts at
+        its window; the windows are regrouped together, by one compiled call."""
         pooled = not self.online  # an offline plan is known on every rank: pool the ranks
-        ranks = range(plan.world_size)
-        batches = [plan.batches(r) for r in ranks]
-        weights = plan.weights(0) is not None and [plan.weights(r) for r in ranks]
-        groups = [list(ranks)] if pooled else [[r] for r in ranks]
-        for first in range(first_step - first_step % self.window, plan.num_batches, self.window):
-            steps = range(first, min(first + self.window, plan.num_batches))
-            out: list[list[tuple[Any, Any]]] = [[] for _ in ranks]
-            for group in groups:
-                window = [batches[r][t] for t in steps for r in group]
-                rng = self._window_rng(epoch, None if pooled else group[0], first)
-                order, parts = regroup(window, self.costs, len(group), rng, self.packed)
-                flat = np.concatenate(window)
-                flat_w = np.concatenate([weights[r][t] for t in steps for r in group]) if weights else None
-                for row in order:
-                    for r, i in zip(group, row):
-                        out[r].append((flat[parts[i]], None if flat_w is None else flat_w[parts[i]]))
-            yield out
+        firsts = range(first, stop, self.window)
+        spans = np.array([min(self.window, stop - f) for f in firsts], np.int64)
+        weighted = plan.weights(0) is not None
+        out_b: list[list[np.ndarray]] = [[] for _ in range(plan.world_size)]
+        out_w: list[list[np.ndarray]] = [[] for _ in range(plan.world_size)]
+        for group in [list(range(plan.world_size))] if pooled else [[r] for r in range(plan.world_size)]:
+            per_rank = [plan.batches(r) for r in group]
+            listed = [rank[t] for t in range(first, stop) for rank in per_rank]
+            if not listed:
+                continue
+            flat = np.concatenate(listed)
+            sizes = np.array([len(b) for b in listed], np.int64)
+            windows = spans * len(group)
+            examples = np.add.reduceat(sizes, np.cumsum(windows) - windows)
+            rngs = [self._window_rng(epoch, None if pooled else group[0], f) for f in firsts]
+            draws = window_draws(rngs, examples, len(group), windows)
+            out = regroup_windows(self.costs[flat], sizes, windows, len(group), draws, self.packed)
+            per_rank_w = [plan.weights(r) for r in group] if weighted else []
+            flat_w = np.concatenate([rank[t] for t in range(first, stop) for rank in per_rank_w]) if weighted else None
+            for g, r in enumerate(group):
+                mine, bounds = out.take(flat, g)
+                spans_of = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+                out_b[r] = [mine[b:e] for b, e in spans_of]
+                if flat_w is not None:
+                    mine_w, _ = out.take(flat_w, g)
+                    out_w[r] = [mine_w[b:e] for b, e in spans_of]
+        return out_b, out_w if weighted else None
 
     def _iter_batches(self, epoch: int, world: World, start: int) -> Iterator[np.ndarray]:
-        if not self.online:  # window by window: a resume regroups from its own window on
+        if not self.online:  # from the resume's window on, in growing runs of windows
+            plan = self.selector.plan(epoch, world.size)
             first = start - start % self.window
-            for regrouped in self._regrouped(epoch, self.selector.plan(epoch, world.size), start):
-                for batch, _ in regrouped[world.rank]:
-                    if first >= start:
-                        yield batch
-                    first += 1
+            steps = self.window
+            while first < plan.num_batches:
+                stop = min(first + steps, plan.num_batches)
+                batches, _ = self._regrouped(epoch, plan, first, stop)
+                yield from batches[world.rank][max(start - first, 0) :]
+                first, steps = stop, min(2 * steps, WINDOWS_AT_ONCE * self.window)
             return
         first = start - start % self.window
         inner = self.selector.iter_batches(epoch, world.rank, world.size, start=first)

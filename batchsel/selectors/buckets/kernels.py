@@ -8,6 +8,7 @@ Numpy in, numpy out; no selector state. ``costs`` are float64, ``>= 0``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple, Sequence
 
 import numpy as np
 from numba import njit
@@ -523,13 +524,222 @@ def by_cost_then(costs, tiebreak):  # pragma: no cover - numba
     return first[stable_argsort(costs[first])]
 
 
+class WindowDraws(NamedTuple):
+    """The numbers the regrouping of windows draws, window after window, each window's in
+    the order :func:`regroup` draws them from its generator (:func:`window_draws`).
+
+    Attributes
+    ----------
+    tiebreak : numpy.ndarray
+        float64, one per example: the order of examples of equal cost.
+    deal : numpy.ndarray
+        float64, one per batch: the order of regrouped batches of equal cost.
+    step_order : numpy.ndarray
+        int64, one per step: each window's steps in a random order (window-local numbers).
+    rank_order : numpy.ndarray
+        int64, ``(steps, world_size)``: each step's batches dealt to the ranks at random.
+    """
+
+    tiebreak: np.ndarray
+    deal: np.ndarray
+    step_order: np.ndarray
+    rank_order: np.ndarray
+
+
+def window_draws(
+    rngs: Sequence[np.random.Generator], examples: np.ndarray, world_size: int, batches: np.ndarray
+) -> WindowDraws:
+    """Every window's numbers, drawn from its own generator (one call per draw: the
+    windows' numbers are those a window-by-window regrouping draws).
+
+    Parameters
+    ----------
+    rngs : sequence of numpy.random.Generator
+        One generator per window.
+    examples : numpy.ndarray
+        The examples of each window.
+    world_size : int
+        The ranks a window's steps are dealt to.
+    batches : numpy.ndarray
+        The batches of each window, each a multiple of ``world_size``.
+
+    Returns
+    -------
+    WindowDraws
+
+    Example
+    -------
+    >>> draws = window_draws([np.random.default_rng(0)], np.array([4]), 2, np.array([2]))
+    >>> draws.tiebreak.shape, draws.deal.shape, draws.rank_order.shape
+    ((4,), (2,), (1, 2))
+    """
+    tiebreak = np.empty(int(np.sum(examples)), np.float64)
+    deal = np.empty(int(np.sum(batches)), np.float64)
+    steps = np.asarray(batches, np.int64) // world_size
+    step_order = np.empty(int(steps.sum()), np.int64)
+    rank_order = np.empty((int(steps.sum()), world_size), np.int64)
+    tiles: dict[int, np.ndarray] = {}
+    at = dealt = stepped = 0
+    for rng, count, parts, rows in zip(
+        rngs, np.asarray(examples).tolist(), np.asarray(batches).tolist(), steps.tolist()
+    ):
+        rng.random(out=tiebreak[at : at + count])
+        rng.random(out=deal[dealt : dealt + parts])
+        step_order[stepped : stepped + rows] = rng.permutation(rows)
+        tile = tiles.get(rows)
+        if tile is None:
+            tile = tiles[rows] = np.tile(np.arange(world_size), (rows, 1))
+        rank_order[stepped : stepped + rows] = rng.permuted(tile, axis=1)
+        at, dealt, stepped = at + count, dealt + parts, stepped + rows
+    return WindowDraws(tiebreak, deal, step_order, rank_order)
+
+
+@njit(cache=True, nogil=True)
+def _sort_windows(costs, tiebreak, sizes, windows):  # pragma: no cover - numba
+    """Each window's examples by cost then tiebreak (positions into the windows' examples,
+    window after window) and each window's batch sizes, largest first."""
+    ranked = np.empty(costs.size, np.int64)
+    part_sizes = np.empty(sizes.size, np.int64)
+    at = 0
+    first = 0
+    for w in range(windows.size):
+        m = windows[w]
+        count = 0
+        for b in range(first, first + m):
+            count += sizes[b]
+        local = by_cost_then(costs[at : at + count], tiebreak[at : at + count])
+        for i in range(count):
+            ranked[at + i] = at + local[i]
+        descending = np.sort(sizes[first : first + m])[::-1]
+        part_sizes[first : first + m] = descending
+        at += count
+        first += m
+    return ranked, part_sizes
+
+
+@njit(cache=True, nogil=True)
+def _deal_windows(part_costs, deal, step_order, rank_order, windows, world_size):  # pragma: no cover - numba
+    """Each window's regrouped batches dealt to its steps and ranks (:func:`deal_steps`
+    with the window's draws): ``(steps, world_size)`` batch numbers."""
+    dealt = np.empty((step_order.size, world_size), np.int64)
+    first = 0
+    step = 0
+    for w in range(windows.size):
+        m = windows[w]
+        ranked = by_cost_then(part_costs[first : first + m], deal[first : first + m])
+        for s in range(m // world_size):
+            row = step_order[step + s]
+            for c in range(world_size):
+                dealt[step + s, c] = first + ranked[row * world_size + rank_order[step + s, c]]
+        first += m
+        step += m // world_size
+    return dealt
+
+
+class Regrouped(NamedTuple):
+    """Windows of batches regrouped by cost (:func:`regroup_windows`).
+
+    Attributes
+    ----------
+    ranked : numpy.ndarray
+        int64 positions into the windows' examples (their batches concatenated, window
+        after window): each window's examples by cost.
+    starts : numpy.ndarray
+        int64, where each regrouped batch begins in ``ranked``.
+    sizes : numpy.ndarray
+        int64, each regrouped batch's size.
+    dealt : numpy.ndarray
+        int64, ``(steps, world_size)``: the regrouped batch of each step and rank.
+    """
+
+    ranked: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+    dealt: np.ndarray
+
+    def take(self, values: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """``values`` (one per example of the windows) of ``rank``'s regrouped batches,
+        step after step, and where each batch begins and ends among them.
+
+        Returns
+        -------
+        (numpy.ndarray, numpy.ndarray)
+            The values, and ``steps + 1`` int64 bounds: batch ``s`` is
+            ``taken[bounds[s] : bounds[s + 1]]``.
+        """
+        parts = np.ascontiguousarray(self.dealt[:, rank])
+        bounds = np.zeros(parts.size + 1, np.int64)
+        np.cumsum(self.sizes[parts], out=bounds[1:])
+        taken = np.empty(int(bounds[-1]), values.dtype)  # numpy's allocation: huge pages, fewer faults
+        _take_parts(values, self.ranked, self.starts, parts, bounds, taken)
+        return taken, bounds
+
+
+@njit(cache=True, nogil=True)
+def _take_parts(values, ranked, starts, parts, bounds, out):  # pragma: no cover - numba
+    for s in range(parts.size):
+        begin = starts[parts[s]]
+        at = bounds[s]
+        for i in range(bounds[s + 1] - at):
+            out[at + i] = values[ranked[begin + i]]
+
+
+def regroup_windows(
+    costs: np.ndarray, sizes: np.ndarray, windows: np.ndarray, world_size: int, draws: WindowDraws, packed: bool = False
+) -> Regrouped:
+    """Regroup windows of batches by cost, keeping their sizes (:func:`regroup`, for every
+    window at once).
+
+    Parameters
+    ----------
+    costs : numpy.ndarray
+        float64, the cost of each example of the windows' batches, concatenated batch
+        after batch, window after window.
+    sizes : numpy.ndarray
+        int64, each batch's size, in the same order.
+    windows : numpy.ndarray
+        int64, the batches of each window, each a multiple of ``world_size``.
+    world_size : int
+        The ranks a window's steps are dealt to.
+    draws : WindowDraws
+        The windows' numbers (:func:`window_draws`).
+    packed : bool, default False
+        Balance packed costs instead of padded ones.
+
+    Returns
+    -------
+    Regrouped
+
+    Example
+    -------
+    >>> costs = np.array([1.0, 9, 2, 8])
+    >>> draws = window_draws([np.random.default_rng(0)], np.array([4]), 1, np.array([2]))
+    >>> out = regroup_windows(costs, np.array([2, 2]), np.array([2]), 1, draws)
+    >>> sorted(costs[out.ranked[s : s + 2]].tolist() for s in out.starts)
+    [[1.0, 2.0], [8.0, 9.0]]
+    """
+    costs = np.asarray(costs, np.float64)
+    sizes = np.asarray(sizes, np.int64)
+    windows = np.asarray(windows, np.int64)
+    ranked, part_sizes = _sort_windows(costs, draws.tiebreak, sizes, windows)
+    ends = np.cumsum(part_sizes)
+    starts = ends - part_sizes
+    if packed:
+        part_costs = np.add.reduceat(costs[ranked], starts) if ranked.size else np.zeros(part_sizes.size)
+    else:  # a part is a run of the cost order: its longest member is its last
+        part_costs = part_sizes * costs[ranked[np.maximum(ends - 1, 0)]] if ranked.size else np.zeros(part_sizes.size)
+    dealt = _deal_windows(part_costs, draws.deal, draws.step_order, draws.rank_order, windows, int(world_size))
+    return Regrouped(ranked, starts, part_sizes, dealt)
+
+
 def regroup(
     batches: list[np.ndarray], costs: np.ndarray, world_size: int, rng: np.random.Generator, packed: bool = False
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Regroup a window of batches by cost, keeping their sizes: the window's examples,
     sorted by cost (ties in a random order), are cut into runs of the batches' sizes
     (largest first) and the runs dealt to ``len(batches) / world_size`` steps of
-    ``world_size`` ranks as :func:`deal_steps` does.
+    ``world_size`` ranks as :func:`deal_steps` does. One window of
+    :func:`regroup_windows`.
 
     Parameters
     ----------
@@ -559,15 +769,11 @@ def regroup(
     [[1.0, 2.0], [8.0, 9.0]]
     """
     flat = np.concatenate(batches) if batches else np.zeros(0, np.int64)
-    window_costs = np.asarray(costs[flat], np.float64)
-    ranked = by_cost_then(window_costs, rng.random(len(flat)))
-    sizes = np.sort([len(b) for b in batches])[::-1]
-    ends = np.cumsum(sizes)
-    parts = [ranked[end - size : end] for size, end in zip(sizes.tolist(), ends.tolist())]
-    # a part is a run of the cost order: its longest member is its last
-    longest = None if packed or not parts else window_costs[ranked[ends - 1]]
-    steps = deal_steps(batch_costs([flat[p] for p in parts], costs, packed, longest), world_size, rng)
-    return steps, parts
+    sizes = np.array([len(b) for b in batches], np.int64)
+    windows = np.array([len(batches)], np.int64)
+    draws = window_draws([rng], np.array([flat.size]), world_size, windows)
+    out = regroup_windows(np.asarray(costs, np.float64)[flat], sizes, windows, world_size, draws, packed)
+    return out.dealt, [out.ranked[s : s + n] for s, n in zip(out.starts.tolist(), out.sizes.tolist())]
 
 
 __all__ = [
@@ -585,4 +791,8 @@ __all__ = [
     "batch_padding",
     "deal_steps",
     "regroup",
+    "regroup_windows",
+    "window_draws",
+    "Regrouped",
+    "WindowDraws",
 ]

@@ -10,6 +10,7 @@ import numpy as np
 
 from batchsel.core.checks import check_indices, check_int, check_labels, check_number, check_rows
 from batchsel.core.journal import WriteJournal, saved_parts, saved_values
+from batchsel.core.permutation import permutation
 from batchsel.core.sorting import stable_argsort
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
@@ -240,13 +241,13 @@ class InfoBatchSelector(EpochFeedbackSelector, weighted_plans=True, feedback_fie
             learnt = order[self._learnt_slots]
             # each group skips its share of its learnt examples, drawn at random: shuffled,
             # then (stably) back into group order, the first skipped_g of group g
-            shuffled = rng.permutation(len(learnt))
+            shuffled = permutation(rng, len(learnt))
             shuffled = shuffled[np.argsort(self._learnt_group[shuffled], kind="stable")]
             weights[learnt] = self._learnt_weight
             mask = np.ones(self.num_examples, dtype=bool)
             mask[learnt[shuffled[self._skip_slots]]] = False
             keep, weights = keep[mask], weights[mask]
-        order = rng.permutation(len(keep))
+        order = permutation(rng, len(keep))
         return keep[order], weights[order]
 
     def _plan(self, epoch: int, world: World) -> EpochPlan:

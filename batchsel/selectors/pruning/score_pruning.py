@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_indices, check_int, check_labels, check_number, check_rows, tensor_to_numpy
+from batchsel.core.permutation import permutation
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.epoch_feedback import EpochFeedbackSelector
@@ -174,7 +175,7 @@ class ScorePruningSelector(EpochFeedbackSelector, feedback_fields=("logits",)):
                 )
             keep = self.kept_
         self.pruned_share_[epoch] = 1.0 - len(keep) / self.num_examples
-        return self._epoch_plan(keep[rng.permutation(len(keep))], None, epoch, world, "score-pruning")
+        return self._epoch_plan(keep[permutation(rng, len(keep))], None, epoch, world, "score-pruning")
 
     # -- resume -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
