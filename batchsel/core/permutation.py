@@ -10,6 +10,7 @@ it with numpy's; where they differ (another numpy's rule) numpy's own is used.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import logging
 
@@ -26,9 +27,11 @@ _BLOCK = 256
 
 
 @njit(nogil=True, inline="always")
-def _interval(next_uint32, next_uint64, state, largest):  # pragma: no cover - numba
-    """A number of ``0 .. largest`` by numpy's ``random_interval``: the smallest bit mask
-    covering ``largest``, draws rejected above it (32-bit draws while ``largest`` fits)."""
+def interval(next_uint32, next_uint64, state, largest):  # pragma: no cover - numba
+    """A number of ``0 .. largest`` (``numpy.uint64``) drawn by numpy's
+    ``random_interval`` from a bit generator's C functions and state (its ``ctypes``): the
+    smallest bit mask covering ``largest``, draws rejected above it (32-bit draws while
+    ``largest`` fits). Compiled code only."""
     if largest == 0:
         return np.uint64(0)
     mask = largest
@@ -50,16 +53,18 @@ def _interval(next_uint32, next_uint64, state, largest):  # pragma: no cover - n
 
 
 @njit(cache=True, nogil=True)
-def _shuffle(next_uint32, next_uint64, state, out):  # pragma: no cover - numba
-    """numpy's ``_shuffle_raw`` over ``out`` (for ``i`` from the last down to 1: swap
-    ``out[i]`` with ``out[random_interval(i)]``), a block of swaps at a time."""
+def shuffle(next_uint32, next_uint64, state, out):  # pragma: no cover - numba
+    """Shuffle ``out`` in place as numpy's ``Generator.shuffle`` does (for ``i`` from the
+    last down to 1: swap ``out[i]`` with ``out[random_interval(i)]``), a block of swaps at
+    a time, from a bit generator's C functions and state (its ``ctypes``). Returns a sum
+    of the values read (kept so that the reads are not compiled away)."""
     where = np.empty(_BLOCK, np.int64)
     read = 0
     i = out.size - 1
     while i > 0:
         count = min(_BLOCK, i)
         for t in range(count):
-            where[t] = np.int64(_interval(next_uint32, next_uint64, state, np.uint64(i - t)))
+            where[t] = np.int64(interval(next_uint32, next_uint64, state, np.uint64(i - t)))
         for t in range(count):  # the reads, issued together
             read += out[where[t]]
         for t in range(count):
@@ -73,8 +78,27 @@ def _fast(rng: np.random.Generator, n: int) -> np.ndarray:
     out = np.arange(n, dtype=np.int64)
     bits = rng.bit_generator
     with bits.lock:  # as numpy's shuffle holds it
-        _shuffle(bits.ctypes.next_uint32, bits.ctypes.next_uint64, bits.ctypes.state_address, out)
+        shuffle(bits.ctypes.next_uint32, bits.ctypes.next_uint64, bits.ctypes.state_address, out)
     return out
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def state_address(bits: np.random.BitGenerator) -> int:
+    """``bits.ctypes.state_address`` without building the ctypes interface (three function
+    casts, which cost more than drawing a window's numbers): the ``state`` field, first of
+    the ``bitgen_t`` that the bit generator's capsule holds (numpy's C API).
+
+    Example
+    -------
+    >>> bits = np.random.default_rng(0).bit_generator
+    >>> state_address(bits) == bits.ctypes.state_address
+    True
+    """
+    return int(ctypes.c_void_p.from_address(_capsule_pointer(bits.capsule, b"BitGenerator")).value)
 
 
 @functools.lru_cache(maxsize=1)
@@ -127,4 +151,4 @@ def permutation(rng: np.random.Generator, n: int) -> np.ndarray:
     return _fast(rng, n)
 
 
-__all__ = ["FAST_LEAST", "agrees_with_numpy", "permutation"]
+__all__ = ["FAST_LEAST", "agrees_with_numpy", "interval", "permutation", "shuffle", "state_address"]

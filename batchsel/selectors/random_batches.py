@@ -90,6 +90,7 @@ class RandomSelector(OfflineSelector, full_batches=True):
             epoch=epoch,
             seed=self.seed,
             method="random",
+            copy=False,  # views of the epoch's split, read-only (the cached order): kept as they are
         )
 
     def _iter_batches(self, epoch: int, world: World, start: int) -> Iterator[np.ndarray]:

@@ -15,7 +15,7 @@ from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.buckets.bucket import check_costs_digest, owned_costs_digest
 from batchsel.selectors.buckets.costs import check_costs
-from batchsel.selectors.buckets.kernels import regroup, regroup_windows, window_draws
+from batchsel.selectors.buckets.kernels import regroup_windows
 from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.hashing import digest
 from batchsel.selectors.selector import Selector
@@ -160,26 +160,29 @@ class CostGroupedSelector(Selector):
         out_b: list[list[np.ndarray]] = [[] for _ in range(plan.world_size)]
         out_w: list[list[np.ndarray]] = [[] for _ in range(plan.world_size)]
         for group in [list(range(plan.world_size))] if pooled else [[r] for r in range(plan.world_size)]:
-            per_rank = [plan.batches(r) for r in group]
-            listed = [rank[t] for t in range(first, stop) for rank in per_rank]
+            ranks = [plan.batches(r) for r in group]
+            listed = [rank[t] for t in range(first, stop) for rank in ranks]
             if not listed:
                 continue
-            flat = np.concatenate(listed)
-            sizes = np.array([len(b) for b in listed], np.int64)
-            windows = spans * len(group)
-            examples = np.add.reduceat(sizes, np.cumsum(windows) - windows)
+            ranks_w = [plan.weights(r) for r in group] if weighted else []
+            weights = [rank[t] for t in range(first, stop) for rank in ranks_w] if weighted else None
             rngs = [self._window_rng(epoch, None if pooled else group[0], f) for f in firsts]
-            draws = window_draws(rngs, examples, len(group), windows)
-            out = regroup_windows(self.costs[flat], sizes, windows, len(group), draws, self.packed)
-            per_rank_w = [plan.weights(r) for r in group] if weighted else []
-            flat_w = np.concatenate([rank[t] for t in range(first, stop) for rank in per_rank_w]) if weighted else None
+            examples, bounds, carried = regroup_windows(
+                np.concatenate(listed),
+                self.costs,
+                np.array([len(b) for b in listed], np.int64),
+                spans * len(group),
+                len(group),
+                rngs,
+                self.packed,
+                None if weights is None else np.concatenate(weights),
+            )
+            ends = bounds.tolist()
             for g, r in enumerate(group):
-                mine, bounds = out.take(flat, g)
-                spans_of = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
-                out_b[r] = [mine[b:e] for b, e in spans_of]
-                if flat_w is not None:
-                    mine_w, _ = out.take(flat_w, g)
-                    out_w[r] = [mine_w[b:e] for b, e in spans_of]
+                mine = range(g, len(ends) - 1, len(group))
+                out_b[r] = [examples[ends[i] : ends[i + 1]] for i in mine]
+                if carried is not None:
+                    out_w[r] = [carried[ends[i] : ends[i + 1]] for i in mine]
         return out_b, out_w if weighted else None
 
     def _iter_batches(self, epoch: int, world: World, start: int) -> Iterator[np.ndarray]:
@@ -199,11 +202,17 @@ class CostGroupedSelector(Selector):
             window = [b for _, b in zip(range(self.window), inner)]
             if not window:
                 return
-            order, parts = regroup(window, self.costs, 1, self._window_rng(epoch, world.rank, first), self.packed)
-            flat = np.concatenate(window)
-            for k, row in enumerate(order):
-                if first + k >= start:
-                    yield flat[parts[row[0]]]
+            examples, bounds, _ = regroup_windows(
+                np.concatenate(window),
+                self.costs,
+                np.array([len(b) for b in window], np.int64),
+                np.array([len(window)], np.int64),
+                1,
+                [self._window_rng(epoch, world.rank, first)],
+                self.packed,
+            )
+            for k in range(max(start - first, 0), len(window)):
+                yield examples[bounds[k] : bounds[k + 1]]
             first += len(window)
 
     # -- the selector's own -------------------------------------------------------------

@@ -8,11 +8,12 @@ Numpy in, numpy out; no selector state. ``costs`` are float64, ``>= 0``.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 from numba import njit
 
+from batchsel.core.permutation import shuffle, state_address
 from batchsel.core.sorting import stable_argsort
 
 #: how many bucket offsets an epoch draws from: the number of batches per epoch is the
@@ -524,256 +525,214 @@ def by_cost_then(costs, tiebreak):  # pragma: no cover - numba
     return first[stable_argsort(costs[first])]
 
 
-class WindowDraws(NamedTuple):
-    """The numbers the regrouping of windows draws, window after window, each window's in
-    the order :func:`regroup` draws them from its generator (:func:`window_draws`).
-
-    Attributes
-    ----------
-    tiebreak : numpy.ndarray
-        float64, one per example: the order of examples of equal cost.
-    deal : numpy.ndarray
-        float64, one per batch: the order of regrouped batches of equal cost.
-    step_order : numpy.ndarray
-        int64, one per step: each window's steps in a random order (window-local numbers).
-    rank_order : numpy.ndarray
-        int64, ``(steps, world_size)``: each step's batches dealt to the ranks at random.
-    """
-
-    tiebreak: np.ndarray
-    deal: np.ndarray
-    step_order: np.ndarray
-    rank_order: np.ndarray
+@njit(nogil=True)
+def _numpy_sum(values, order, begin, count):  # pragma: no cover - numba
+    """``np.add.reduceat``'s sum of ``values[order[begin : begin + count]]``: the first
+    value plus numpy's pairwise sum of the rest (8 accumulators up to 128 values, halves
+    above), so that packed costs are the numbers numpy gives."""
+    if count == 0:
+        return 0.0
+    return values[order[begin]] + _pairwise(values, order, begin + 1, count - 1)
 
 
-def window_draws(
-    rngs: Sequence[np.random.Generator], examples: np.ndarray, world_size: int, batches: np.ndarray
-) -> WindowDraws:
-    """Every window's numbers, drawn from its own generator (one call per draw: the
-    windows' numbers are those a window-by-window regrouping draws).
-
-    Parameters
-    ----------
-    rngs : sequence of numpy.random.Generator
-        One generator per window.
-    examples : numpy.ndarray
-        The examples of each window.
-    world_size : int
-        The ranks a window's steps are dealt to.
-    batches : numpy.ndarray
-        The batches of each window, each a multiple of ``world_size``.
-
-    Returns
-    -------
-    WindowDraws
-
-    Example
-    -------
-    >>> draws = window_draws([np.random.default_rng(0)], np.array([4]), 2, np.array([2]))
-    >>> draws.tiebreak.shape, draws.deal.shape, draws.rank_order.shape
-    ((4,), (2,), (1, 2))
-    """
-    tiebreak = np.empty(int(np.sum(examples)), np.float64)
-    deal = np.empty(int(np.sum(batches)), np.float64)
-    steps = np.asarray(batches, np.int64) // world_size
-    step_order = np.empty(int(steps.sum()), np.int64)
-    rank_order = np.empty((int(steps.sum()), world_size), np.int64)
-    tiles: dict[int, np.ndarray] = {}
-    at = dealt = stepped = 0
-    for rng, count, parts, rows in zip(
-        rngs, np.asarray(examples).tolist(), np.asarray(batches).tolist(), steps.tolist()
-    ):
-        rng.random(out=tiebreak[at : at + count])
-        rng.random(out=deal[dealt : dealt + parts])
-        step_order[stepped : stepped + rows] = rng.permutation(rows)
-        tile = tiles.get(rows)
-        if tile is None:
-            tile = tiles[rows] = np.tile(np.arange(world_size), (rows, 1))
-        rank_order[stepped : stepped + rows] = rng.permuted(tile, axis=1)
-        at, dealt, stepped = at + count, dealt + parts, stepped + rows
-    return WindowDraws(tiebreak, deal, step_order, rank_order)
+@njit(nogil=True)
+def _pairwise(values, order, begin, n):  # pragma: no cover - numba
+    if n < 8:
+        total = -0.0
+        for i in range(begin, begin + n):
+            total += values[order[i]]
+        return total
+    if n <= 128:
+        acc = np.empty(8)
+        for j in range(8):
+            acc[j] = values[order[begin + j]]
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                acc[j] += values[order[begin + i + j]]
+            i += 8
+        total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+        while i < n:
+            total += values[order[begin + i]]
+            i += 1
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise(values, order, begin, half) + _pairwise(values, order, begin + half, n - half)
 
 
 @njit(cache=True, nogil=True)
-def _sort_windows(costs, tiebreak, sizes, windows):  # pragma: no cover - numba
-    """Each window's examples by cost then tiebreak (positions into the windows' examples,
-    window after window) and each window's batch sizes, largest first."""
-    ranked = np.empty(costs.size, np.int64)
-    part_sizes = np.empty(sizes.size, np.int64)
-    at = 0
+def _regroup_windows(
+    examples,
+    costs,
+    sizes,
+    windows,
+    world_size,
+    states,
+    next_double,
+    next_uint32,
+    next_uint64,
+    packed,
+    weights,
+    out,
+    out_weights,
+    bounds,
+):  # pragma: no cover - numba
+    most = 0
+    widest = 0
     first = 0
     for w in range(windows.size):
+        count = 0
+        for b in range(first, first + windows[w]):
+            count += sizes[b]
+        most = max(most, count)
+        widest = max(widest, windows[w])
+        first += windows[w]
+    window_costs = np.empty(most)
+    tiebreak = np.empty(most)
+    part_begin = np.empty(widest, np.int64)
+    part_costs = np.empty(widest)
+    deal = np.empty(widest)
+    step_order = np.empty(widest, np.int64)
+    rank_order = np.empty(world_size, np.int64)
+    at = 0  # the window's first example
+    first = 0  # its first batch
+    written = 0
+    bounds[0] = 0
+    for w in range(windows.size):
         m = windows[w]
+        rows = m // world_size
+        state = states[w]
         count = 0
         for b in range(first, first + m):
             count += sizes[b]
-        local = by_cost_then(costs[at : at + count], tiebreak[at : at + count])
+        # the draws in the order regroup's numpy calls made them: tiebreaks, deal keys,
+        # the steps' order, each step's ranks
         for i in range(count):
-            ranked[at + i] = at + local[i]
-        descending = np.sort(sizes[first : first + m])[::-1]
-        part_sizes[first : first + m] = descending
+            tiebreak[i] = next_double(state)
+        for j in range(m):
+            deal[j] = next_double(state)
+        for i in range(count):
+            window_costs[i] = costs[examples[at + i]]
+        ranked = by_cost_then(window_costs[:count], tiebreak[:count])
+        part_sizes = np.sort(sizes[first : first + m])[::-1]  # cut largest first
+        begin = 0
+        for p in range(m):
+            part_begin[p] = begin
+            if packed:
+                part_costs[p] = _numpy_sum(window_costs, ranked, begin, part_sizes[p])
+            else:  # a part is a run of the cost order: its longest member is its last
+                part_costs[p] = (
+                    part_sizes[p] * window_costs[ranked[max(begin + part_sizes[p] - 1, 0)]] if count else 0.0
+                )
+            begin += part_sizes[p]
+        dealt = by_cost_then(part_costs[:m], deal[:m])  # deal_steps: by cost, ties at random
+        for s in range(rows):
+            step_order[s] = s
+        shuffle(next_uint32, next_uint64, state, step_order[:rows])
+        for s in range(rows):
+            for c in range(world_size):
+                rank_order[c] = c
+            shuffle(next_uint32, next_uint64, state, rank_order)
+            for c in range(world_size):
+                p = dealt[step_order[s] * world_size + rank_order[c]]
+                for i in range(part_begin[p], part_begin[p] + part_sizes[p]):
+                    source = at + ranked[i]
+                    out[written] = examples[source]
+                    if weights.size:
+                        out_weights[written] = weights[source]
+                    written += 1
+                bounds[first + s * world_size + c + 1] = written
         at += count
         first += m
-    return ranked, part_sizes
-
-
-@njit(cache=True, nogil=True)
-def _deal_windows(part_costs, deal, step_order, rank_order, windows, world_size):  # pragma: no cover - numba
-    """Each window's regrouped batches dealt to its steps and ranks (:func:`deal_steps`
-    with the window's draws): ``(steps, world_size)`` batch numbers."""
-    dealt = np.empty((step_order.size, world_size), np.int64)
-    first = 0
-    step = 0
-    for w in range(windows.size):
-        m = windows[w]
-        ranked = by_cost_then(part_costs[first : first + m], deal[first : first + m])
-        for s in range(m // world_size):
-            row = step_order[step + s]
-            for c in range(world_size):
-                dealt[step + s, c] = first + ranked[row * world_size + rank_order[step + s, c]]
-        first += m
-        step += m // world_size
-    return dealt
-
-
-class Regrouped(NamedTuple):
-    """Windows of batches regrouped by cost (:func:`regroup_windows`).
-
-    Attributes
-    ----------
-    ranked : numpy.ndarray
-        int64 positions into the windows' examples (their batches concatenated, window
-        after window): each window's examples by cost.
-    starts : numpy.ndarray
-        int64, where each regrouped batch begins in ``ranked``.
-    sizes : numpy.ndarray
-        int64, each regrouped batch's size.
-    dealt : numpy.ndarray
-        int64, ``(steps, world_size)``: the regrouped batch of each step and rank.
-    """
-
-    ranked: np.ndarray
-    starts: np.ndarray
-    sizes: np.ndarray
-    dealt: np.ndarray
-
-    def take(self, values: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
-        """``values`` (one per example of the windows) of ``rank``'s regrouped batches,
-        step after step, and where each batch begins and ends among them.
-
-        Returns
-        -------
-        (numpy.ndarray, numpy.ndarray)
-            The values, and ``steps + 1`` int64 bounds: batch ``s`` is
-            ``taken[bounds[s] : bounds[s + 1]]``.
-        """
-        parts = np.ascontiguousarray(self.dealt[:, rank])
-        bounds = np.zeros(parts.size + 1, np.int64)
-        np.cumsum(self.sizes[parts], out=bounds[1:])
-        taken = np.empty(int(bounds[-1]), values.dtype)  # numpy's allocation: huge pages, fewer faults
-        _take_parts(values, self.ranked, self.starts, parts, bounds, taken)
-        return taken, bounds
-
-
-@njit(cache=True, nogil=True)
-def _take_parts(values, ranked, starts, parts, bounds, out):  # pragma: no cover - numba
-    for s in range(parts.size):
-        begin = starts[parts[s]]
-        at = bounds[s]
-        for i in range(bounds[s + 1] - at):
-            out[at + i] = values[ranked[begin + i]]
 
 
 def regroup_windows(
-    costs: np.ndarray, sizes: np.ndarray, windows: np.ndarray, world_size: int, draws: WindowDraws, packed: bool = False
-) -> Regrouped:
-    """Regroup windows of batches by cost, keeping their sizes (:func:`regroup`, for every
-    window at once).
+    examples: np.ndarray,
+    costs: np.ndarray,
+    sizes: np.ndarray,
+    windows: np.ndarray,
+    world_size: int,
+    rngs: Sequence[np.random.Generator],
+    packed: bool = False,
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Regroup windows of batches by cost, keeping their sizes: each window's examples,
+    sorted by cost (ties in a random order), are cut into runs of its batches' sizes
+    (largest first) and the runs dealt to the window's steps of ``world_size`` ranks as
+    :func:`deal_steps` does. One compiled call for every window; each window draws from
+    its own generator (a resume starts at its window).
 
     Parameters
     ----------
+    examples : numpy.ndarray
+        int64, the windows' batches concatenated, batch after batch, window after window
+        (a window's batches: its steps in order, each step's ranks in order).
     costs : numpy.ndarray
-        float64, the cost of each example of the windows' batches, concatenated batch
-        after batch, window after window.
+        Every example's cost.
     sizes : numpy.ndarray
         int64, each batch's size, in the same order.
     windows : numpy.ndarray
         int64, the batches of each window, each a multiple of ``world_size``.
     world_size : int
-        The ranks a window's steps are dealt to.
-    draws : WindowDraws
-        The windows' numbers (:func:`window_draws`).
+        The ranks a window's steps are dealt to (1: one rank's windows).
+    rngs : sequence of numpy.random.Generator
+        One fresh generator per window, of one kind of bit generator; they advance as
+        numpy's calls (``random``, ``permutation``, ``permuted``) would.
     packed : bool, default False
-        Balance packed costs instead of padded ones.
+        Balance packed costs (``sum``) instead of padded ones (``len * max``).
+    weights : numpy.ndarray or None, default None
+        float32, one per entry of ``examples``, carried along.
 
     Returns
     -------
-    Regrouped
+    (numpy.ndarray, numpy.ndarray, numpy.ndarray or None)
+        The regrouped examples, step after step (window after window), each step's ranks
+        in order; ``len(sizes) + 1`` int64 bounds (step ``s``'s batch of rank ``r`` is
+        ``out[bounds[s * world_size + r] : bounds[s * world_size + r + 1]]``); their
+        weights (None without).
 
     Example
     -------
     >>> costs = np.array([1.0, 9, 2, 8])
-    >>> draws = window_draws([np.random.default_rng(0)], np.array([4]), 1, np.array([2]))
-    >>> out = regroup_windows(costs, np.array([2, 2]), np.array([2]), 1, draws)
-    >>> sorted(costs[out.ranked[s : s + 2]].tolist() for s in out.starts)
+    >>> out, bounds, _ = regroup_windows(np.arange(4), costs, np.array([2, 2]), np.array([2]), 1, [np.random.default_rng(0)])
+    >>> sorted(sorted(costs[out[b:e]].tolist()) for b, e in zip(bounds[:-1], bounds[1:]))
     [[1.0, 2.0], [8.0, 9.0]]
     """
-    costs = np.asarray(costs, np.float64)
+    examples = np.asarray(examples, np.int64)
     sizes = np.asarray(sizes, np.int64)
     windows = np.asarray(windows, np.int64)
-    ranked, part_sizes = _sort_windows(costs, draws.tiebreak, sizes, windows)
-    ends = np.cumsum(part_sizes)
-    starts = ends - part_sizes
-    if packed:
-        part_costs = np.add.reduceat(costs[ranked], starts) if ranked.size else np.zeros(part_sizes.size)
-    else:  # a part is a run of the cost order: its longest member is its last
-        part_costs = part_sizes * costs[ranked[np.maximum(ends - 1, 0)]] if ranked.size else np.zeros(part_sizes.size)
-    dealt = _deal_windows(part_costs, draws.deal, draws.step_order, draws.rank_order, windows, int(world_size))
-    return Regrouped(ranked, starts, part_sizes, dealt)
-
-
-def regroup(
-    batches: list[np.ndarray], costs: np.ndarray, world_size: int, rng: np.random.Generator, packed: bool = False
-) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Regroup a window of batches by cost, keeping their sizes: the window's examples,
-    sorted by cost (ties in a random order), are cut into runs of the batches' sizes
-    (largest first) and the runs dealt to ``len(batches) / world_size`` steps of
-    ``world_size`` ranks as :func:`deal_steps` does. One window of
-    :func:`regroup_windows`.
-
-    Parameters
-    ----------
-    batches : list of numpy.ndarray
-        The window's batches (of every rank at those steps); their number a multiple of
-        ``world_size``.
-    costs : numpy.ndarray
-        Every example's cost.
-    world_size : int
-        The ranks the window's steps are dealt to (1: one rank's window).
-    rng : numpy.random.Generator
-        The window's generator.
-    packed : bool, default False
-        Balance packed costs instead of padded ones.
-
-    Returns
-    -------
-    (numpy.ndarray, list of numpy.ndarray)
-        ``(steps, world_size)`` positions into the second item, and the positions of the
-        regrouped batches' examples in ``np.concatenate(batches)`` (to carry weights along).
-
-    Example
-    -------
-    >>> costs = np.array([1.0, 9, 2, 8])
-    >>> order, parts = regroup([np.array([0, 1]), np.array([2, 3])], costs, 1, np.random.default_rng(0))
-    >>> sorted(sorted(costs[np.concatenate([[0, 1], [2, 3]])[p]].tolist()) for p in parts)
-    [[1.0, 2.0], [8.0, 9.0]]
-    """
-    flat = np.concatenate(batches) if batches else np.zeros(0, np.int64)
-    sizes = np.array([len(b) for b in batches], np.int64)
-    windows = np.array([len(batches)], np.int64)
-    draws = window_draws([rng], np.array([flat.size]), world_size, windows)
-    out = regroup_windows(np.asarray(costs, np.float64)[flat], sizes, windows, world_size, draws, packed)
-    return out.dealt, [out.ranked[s : s + n] for s, n in zip(out.starts.tolist(), out.sizes.tolist())]
+    bits = [rng.bit_generator for rng in rngs]
+    if len(bits) != len(windows):
+        raise ValueError(f"{len(bits)} generators for {len(windows)} windows")
+    if bits and len({type(b) for b in bits}) > 1:
+        raise TypeError(f"the windows' generators mix bit generators: {sorted({type(b).__name__ for b in bits})}")
+    out = np.empty(examples.size, np.int64)
+    bounds = np.empty(sizes.size + 1, np.int64)
+    carried = np.empty(0, np.float32) if weights is None else np.asarray(weights, np.float32)
+    out_weights = np.empty(examples.size if weights is not None else 0, np.float32)
+    if not bits:
+        bounds[:] = 0
+        return out, bounds, None if weights is None else out_weights
+    functions = bits[0].ctypes
+    states = np.array([state_address(b) for b in bits], np.int64)
+    _regroup_windows(
+        examples,
+        np.asarray(costs, np.float64),
+        sizes,
+        windows,
+        int(world_size),
+        states,
+        functions.next_double,
+        functions.next_uint32,
+        functions.next_uint64,
+        bool(packed),
+        carried,
+        out,
+        out_weights,
+        bounds,
+    )
+    return out, bounds, None if weights is None else out_weights
 
 
 __all__ = [
@@ -790,9 +749,5 @@ __all__ = [
     "batch_longest",
     "batch_padding",
     "deal_steps",
-    "regroup",
     "regroup_windows",
-    "window_draws",
-    "Regrouped",
-    "WindowDraws",
 ]
