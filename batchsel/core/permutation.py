@@ -74,8 +74,7 @@ def shuffle(next_uint32, next_uint64, state, out):  # pragma: no cover - numba
     return read
 
 
-def _fast(rng: np.random.Generator, n: int) -> np.ndarray:
-    out = np.arange(n, dtype=np.int64)
+def _fast(rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
     bits = rng.bit_generator
     with bits.lock:  # as numpy's shuffle holds it
         shuffle(bits.ctypes.next_uint32, bits.ctypes.next_uint64, bits.ctypes.state_address, out)
@@ -113,27 +112,28 @@ def agrees_with_numpy() -> bool:
     """
     for n in (2, 5, 1000):
         theirs, ours = np.random.default_rng(n), np.random.default_rng(n)
-        if not np.array_equal(theirs.permutation(n), _fast(ours, n)) or theirs.random() != ours.random():
+        if not np.array_equal(theirs.permutation(n), _fast(ours, np.arange(n))) or theirs.random() != ours.random():
             logger.warning("numpy's permutation differs from batchsel's copy of its rule: numpy's is used")
             return False
     return True
 
 
-def permutation(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``rng.permutation(n)``: the same permutation of ``0 .. n - 1``, ``rng`` left in the
-    same state, in a fraction of the time for large ``n`` (module docstring).
+def permutation(rng: np.random.Generator, x: int | np.ndarray) -> np.ndarray:
+    """``rng.permutation(x)``: the same permutation, ``rng`` left in the same state, in a
+    fraction of the time for large ``x`` (module docstring).
 
     Parameters
     ----------
     rng : numpy.random.Generator
         The generator, used by this call alone while it runs (as numpy's: its lock is held).
-    n : int
-        The number of entries, ``>= 0``.
+    x : int or numpy.ndarray
+        ``n >= 0`` (a permutation of ``0 .. n - 1``) or a 1-D array (its entries
+        permuted, in a new array).
 
     Returns
     -------
     numpy.ndarray
-        int64, a permutation of ``0 .. n - 1``.
+        int64 for ``n``; a 1-D array of ``x``'s dtype.
 
     See Also
     --------
@@ -144,11 +144,17 @@ def permutation(rng: np.random.Generator, n: int) -> np.ndarray:
     >>> a, b = np.random.default_rng(7), np.random.default_rng(7)
     >>> bool((permutation(a, 100_000) == b.permutation(100_000)).all()), a.random() == b.random()
     (True, True)
+    >>> bool((permutation(a, np.arange(5, 100_005)) == b.permutation(np.arange(5, 100_005))).all())
+    True
     """
-    n = int(n)
+    if isinstance(x, np.ndarray):
+        if x.ndim != 1 or x.dtype != np.int64 or x.size < FAST_LEAST or not agrees_with_numpy():
+            return rng.permutation(x)
+        return _fast(rng, x.copy())
+    n = int(x)
     if n < FAST_LEAST or not agrees_with_numpy():
         return rng.permutation(n).astype(np.int64, copy=False)
-    return _fast(rng, n)
+    return _fast(rng, np.arange(n, dtype=np.int64))
 
 
 __all__ = ["FAST_LEAST", "agrees_with_numpy", "interval", "permutation", "shuffle", "state_address"]

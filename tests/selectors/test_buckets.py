@@ -351,3 +351,72 @@ def test_by_cost_then_is_lexsort_by_cost_then_tiebreak():
         for costs in (rng.integers(0, 9, n).astype(float), rng.lognormal(0, 2, n), rng.choice([0.0, -0.0, 1.0], n)):
             tiebreak = rng.choice([0.25, 0.5], n) if n % 2 else rng.random(n)  # ties in both keys too
             np.testing.assert_array_equal(by_cost_then(costs, tiebreak), np.lexsort((tiebreak, costs)))
+
+
+def _regroup_reference(batches, costs, world_size, rng, packed):
+    """The regrouping of one window by numpy's calls, as the rule reads: sort by cost (ties
+    by a random tiebreak), cut runs of the batches' sizes (largest first), order the runs
+    by cost (ties at random), a random order of steps, a random order of ranks in each."""
+    flat = np.concatenate(batches)
+    ranked = np.lexsort((rng.random(len(flat)), costs[flat]))
+    sizes = np.sort([len(b) for b in batches])[::-1]
+    ends = np.cumsum(sizes)
+    parts = [ranked[end - size : end] for size, end in zip(sizes, ends)]
+    if packed:
+        part_costs = np.add.reduceat(costs[flat[np.concatenate(parts)]], ends - sizes)
+    else:
+        part_costs = sizes * costs[flat[ranked[ends - 1]]]
+    rows = np.lexsort((rng.random(len(parts)), part_costs)).reshape(-1, world_size)
+    rows = rows[rng.permutation(len(rows))]
+    dealt = np.take_along_axis(rows, rng.permuted(np.tile(np.arange(world_size), (len(rows), 1)), axis=1), axis=1)
+    return [parts[p] for row in dealt for p in row]
+
+
+def test_regroup_windows_is_the_rule_drawn_from_each_windows_generator():
+    from batchsel.selectors.buckets.kernels import regroup_windows
+
+    rs = np.random.default_rng(11)
+    for trial in range(60):
+        world_size, n = int(rs.integers(1, 5)), 6000
+        costs = rs.integers(1, 20, n).astype(float) if trial % 2 else rs.lognormal(3, 1, n)  # packed sums of floats
+        perm, windows, at = rs.permutation(n), [], 0
+        for _ in range(int(rs.integers(1, 4))):
+            count = world_size * int(rs.integers(1, 4))
+            sizes = rs.integers(1, 300, count) if trial % 3 else np.full(count, 150)
+            windows.append(np.split(perm[at : at + sizes.sum()], np.cumsum(sizes)[:-1]))
+            at += sizes.sum()
+        seeds = rs.integers(2**31, size=len(windows))
+        listed = [b for window in windows for b in window]
+        weights = rs.random(sum(map(len, listed))).astype(np.float32)
+        for packed in (False, True):
+            expected = []
+            for window, seed in zip(windows, seeds):
+                expected += _regroup_reference(window, costs, world_size, np.random.default_rng(seed), packed)
+            out, bounds, carried = regroup_windows(
+                np.concatenate(listed),
+                costs,
+                np.array([len(b) for b in listed]),
+                np.array([len(w) for w in windows]),
+                world_size,
+                [np.random.default_rng(s) for s in seeds],
+                packed,
+                weights,
+            )
+            starts = np.cumsum([0] + [len(b) for window in windows for b in window])
+            offset = np.repeat(starts[np.cumsum([0] + [len(w) for w in windows])[:-1]], [len(w) for w in windows])
+            flat = np.concatenate(listed)
+            for i, positions in enumerate(expected):  # positions within the batch's window
+                got = slice(bounds[i], bounds[i + 1])
+                np.testing.assert_array_equal(out[got], flat[positions + offset[i]])
+                np.testing.assert_array_equal(carried[got], weights[positions + offset[i]])
+
+
+def test_regroup_windows_bad_generators():
+    from batchsel.selectors.buckets.kernels import regroup_windows
+
+    one = [np.arange(4)]
+    with pytest.raises(ValueError, match="2 generators for 1 windows"):
+        regroup_windows(one[0], np.ones(4), [4], [1], 1, [np.random.default_rng(0)] * 2)
+    with pytest.raises(TypeError, match="mix bit generators"):
+        two = [np.random.default_rng(0), np.random.Generator(np.random.Philox(0))]
+        regroup_windows(np.arange(4), np.ones(4), [2, 2], [1, 1], 1, two)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_int, check_number
+from batchsel.core.permutation import permutation
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.buckets.cost_model import CostModel
@@ -368,7 +369,7 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         cap = self.max_examples or self.num_examples
         batches: list[np.ndarray] = []
         for begin, end, count in zip(bounds[:-1], bounds[1:], counts):
-            members = rng.permutation(order[begin:end])
+            members = permutation(rng, order[begin:end])
             top = self._sorted_costs[end - 1] if end > begin else None  # its largest cost: the last by cost
             batches += fill_bucket(members, self.costs, int(count), self.max_cost_, cap, self.packed, top)
         batches = split_largest(batches, self._batches_per_rank(world.size) * world.size)
