@@ -432,7 +432,25 @@ def batch_longest(batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
     >>> batch_longest([np.array([0, 1]), np.array([2])], np.array([1.0, 3, 2])).tolist()
     [3.0, 2.0]
     """
-    return _per_batch(np.maximum, batches, costs) if batches else np.zeros(0)
+    if not batches:
+        return np.zeros(0)
+    sizes = np.fromiter((len(b) for b in batches), np.int64, len(batches))
+    return _longest(np.concatenate(batches), sizes, np.asarray(costs, np.float64))
+
+
+@njit(cache=True, nogil=True)
+def _longest(flat, sizes, costs):  # pragma: no cover - numba
+    """Each run's largest ``costs[flat[i]]`` (runs of ``sizes``, none empty), without the
+    gathered array ``np.maximum.reduceat`` needs."""
+    out = np.empty(sizes.size)
+    at = 0
+    for b in range(sizes.size):
+        top = costs[flat[at]]
+        for i in range(at + 1, at + sizes[b]):
+            top = max(top, costs[flat[i]])
+        out[b] = top
+        at += sizes[b]
+    return out
 
 
 def batch_padding(batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
