@@ -38,7 +38,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 try:
-    from transformers import Trainer, TrainerCallback
+    from transformers import Trainer, TrainerCallback, TrainerState
+    from transformers.trainer import TRAINER_STATE_NAME
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 except ImportError as exc:  # transformers, or the accelerate its Trainer needs, is missing
     raise ModuleNotFoundError(
@@ -286,6 +287,7 @@ class BatchselTrainerMixin:
         self.batchsel_sampler_kwargs = dict(sampler_kwargs or {})
         self.batchsel_sampler: SelectionBatchSampler | None = None
         self._batchsel_checkpoint: str | None = None
+        self._batchsel_saved_step = 0  # a restored checkpoint's global step, where it left an epoch to finish
         self._batchsel_batch: torch.Tensor | None = None  # indices of the training step running now
         self._batchsel_weights: torch.Tensor | None = None  # and their weights (weighted plans)
         super().__init__(*args, **kwargs)
@@ -380,6 +382,16 @@ class BatchselTrainerMixin:
         # epoch's length; where epoch lengths differ (dynamic pruning) use the exact sum.
         values = list(super().set_initial_training_values(args, dataloader))  # type: ignore[misc]
         profile = self._batchsel_profile
+        interrupted = self._batchsel_interrupted()
+        if interrupted is not None and args.max_steps <= 0:
+            # an epoch saved on another number of processes: the run ends after the steps
+            # the checkpoint counted, those left of that epoch here, and the later epochs
+            epoch, done = interrupted
+            epochs = profile.epochs if profile.epoch_lengths_vary else int(np.ceil(args.num_train_epochs))
+            left = self._batchsel_update_steps(epoch) - done // args.gradient_accumulation_steps
+            later = sum(self._batchsel_update_steps(e) for e in range(epoch + 1, epochs))
+            values[-1] = self._batchsel_saved_step + left + later
+            return tuple(values)
         if not profile.epoch_lengths_vary:
             return tuple(values)
         per_epoch = [self._batchsel_update_steps(e) for e in range(profile.epochs)]
@@ -414,14 +426,29 @@ class BatchselTrainerMixin:
         epochs_trained, steps_trained = super()._init_training_state(  # type: ignore[misc]
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
-        if self._batchsel_profile.epoch_lengths_vary and self.state.global_step > 0:
+        interrupted = self._batchsel_interrupted()
+        if interrupted is not None:  # the global step counts the old world's epochs: the state says where
+            epochs_trained, steps_trained = interrupted
+        elif self._batchsel_profile.epoch_lengths_vary and self.state.global_step > 0:
             epochs_trained, done = self._batchsel_position(self.state.global_step)
             steps_trained = 0 if self.args.ignore_data_skip else done * self.args.gradient_accumulation_steps
         return epochs_trained, steps_trained
 
+    def _batchsel_interrupted(self) -> tuple[int, int] | None:
+        """``(epoch, batches done)`` where the restored state left an epoch saved on another
+        number of processes to finish here; None otherwise."""
+        sampler = self.batchsel_sampler
+        if sampler is None or sampler.interrupted_epoch is None or sampler.resume_point is None:
+            return None
+        return sampler.resume_point
+
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         # each epoch its own length (the Trainer passes the first epoch's to every epoch)
-        if self._batchsel_profile.epoch_lengths_vary and "epoch" in kwargs:
+        sampler = self.batchsel_sampler
+        varies = self._batchsel_profile.epoch_lengths_vary or (
+            sampler is not None and sampler.interrupted_epoch is not None
+        )
+        if varies and "epoch" in kwargs:
             kwargs["steps_in_epoch"] = self.batchsel_sampler._num_batches_of(kwargs["epoch"])
             kwargs["num_update_steps_per_epoch"] = self._batchsel_update_steps(kwargs["epoch"])
         return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
@@ -452,18 +479,23 @@ class BatchselTrainerMixin:
         state = torch.load(path, weights_only=True)
         saved_on = int(state.get("world_size", 1)) if isinstance(state, dict) else 1
         sampler = self.batchsel_sampler
-        if saved_on != sampler.world_size:
-            # the Trainer places its resumed step from the saved global step and this world's
-            # epoch length: on another number of processes it would skip the wrong batches
-            raise ValueError(
-                f"{checkpoint} was saved by {saved_on} process(es), this run has {sampler.world_size}: the "
-                f"Trainer resumes on the number of processes that saved the checkpoint. To continue on "
-                f"{sampler.world_size}, load {STATE_FILE} into a SelectionBatchSampler in your own loop "
-                f"(elastic resume), or restart the epoch with ignore_data_skip=True"
-            )
         # The Trainer skips the finished batches itself (skip_first_batches): the sampler
         # yields placeholders for them instead of skipping them a second time.
         sampler.load_state_dict(state, placeholders=True)
+        if sampler.interrupted_epoch is not None:
+            # an epoch saved on another number of processes (now or at an earlier resume): the
+            # Trainer would place the resumed step from the global step and this world's epoch
+            # length, so the state's place and the checkpoint's step count size the run instead
+            trainer_state = os.path.join(checkpoint, TRAINER_STATE_NAME)
+            self._batchsel_saved_step = TrainerState.load_from_json(trainer_state).global_step
+        if saved_on != sampler.world_size:
+            logger.info(
+                "%s was saved by %d process(es), this run has %d: epoch %s continues here (%d batches of it done)",
+                checkpoint,
+                saved_on,
+                sampler.world_size,
+                *sampler.resume_point,
+            )
 
     # -- feedback ---------------------------------------------------------------------------
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:

@@ -81,27 +81,41 @@ def test_resume_mid_epoch_skips_once_and_is_exact(tmp_path):
     assert np.isfinite(first.batchsel_selector.losses_).sum() > H.N // 2  # feedback arrived
 
 
-def test_a_checkpoint_of_another_process_count_is_refused_naming_the_way(tmp_path):
-    """The Trainer places a resumed step from the global step and this world's epoch length:
-    a 2-process checkpoint on one process would skip the wrong batches, so it is refused."""
+def test_a_checkpoint_of_2_processes_finishes_its_epoch_on_one(tmp_path):
+    """Elastic resume: the epoch the two ranks left is finished here with the examples they
+    had not trained, once; the run (and its linear schedule) ends after the checkpoint's
+    steps, those left of that epoch here and the next epoch."""
     import torch
 
     from batchsel import SelectionBatchSampler
 
     make = lambda: RandomSelector(H.N, H.BATCH, seed=3)  # noqa: E731
+    kw = {"lr_scheduler_type": "linear", "learning_rate": 0.1}
     first = H.Recording(
-        model=H.TinyModel(), args=H.args(str(tmp_path), save_steps=3), train_dataset=H.data(), selector=make()
+        model=H.TinyModel(), args=H.args(str(tmp_path), save_steps=3, **kw), train_dataset=H.data(), selector=make()
     )
     first.train()
     samplers = [SelectionBatchSampler(make(), rank=r, world_size=2) for r in range(2)]
-    for s in samplers:
+    before = []
+    for s in samplers:  # the 2-process run: one batch of epoch 0 done on each rank
         s.set_epoch(0)
-        next(iter(s))
-    path = tmp_path / "checkpoint-3" / STATE_FILE
+        before.append(next(iter(s)))
+    path = tmp_path / "checkpoint-3" / STATE_FILE  # the checkpoint's global step: 3
     torch.save({"version": 1, "world_size": 2, "ranks": [s.state_dict(batches_done=1) for s in samplers]}, path)
-    resumed = H.Recording(model=H.TinyModel(), args=H.args(str(tmp_path)), train_dataset=H.data(), selector=make())
-    with pytest.raises(ValueError, match=r"saved by 2 process\(es\), this run has 1.*elastic resume"):
-        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    resumed = H.Recording(
+        model=H.TinyModel(), args=H.args(str(tmp_path / "resumed"), **kw), train_dataset=H.data(), selector=make()
+    )
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    left = (H.N - 2 * H.BATCH) // H.BATCH
+    epoch_0 = [i for b in before for i in b] + [i for b in resumed.seen[:left] for i in b]
+    assert sorted(epoch_0) == list(range(H.N))
+    assert resumed.seen[left:] == [b.tolist() for b in make().plan(1, 1).batches(0)]
+    total = 3 + left + H.N // H.BATCH
+    assert resumed.state.global_step == total and len(resumed.seen) == total - 3
+    # the linear schedule sized to the steps the run took, reaching 0 at its last (the first
+    # step after the checkpoint trains at the rate its optimizer saved, the Trainer's way)
+    assert np.allclose(resumed.lrs[1:], [0.1 * (total - t) / total for t in range(4, total)])
+    assert resumed.lr_scheduler.get_last_lr()[0] == 0.0
 
 
 def test_pruned_epochs_with_the_trainers_schedule(tmp_path):
@@ -246,6 +260,66 @@ def test_torchrun_resume_is_exact_on_every_rank(torchrun2):
         assert r["online_resumed"] == r["online"][step:], f"rank {r['rank']} (loss-rank)"
     # feedback was all-gathered: both ranks' selectors know the losses of both ranks' batches
     assert torchrun2[0]["observed"] == torchrun2[1]["observed"] > H.N // 2
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_2_processes_finishes_on_one_process(torchrun2, tmp_path):
+    step, per_rank = 6, H.N // (2 * H.BATCH)  # epoch 1, one batch done on each rank
+    checkpoint = os.path.join(torchrun2[0]["root"], "random", f"checkpoint-{step}")
+    kw = {"lr_scheduler_type": "linear", "learning_rate": 0.1}
+    resumed = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path), **kw),
+        train_dataset=H.data(),
+        selector=H.RandomSelector(H.N, H.BATCH, seed=3),
+    )
+    resumed.train(resume_from_checkpoint=checkpoint)
+    before = [i for r in torchrun2 for b in r["seen"][per_rank : per_rank + 1] for i in b]
+    after = [i for b in resumed.seen for i in b]
+    assert sorted(before + after) == list(range(H.N))  # epoch 1: every example once, old and new ranks
+    assert len(resumed.seen) == (H.N - 2 * H.BATCH) // H.BATCH
+    assert resumed.state.global_step == step + len(resumed.seen)
+    assert resumed.lr_scheduler.get_last_lr()[0] == 0.0  # the schedule sized to the steps taken
+
+
+@pytest.mark.slow
+def test_a_one_process_checkpoint_finishes_on_2_processes(tmp_path):
+    step = 13  # epoch 1, three batches done
+    first = H.Recording(
+        model=H.TinyModel(),
+        args=H.args(str(tmp_path), save_steps=step, lr_scheduler_type="linear", learning_rate=0.1),
+        train_dataset=H.data(),
+        selector=H.RandomSelector(H.N, H.BATCH, seed=3),
+    )
+    first.train()
+    out = tmp_path / "elastic" / "result"
+    out.parent.mkdir()
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(MP_SCRIPTS), env.get("PYTHONPATH", "")])
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(MP_SCRIPTS / "hf_job.py"),
+        str(out),
+        "--resume",
+        str(tmp_path / f"checkpoint-{step}"),
+    ]
+    ranks = run_ranks(cmd, out, env)
+    per_epoch = H.N // H.BATCH
+    before = [i for b in first.seen[per_epoch:step] for i in b]
+    after = [i for r in ranks for b in r["resumed"] for i in b]
+    assert sorted(before + after) == list(range(H.N))  # epoch 1: every example once
+    steps = [len(r["resumed"]) for r in ranks]
+    assert steps[0] == steps[1] == -(-(H.N - 3 * H.BATCH) // (2 * H.BATCH))  # the same steps on each rank
+    for r in ranks:
+        assert r["global_step"] == step + steps[0] and r["final_lr"] == 0.0
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 tests/integrations/test_hf.py and, as ``torchrun --nproc_per_node 2 hf_job.py OUT``, on 2 CPU
 processes (gloo): 2 epochs with a checkpoint after step 6, then a fresh trainer resumed
 from that checkpoint in the middle of epoch 1; with a random and a loss-rank selector.
-Each rank writes ``OUT.rank{r}.json``."""
+``hf_job.py OUT --resume CHECKPOINT``: each rank resumes CHECKPOINT (saved by another
+number of processes) and finishes the run. Each rank writes ``OUT.rank{r}.json``."""
 
 from __future__ import annotations
 
@@ -139,6 +140,7 @@ def main(out: str) -> None:
     result = {
         "rank": rank,
         "world": world,
+        "root": root,
         "seen": first.seen,
         "lengths": first.lengths,
         "resume_step": step,
@@ -160,6 +162,27 @@ def main(out: str) -> None:
         json.dump(result, f)
 
 
+def resume(out: str, checkpoint: str) -> None:
+    """Finish the 2-epoch random run of ``checkpoint`` on this world (a linear schedule)."""
+    quiet()
+    kw = {"lr_scheduler_type": "linear", "learning_rate": 0.1}
+    trainer = Recording(
+        model=TinyModel(),
+        args=args(os.path.join(os.path.dirname(out), "resumed"), **kw),
+        train_dataset=data(),
+        selector=RandomSelector(N, BATCH, seed=3),
+    )
+    trainer.train(resume_from_checkpoint=checkpoint)
+    rank = torch.distributed.get_rank()
+    final_lr = trainer.lr_scheduler.get_last_lr()[0]
+    result = {"rank": rank, "resumed": trainer.seen, "final_lr": final_lr, "global_step": trainer.state.global_step}
+    with open(f"{out}.rank{rank}.json", "w") as f:
+        json.dump(result, f)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) > 3 and sys.argv[2] == "--resume":
+        resume(sys.argv[1], sys.argv[3])
+    else:
+        main(sys.argv[1])
     exit_after_result()

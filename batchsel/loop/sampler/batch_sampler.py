@@ -237,6 +237,33 @@ class SelectionBatchSampler:
         """The selector's batch size (BatchSampler's attribute, read by frameworks)."""
         return self.selector.batch_size
 
+    @property
+    def resume_point(self) -> tuple[int, int] | None:
+        """``(epoch, batches done in it)`` of the state :meth:`load_state_dict` read, until
+        that epoch's iteration begins; None otherwise. A framework that places its own
+        resumed step from its step count (the Hugging Face Trainer) takes it from here
+        where epochs differ from the ones it counted (a state of another number of ranks).
+
+        >>> from batchsel import RandomSelector
+        >>> sampler = SelectionBatchSampler(RandomSelector(10, 2), rank=0, world_size=1)
+        >>> sampler.set_epoch(1)
+        >>> it = iter(sampler)
+        >>> done = [next(it) for _ in range(3)]
+        >>> sampler.load_state_dict(sampler.state_dict(batches_done=3))
+        >>> sampler.resume_point
+        (1, 3)
+        """
+        place = self._record.resume
+        return None if place is None else (place.epoch, place.batches_done)
+
+    @property
+    def interrupted_epoch(self) -> int | None:
+        """The epoch that a state saved on another number of ranks left to finish here (its
+        length on this rank is the steps done before the save and those left, as
+        ``len(sampler)`` and :meth:`total_batches` count it); None without one."""
+        rest = self._record.remainder
+        return None if rest is None else rest.epoch
+
     # -- the DistributedSampler contract ------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose batches the next iteration yields."""
