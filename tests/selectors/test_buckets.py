@@ -420,3 +420,22 @@ def test_regroup_windows_bad_generators():
     with pytest.raises(TypeError, match="mix bit generators"):
         two = [np.random.default_rng(0), np.random.Generator(np.random.Philox(0))]
         regroup_windows(np.arange(4), np.ones(4), [2, 2], [1, 1], 1, two)
+
+
+def test_bucket_starts_over_the_distinct_costs_is_the_per_example_rule():
+    from batchsel.selectors.buckets.kernels import bucket_starts
+
+    rng = np.random.default_rng(5)
+    for costs in (rng.integers(0, 40, 3000).astype(float), rng.lognormal(2, 1.5, 500), np.zeros(7)):
+        costs = np.sort(costs)
+        distinct, counts = np.unique(costs, return_counts=True)
+        firsts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        for width, offset in ((1.05, 0.0), (1.5, 0.3), (2.0, 0.9375)):
+            positive = costs[costs > 0]
+            if positive.size:  # each example's bucket index, as the docstring states it
+                index = np.floor(np.log(np.maximum(costs, positive[0]) / positive[0]) / np.log(width) + offset)
+                expected = np.flatnonzero(np.diff(index)) + 1
+            else:
+                expected = np.zeros(0, np.int64)
+            np.testing.assert_array_equal(bucket_starts(costs, width, offset), expected)
+            np.testing.assert_array_equal(bucket_starts(costs, width, offset, (distinct, firsts)), expected)

@@ -236,8 +236,10 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
             self._cost_group = self._cost_group.astype(np.int32)
         self._cumulative = np.concatenate([[0.0], np.cumsum(self._sorted_costs)])
         # each offset's bucket boundaries (the budget adds one): all an epoch's count needs
+        firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
         self._starts = [
-            bucket_starts(self._sorted_costs, self.bucket_width, j / NUM_OFFSETS) for j in range(NUM_OFFSETS)
+            bucket_starts(self._sorted_costs, self.bucket_width, j / NUM_OFFSETS, (distinct, firsts))
+            for j in range(NUM_OFFSETS)
         ]
         if max_cost is not None:
             self.max_cost_ = check_number(max_cost, "max_cost", 0.0)

@@ -58,7 +58,11 @@ def order_by_cost(cost_group: np.ndarray, groups: int, tiebreak: np.ndarray) -> 
         return np.zeros(0, np.int64)
     low, high = float(tiebreak.min()), float(tiebreak.max())
     span = high - low if math.isfinite(high - low) else 0.0  # 0: every group sorted by a stable argsort
-    return _order_by_group(group, int(groups), tiebreak, low, span)
+    # the large arrays from numpy (huge pages where the kernel grants them: fewer faults)
+    n = group.size
+    out, by_group, values = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float64)
+    _order_by_group(group, int(groups), tiebreak, low, span, by_group, values, out)
+    return out
 
 
 #: a distribution sort's sub-range sorted by insertion up to this many entries, else by a
@@ -67,7 +71,7 @@ _INSERTION_MOST = 32
 
 
 @njit(cache=True, nogil=True)
-def _order_by_group(group, groups, tiebreak, low, span):  # pragma: no cover - numba
+def _order_by_group(group, groups, tiebreak, low, span, by_group, values, out):  # pragma: no cover - numba
     n = group.size
     start = np.zeros(groups + 1, np.int64)
     for p in range(n):
@@ -75,8 +79,7 @@ def _order_by_group(group, groups, tiebreak, low, span):  # pragma: no cover - n
     for g in range(groups):
         start[g + 1] += start[g]
     at = start[:-1].copy()
-    by_group = np.empty(n, np.int64)  # the examples in group order, each group in index order
-    values = np.empty(n, np.float64)  # their tiebreaks, in the same order
+    # by_group: the examples in group order, each group in index order; values: their tiebreaks
     for p in range(n):
         g = group[p]
         i = at[g]
@@ -88,7 +91,6 @@ def _order_by_group(group, groups, tiebreak, low, span):  # pragma: no cover - n
         largest = max(largest, start[g + 1] - start[g])
     fill = np.empty(largest + 1, np.int64)
     local = np.empty(largest, np.int64)
-    out = np.empty(n, np.int64)
     for g in range(groups):
         first = start[g]
         m = start[g + 1] - first
@@ -144,7 +146,9 @@ def _distribution_sort(part, low, scale, fill, local):  # pragma: no cover - num
         begin = end
 
 
-def bucket_starts(sorted_costs: np.ndarray, width: float, offset: float) -> np.ndarray:
+def bucket_starts(
+    sorted_costs: np.ndarray, width: float, offset: float, distinct: tuple[np.ndarray, np.ndarray] | None = None
+) -> np.ndarray:
     """Where the buckets of examples sorted by cost begin, but the first: cost ranges of
     ratio ``width`` (largest to smallest), ``[c0 * width**(j - 1 - offset), c0 * width**(j
     - offset))`` from ``c0`` the smallest positive cost (zero costs join the first).
@@ -157,6 +161,9 @@ def bucket_starts(sorted_costs: np.ndarray, width: float, offset: float) -> np.n
         The ratio of a bucket's largest to its smallest cost (> 1).
     offset : float
         The shift of the boundaries, in ``[0, 1)`` of a bucket (in log scale).
+    distinct : (numpy.ndarray, numpy.ndarray) or None, default None
+        The distinct costs and where each first appears in ``sorted_costs``, where known
+        (a bucket begins only where the cost changes: the work is over them).
 
     Returns
     -------
@@ -168,12 +175,19 @@ def bucket_starts(sorted_costs: np.ndarray, width: float, offset: float) -> np.n
     >>> bucket_starts(np.array([1.0, 1.5, 2, 3, 4, 7, 9]), 2.0, 0.0).tolist()
     [2, 4, 6]
     """
-    positive = sorted_costs[sorted_costs > 0]
+    if distinct is None:
+        changes = np.ones(len(sorted_costs), dtype=bool)
+        np.not_equal(sorted_costs[1:], sorted_costs[:-1], out=changes[1:])
+        firsts = np.flatnonzero(changes)
+        values = sorted_costs[firsts]
+    else:
+        values, firsts = distinct
+    positive = values[values > 0]
     if positive.size == 0:
         return np.zeros(0, dtype=np.int64)
-    # each example's bucket: how many boundaries c0 * width**(k - offset), k >= 1, it passes
-    scaled = np.log(np.maximum(sorted_costs, positive[0]) / positive[0]) / np.log(width) + offset
-    return (np.flatnonzero(np.diff(np.floor(scaled))) + 1).astype(np.int64)
+    # each cost's bucket: how many boundaries c0 * width**(k - offset), k >= 1, it passes
+    scaled = np.log(np.maximum(values, positive[0]) / positive[0]) / np.log(width) + offset
+    return np.asarray(firsts, np.int64)[np.flatnonzero(np.diff(np.floor(scaled))) + 1]
 
 
 def segment_bounds(
