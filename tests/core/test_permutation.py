@@ -52,3 +52,13 @@ def test_permutation_of_an_array_is_numpys(n):
     np.testing.assert_array_equal(got, theirs.permutation(values))
     np.testing.assert_array_equal(values, np.arange(n, dtype=np.int64) * 7 + 3)  # a new array
     assert ours.random() == theirs.random()
+
+
+@pytest.mark.parametrize("n", [5, P.FAST_LEAST + 7])
+def test_shuffle_in_place_is_numpys_shuffle_of_a_view(n):
+    theirs, ours = np.random.default_rng(9), np.random.default_rng(9)
+    x, y = np.arange(n + 3, dtype=np.int64), np.arange(n + 3, dtype=np.int64)
+    theirs.shuffle(x[3:])
+    P.shuffle_in_place(ours, y[3:])
+    np.testing.assert_array_equal(x, y)  # the view's entries only, in numpy's order
+    assert ours.random() == theirs.random()

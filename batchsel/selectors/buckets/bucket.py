@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from batchsel.core.checks import check_int, check_number
-from batchsel.core.permutation import permutation
+from batchsel.core.permutation import shuffle_in_place
 from batchsel.core.world import World
 from batchsel.plans.plan import EpochPlan
 from batchsel.selectors.buckets.cost_model import CostModel
@@ -25,6 +25,7 @@ from batchsel.selectors.buckets.kernels import (
     deal_steps,
     fill_bucket,
     order_by_cost,
+    run_longest,
     segment_bounds,
     split_largest,
 )
@@ -371,11 +372,14 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         cap = self.max_examples or self.num_examples
         batches: list[np.ndarray] = []
         for begin, end, count in zip(bounds[:-1], bounds[1:], counts):
-            members = permutation(rng, order[begin:end])
+            members = order[begin:end]
+            shuffle_in_place(rng, members)  # rng.permutation's draws, in order's own memory
             top = self._sorted_costs[end - 1] if end > begin else None  # its largest cost: the last by cost
             batches += fill_bucket(members, self.costs, int(count), self.max_cost_, cap, self.packed, top)
         batches = split_largest(batches, self._batches_per_rank(world.size) * world.size)
-        longest = None if self.packed else batch_longest(batches, self.costs)
+        # the batches are consecutive runs of order (buckets cut into runs, runs into halves)
+        sizes = np.fromiter((len(b) for b in batches), np.int64, len(batches))
+        longest = None if self.packed else run_longest(order, sizes, self.costs)
         if self.cost_model is None:
             steps = deal_steps(batch_costs(batches, self.costs, self.packed, longest), world.size, rng, longest)
         else:  # the model's cost is the one to match: it sorts alone

@@ -60,9 +60,9 @@ def order_by_cost(cost_group: np.ndarray, groups: int, tiebreak: np.ndarray) -> 
     span = high - low if math.isfinite(high - low) else 0.0  # 0: every group sorted by a stable argsort
     # the large arrays from numpy (huge pages where the kernel grants them: fewer faults)
     n = group.size
-    out, by_group, values = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float64)
-    _order_by_group(group, int(groups), tiebreak, low, span, by_group, values, out)
-    return out
+    by_group, values = np.empty(n, np.int64), np.empty(n, np.float64)
+    _order_by_group(group, int(groups), tiebreak, low, span, by_group, values)
+    return by_group
 
 
 #: a distribution sort's sub-range sorted by insertion up to this many entries, else by a
@@ -71,7 +71,7 @@ _INSERTION_MOST = 32
 
 
 @njit(cache=True, nogil=True)
-def _order_by_group(group, groups, tiebreak, low, span, by_group, values, out):  # pragma: no cover - numba
+def _order_by_group(group, groups, tiebreak, low, span, by_group, values):  # pragma: no cover - numba
     n = group.size
     start = np.zeros(groups + 1, np.int64)
     for p in range(n):
@@ -91,6 +91,7 @@ def _order_by_group(group, groups, tiebreak, low, span, by_group, values, out): 
         largest = max(largest, start[g + 1] - start[g])
     fill = np.empty(largest + 1, np.int64)
     local = np.empty(largest, np.int64)
+    ordered = np.empty(largest, np.int64)
     for g in range(groups):
         first = start[g]
         m = start[g + 1] - first
@@ -101,9 +102,9 @@ def _order_by_group(group, groups, tiebreak, low, span, by_group, values, out): 
             _distribution_sort(part, low, m / span, fill, local)
         else:
             local[:m] = stable_argsort(part)
-        for i in range(m):
-            out[first + i] = by_group[first + local[i]]
-    return out
+        for i in range(m):  # the group sorted in place: by_group becomes the order
+            ordered[i] = by_group[first + local[i]]
+        by_group[first : first + m] = ordered[:m]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -426,6 +427,18 @@ def batch_costs(
     return np.array([len(b) for b in batches]) * longest
 
 
+def run_longest(flat: np.ndarray, sizes: np.ndarray, costs: np.ndarray) -> np.ndarray:
+    """Each run's largest cost: :func:`batch_longest` of batches that are consecutive runs
+    of ``flat`` (of ``sizes``, none empty), without their concatenation.
+
+    Example
+    -------
+    >>> run_longest(np.array([0, 1, 2]), np.array([2, 1]), np.array([1.0, 3, 2])).tolist()
+    [3.0, 2.0]
+    """
+    return _longest(np.asarray(flat, np.int64), np.asarray(sizes, np.int64), np.asarray(costs, np.float64))
+
+
 def batch_longest(batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
     """Each batch's largest cost (its longest member).
 
@@ -449,7 +462,7 @@ def batch_longest(batches: list[np.ndarray], costs: np.ndarray) -> np.ndarray:
     if not batches:
         return np.zeros(0)
     sizes = np.fromiter((len(b) for b in batches), np.int64, len(batches))
-    return _longest(np.concatenate(batches), sizes, np.asarray(costs, np.float64))
+    return run_longest(np.concatenate(batches), sizes, costs)
 
 
 @njit(cache=True, nogil=True)
@@ -779,6 +792,7 @@ __all__ = [
     "split_largest",
     "batch_costs",
     "batch_longest",
+    "run_longest",
     "batch_padding",
     "deal_steps",
     "regroup_windows",
