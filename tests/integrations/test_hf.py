@@ -3,7 +3,6 @@
 that used to train silently wrong batches."""
 
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -12,8 +11,8 @@ from paths import MP_SCRIPTS, REPO
 pytest.importorskip("transformers")
 
 import hf_job as H  # noqa: E402
-from common import TinyOnline, free_port  # noqa: E402
-from frameworks import run_example, run_ranks  # noqa: E402
+from common import TinyOnline  # noqa: E402
+from frameworks import run_example, run_ranks, torchrun  # noqa: E402
 from test_integrations_mp import clean_env  # noqa: E402
 
 from batchsel import RandomSelector  # noqa: E402
@@ -221,19 +220,7 @@ def torchrun2(tmp_path_factory):
     out = tmp_path_factory.mktemp("hf_torchrun") / "result"
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(MP_SCRIPTS), env.get("PYTHONPATH", "")])
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        str(MP_SCRIPTS / "hf_job.py"),
-        str(out),
-    ]
+    cmd = torchrun(str(MP_SCRIPTS / "hf_job.py"), str(out))
     return run_ranks(cmd, out, env)
 
 
@@ -296,21 +283,7 @@ def test_a_one_process_checkpoint_finishes_on_2_processes(tmp_path):
     out.parent.mkdir()
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(MP_SCRIPTS), env.get("PYTHONPATH", "")])
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        str(MP_SCRIPTS / "hf_job.py"),
-        str(out),
-        "--resume",
-        str(tmp_path / f"checkpoint-{step}"),
-    ]
+    cmd = torchrun(str(MP_SCRIPTS / "hf_job.py"), str(out), "--resume", str(tmp_path / f"checkpoint-{step}"))
     ranks = run_ranks(cmd, out, env)
     per_epoch = H.N // H.BATCH
     before = [i for b in first.seen[per_epoch:step] for i in b]

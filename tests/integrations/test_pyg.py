@@ -254,7 +254,8 @@ def test_graphsaint_bad_input():
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["mpi", "torchrun"])
 def test_two_ranks_without_a_rank_given_get_a_disjoint_cover(launcher, tmp_path):
-    from common import free_port, run_command
+    from common import run_command
+    from frameworks import torchrun
     from test_integrations_mp import MPIEXEC, clean_env
 
     out = tmp_path / "out.json"
@@ -264,19 +265,7 @@ def test_two_ranks_without_a_rank_given_get_a_disjoint_cover(launcher, tmp_path)
             pytest.skip("no mpiexec")
         cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, script, out]
     else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(free_port()),
-            script,
-            out,
-        ]
+        cmd = torchrun(script, out)
     run_command(cmd, clean_env(), timeout=180)
     ranks = json.loads(out.read_text())
     assert [r["world"] for r in ranks] == [2, 2] and [r["rank"] for r in ranks] == [0, 1]

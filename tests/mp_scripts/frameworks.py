@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import run_command
+from common import free_port, run_command
 
 
 def run_ranks(cmd: list[str], out: Path, env: dict, ranks: int = 2, timeout: float = 300) -> list[dict]:
@@ -40,3 +40,21 @@ def run_example(path: Path, *argv: str, cwd: Path) -> float:
     line = printed.getvalue().strip().splitlines()[-1]
     assert line.startswith("train accuracy"), line
     return float(line.split()[2])
+
+
+def torchrun(script: Path | str, *argv: str, processes: int = 2) -> list[str]:
+    """The command that runs ``script argv...`` on ``processes`` local processes under
+    torchrun (gloo on CPU), on a free port."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(processes),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(script),
+        *map(str, argv),
+    ]

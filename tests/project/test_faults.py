@@ -279,21 +279,11 @@ def test_a_state_call_only_rank_0_makes_ends_the_job_within_its_timeout_under_mp
 def test_accelerate_prepare_of_the_sampler_is_refused_before_the_first_step():
     """accelerate's BatchSamplerShard would give each rank every second of its batches:
     104 of 200 examples per epoch, silently. Both ranks must refuse instead."""
-    from common import free_port, run_command
+    from common import run_command
+    from frameworks import torchrun
 
     env = clean_env()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        str(MP_SCRIPTS / "accelerate_job.py"),
-    ]
+    cmd = torchrun(str(MP_SCRIPTS / "accelerate_job.py"))
     output = run_command(cmd, env, timeout=180)
     # the ranks' lines may interleave: count the reports, not the lines
     assert sorted(re.findall(r"rank (\d) raised RuntimeError: accelerate's BatchSamplerShard", output)) == ["0", "1"], (
