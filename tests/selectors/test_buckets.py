@@ -439,3 +439,17 @@ def test_bucket_starts_over_the_distinct_costs_is_the_per_example_rule():
                 expected = np.zeros(0, np.int64)
             np.testing.assert_array_equal(bucket_starts(costs, width, offset), expected)
             np.testing.assert_array_equal(bucket_starts(costs, width, offset, (distinct, firsts)), expected)
+
+
+def test_cost_groups_is_numpys_unique_with_the_sorted_costs():
+    from batchsel.selectors.buckets.kernels import cost_groups
+
+    rng = np.random.default_rng(6)
+    for costs in (rng.integers(0, 40, 5000).astype(float), rng.lognormal(2, 1.5, 3000), np.full(9, 2.5), np.ones(1)):
+        groups = cost_groups(costs)
+        distinct, inverse, counts = np.unique(costs, return_inverse=True, return_counts=True)
+        np.testing.assert_array_equal(groups.distinct, distinct)
+        np.testing.assert_array_equal(groups.group, inverse)
+        np.testing.assert_array_equal(groups.counts, counts)
+        np.testing.assert_array_equal(groups.sorted_costs, np.sort(costs))
+        np.testing.assert_array_equal(groups.firsts, np.concatenate([[0], np.cumsum(counts)[:-1]]))

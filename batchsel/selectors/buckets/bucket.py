@@ -22,6 +22,7 @@ from batchsel.selectors.buckets.kernels import (
     batch_padding,
     bucket_counts,
     bucket_starts,
+    cost_groups,
     deal_steps,
     fill_bucket,
     order_by_cost,
@@ -230,16 +231,15 @@ class BucketSelector(OfflineSelector, variable_batch_size=True):
         self.budget_batch_size = batch_size
         # the distinct costs and each example's among them: an epoch's sort by cost is then
         # a counting pass (order_by_cost)
-        distinct, self._cost_group, counts = np.unique(self.costs, return_inverse=True, return_counts=True)
-        self._sorted_costs = np.repeat(distinct, counts)
+        groups = cost_groups(self.costs)
+        distinct, self._cost_group, self._sorted_costs = groups.distinct, groups.group, groups.sorted_costs
         self._cost_groups = len(distinct)
         if self._cost_groups < 2**31:  # half the memory to read at random each epoch
             self._cost_group = self._cost_group.astype(np.int32)
         self._cumulative = np.concatenate([[0.0], np.cumsum(self._sorted_costs)])
         # each offset's bucket boundaries (the budget adds one): all an epoch's count needs
-        firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
         self._starts = [
-            bucket_starts(self._sorted_costs, self.bucket_width, j / NUM_OFFSETS, (distinct, firsts))
+            bucket_starts(self._sorted_costs, self.bucket_width, j / NUM_OFFSETS, (distinct, groups.firsts))
             for j in range(NUM_OFFSETS)
         ]
         if max_cost is not None:
