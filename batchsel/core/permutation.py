@@ -147,19 +147,15 @@ def permutation(rng: np.random.Generator, x: int | np.ndarray) -> np.ndarray:
     >>> bool((permutation(a, np.arange(5, 100_005)) == b.permutation(np.arange(5, 100_005))).all())
     True
     """
-    if isinstance(x, np.ndarray):
-        if x.ndim != 1 or x.dtype != np.int64 or x.size < FAST_LEAST or not agrees_with_numpy():
-            return rng.permutation(x)
-        return _fast(rng, x.copy())
-    n = int(x)
-    if n < FAST_LEAST or not agrees_with_numpy():
-        return rng.permutation(n).astype(np.int64, copy=False)
-    return _fast(rng, np.arange(n, dtype=np.int64))
+    out = x.copy() if isinstance(x, np.ndarray) else np.arange(int(x), dtype=np.int64)
+    shuffle_in_place(rng, out)  # numpy's permutation: a copy (or arange) shuffled
+    return out
 
 
 def shuffle_in_place(rng: np.random.Generator, x: np.ndarray) -> None:
-    """``rng.shuffle(x)`` for a 1-D int64 array (a view too): the same order, ``rng`` left
-    in the same state (the draws of ``rng.permutation(len(x))``), without a new array.
+    """``rng.shuffle(x)``: the same order, ``rng`` left in the same state (the draws of
+    ``rng.permutation(len(x))``), without a new array; the compiled shuffle for a large 1-D
+    int64 array (a view too), numpy's for anything else.
 
     Example
     -------
