@@ -192,7 +192,9 @@ class _SelectionThread:
                 with self._lock:
                     if self._closed:
                         return
-                    if self._busy or not self._queued:
+                    # a token left from a request the training thread took over: what is
+                    # queued now may be cheap enough to stay there
+                    if self._busy or not self._queued or self._inline():
                         break
                     request = self._queued.popleft()
                     self._busy = True
