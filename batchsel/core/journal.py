@@ -255,16 +255,37 @@ class ChangeLog:
         positions : numpy.ndarray
             1-D integer positions.
         """
+        buffer, at = self.room(positions.size)
+        buffer[at : at + positions.size] = positions
+        self._end += positions.size
+
+    def room(self, count: int) -> tuple[np.ndarray, int]:
+        """Where the next ``count`` positions go, for a compiled kernel that writes them
+        itself: the log's buffer and the offset to write at; :meth:`added` then records them.
+
+        Parameters
+        ----------
+        count : int
+            Positions about to be written.
+
+        Returns
+        -------
+        tuple
+            ``(buffer, offset)``: int64 ``buffer[offset : offset + count]`` is free.
+        """
         held = self._end - self._first
-        if held + positions.size > self._buffer.size:
+        if held + count > self._buffer.size:
             keep = min(held, self.limit)
-            buffer = np.empty(max(2 * (keep + positions.size), 1024), np.int64)
+            buffer = np.empty(max(2 * (keep + count), 1024), np.int64)
             buffer[:keep] = self._buffer[held - keep : held]
             self._buffer, self._first = buffer, self._end - keep
             self._known_from = max(self._known_from, self._first)
             held = keep
-        self._buffer[held : held + positions.size] = positions
-        self._end += positions.size
+        return self._buffer, held
+
+    def added(self, count: int) -> None:
+        """Record the ``count`` positions written where :meth:`room` said."""
+        self._end += count
 
     def rewrote_all(self) -> None:
         """Record that any entry may have changed: every reader reads everything again."""

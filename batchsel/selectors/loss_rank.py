@@ -185,8 +185,10 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         if losses is None:
             return
         idx, values = checked_losses(indices, losses, self.num_examples, cast=False)
-        _store_losses(self._losses, self._pending, idx, values)
-        self._wrote(idx)
+        log, at = self._changes.room(idx.size)
+        _store_losses(self._losses, self._pending, idx, values, log, at)
+        self._changes.added(idx.size)
+        self._journal.wrote(idx)
 
     def probabilities(self, n: int) -> np.ndarray:
         """Selection probabilities of ranks 0..n-1 (largest loss first)."""
@@ -229,6 +231,8 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             run.rank_order = rank_order.build(_rank_values(self._losses, pending, shard))
         else:
             changed = self._changes.since(run.read_changes)
+        k = min(self.batch_size, n)
+        log, at = self._changes.room(k)  # the kernel logs the batch (disjoint from what changed)
         run.read_changes = self._changes.now()
         batch = _loss_rank_batch(
             self._losses,
@@ -238,11 +242,14 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
             _NOTHING if changed is None else changed,
             changed is None,
             run.direct,
-            min(self.batch_size, n),
+            k,
             _log_q(self._run_pressure(run), n),
             stream_key(rng),
+            log,
+            at,
         )
-        self._wrote(batch)  # its pending marks
+        self._changes.added(k)  # its pending marks, in the change log by the kernel
+        self._journal.wrote(batch)
         return batch
 
     def rejoin(self, epoch: int, world: World, steps: int, drawn: np.ndarray) -> int:
@@ -438,13 +445,15 @@ def _loss_rank_batch(
     k,
     log_q,
     key,
+    log,
+    at,
 ):  # pragma: no cover - numba
     """A loss-rank batch of ``k`` examples of ``shard``, in one call without the GIL:
     bring the rank order (a :class:`RankOrder`'s arrays) up to date (the examples
     ``changed`` since it was, or, with ``everything`` or many changed, a new sort), draw
-    the ranks, look their examples up, mark them pending. The caller records the batch as
-    changed: a training loop observes its losses before the next, and each key then
-    moves once."""
+    the ranks, look their examples up, mark them pending and write them to the change log
+    ``log`` from ``at`` on (a training loop observes their losses before the next batch,
+    and each key then moves once)."""
     order = RankOrder(cur, values, positions, counts, sequence, starts, last_values, last_positions, free, meta)
     if everything or 8 * changed.size > shard.size:
         order.cur[:] = _rank_values(losses, pending, shard)
@@ -456,16 +465,19 @@ def _loss_rank_batch(
     for i in range(k):
         out[i] = shard[picked[i]]
         pending[out[i]] = True  # (their keys move at the next batch, which reads them in the change log)
+        log[at + i] = out[i]
     return out
 
 
 @njit(cache=True, nogil=True)
-def _store_losses(losses, pending, idx, values):  # pragma: no cover - numba
+def _store_losses(losses, pending, idx, values, log, at):  # pragma: no cover - numba
     """``losses[idx] = values`` and ``pending[idx] = False`` in one pass (float32 or float64
-    values): a batch's feedback without numpy's fancy indexing on every step."""
+    values), ``idx`` written to the change log ``log`` from ``at`` on: a batch's feedback
+    without numpy's fancy indexing on every step."""
     for i in range(idx.size):
         losses[idx[i]] = values[i]
         pending[idx[i]] = False
+        log[at + i] = idx[i]
 
 
 def _log_q(pressure: float, n: int) -> float:

@@ -237,13 +237,17 @@ def test_kernel_takes_a_batch_without_sorting_the_shard():
     pending = np.zeros(2 * n, dtype=bool)
     order = rank_order.build(_rank_values(losses, pending, shard))
     none = np.zeros(0, np.int64)
-    batch = _loss_rank_batch(losses, pending, shard, *order, none, False, False, 32, _log_q(100.0, n), 1)
+    log = np.empty(32, np.int64)  # (the change log's room: the kernel writes the batch there)
+    batch = _loss_rank_batch(losses, pending, shard, *order, none, False, False, 32, _log_q(100.0, n), 1, log, 0)
+    assert np.array_equal(log, batch)
     t0 = time.process_time()
     for key in range(5):
         changed = rng.integers(0, 2 * n, 32)  # (half of them in the shard)
         losses[changed] = rng.random(32)
         changed = np.concatenate([changed, batch])  # and the last batch's pending marks, as the change log has them
-        batch = _loss_rank_batch(losses, pending, shard, *order, changed, False, False, 32, _log_q(100.0, n), key)
+        batch = _loss_rank_batch(
+            losses, pending, shard, *order, changed, False, False, 32, _log_q(100.0, n), key, log, 0
+        )
     per_batch = (time.process_time() - t0) / 5
     t0 = time.process_time()
     for _ in range(5):

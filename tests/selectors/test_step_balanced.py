@@ -245,3 +245,36 @@ def test_more_micro_batches_never_cost_more_under_a_quadratic_cost():
         trained = np.concatenate([np.concatenate(plan.batches(r)) for r in range(32)])
         assert np.array_equal(np.sort(trained), np.arange(n))
     assert efficiency[0] < efficiency[1] < efficiency[2], efficiency
+
+
+def test_moving_single_examples_lowers_the_costliest_rank_and_keeps_a_valid_split():
+    """improve_split: every position once, every micro-batch non-empty and longest first,
+    its ranks as given; no step's costliest rank costs more, and on long-tailed lengths
+    under attention's square many cost less (where no single example decides it: 45 %, 2.1 % in all)."""
+    from batchsel.selectors.buckets.step_kernels import deal_micro_batches, improve_split, split_step
+
+    a, b = 1.0, 1 / 512
+    rng = np.random.default_rng(5)
+
+    def rank_costs(lengths, perm, starts, ranks, world_size):
+        sizes = np.diff(np.append(starts, len(perm)))
+        longest = lengths[perm[starts]]
+        return np.bincount(ranks, sizes * (a * longest + b * longest**2), minlength=world_size)
+
+    before, after = [], []
+    for world_size, per_rank in [(2, 4), (8, 4), (8, 1), (32, 2)] * 10:
+        lengths = np.sort(np.clip(rng.lognormal(5.0, 0.8, 32 * world_size).round(), 1, None))[::-1].copy()
+        starts = split_step(lengths, world_size * per_rank, a, b, 0.0, 0.0)
+        perm = np.arange(len(lengths))
+        sizes = np.diff(np.append(starts, len(lengths)))
+        ranks = deal_micro_batches(sizes * (a * lengths[starts] + b * lengths[starts] ** 2), world_size, per_rank)
+        new_perm, new_starts = improve_split(lengths, perm, starts, ranks, world_size, a, b, 0.0, 0.0)
+        assert np.array_equal(np.sort(new_perm), perm) and len(new_starts) == len(starts)
+        bounds = np.append(new_starts, len(perm))
+        assert (np.diff(bounds) >= 1).all()
+        assert all((np.diff(new_perm[s:e]) > 0).all() for s, e in zip(bounds[:-1], bounds[1:]))
+        before.append(rank_costs(lengths, perm, starts, ranks, world_size).max())
+        after.append(rank_costs(lengths, new_perm, new_starts, ranks, world_size).max())
+    before, after = np.array(before), np.array(after)
+    assert (after <= before * (1 + 1e-12)).all()
+    assert (after < before * 0.999).mean() > 0.3 and after.sum() < 0.99 * before.sum(), after / before

@@ -211,6 +211,9 @@ class SelectionBatchSampler:
         self._record = IterationRecord()
         self._feedback = FeedbackExchange(profile, self._world, self._record, self._num_batches_of)
         self._waited, self._handed = 0.0, 0  # the training thread's seconds in the sampler; batches
+        # the latest batch handed out as a list: (that list, a copy, its array). The README's
+        # loop hands that list back to observe, which then reads the array, not the list
+        self._last_list: tuple[list[int], list[int], np.ndarray] | None = None
 
     # -- rank and world size ------------------------------------------------------------
     @property
@@ -349,7 +352,13 @@ class SelectionBatchSampler:
                     self._checks.unfed(epoch, len(record.history))
                 record.handed(batch, keep)
                 self._handed += 1
-                yield batch.tolist() if weights is None else WeightedBatch(batch, weights)
+                if weights is not None:
+                    yield WeightedBatch(batch, weights)
+                    continue
+                handed = batch.tolist()
+                if keep:
+                    self._last_list = (handed, handed.copy(), batch)
+                yield handed
         finally:  # a loop that breaks early: the prefetch thread stops now, not at garbage collection
             source.close()
 
@@ -384,6 +393,9 @@ class SelectionBatchSampler:
         if not self._profile.uses_feedback or not self.selector.wants_feedback():
             return
         start = time.perf_counter()
+        last = self._last_list
+        if last is not None and indices is last[0] and indices == last[1]:
+            indices = last[2]  # the list handed out, unchanged: its array, not a conversion
         try:
             self._feedback.observe(
                 indices, losses, logits, embeddings, sync_every=self.sync_every, timeout=self.timeout

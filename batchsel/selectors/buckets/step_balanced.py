@@ -18,7 +18,7 @@ from batchsel.selectors.buckets.bucket import check_costs_digest, owned_costs_di
 from batchsel.selectors.buckets.cost_model import CostModel
 from batchsel.selectors.buckets.costs import check_costs
 from batchsel.selectors.buckets.kernels import batch_longest
-from batchsel.selectors.buckets.step_kernels import deal_micro_batches, split_ranks_first, split_step
+from batchsel.selectors.buckets.step_kernels import deal_micro_batches, improve_split, split_ranks_first, split_step
 from batchsel.selectors.capabilities import SelectorCapabilities
 from batchsel.selectors.hashing import digest
 from batchsel.selectors.selector import Selector, weighted_sum
@@ -219,13 +219,14 @@ class StepBalancedSelector(Selector):
         starts = split_step(sorted_lengths, world_size * per_rank, *terms)
         costs = self._micro_costs(sorted_lengths, perm, starts)
         ranks = deal_micro_batches(costs, world_size, per_rank)
-        if per_rank == 1:
-            return perm, starts, ranks
-        other_perm, other_starts, other_ranks = split_ranks_first(sorted_lengths, world_size, per_rank, *terms)
-        if len(other_starts):
-            other_costs = self._micro_costs(sorted_lengths, other_perm, other_starts)
-            if np.bincount(other_ranks, other_costs).max() < np.bincount(ranks, costs).max():
-                return other_perm, other_starts, other_ranks
+        if per_rank > 1:
+            other_perm, other_starts, other_ranks = split_ranks_first(sorted_lengths, world_size, per_rank, *terms)
+            if len(other_starts):
+                other_costs = self._micro_costs(sorted_lengths, other_perm, other_starts)
+                if np.bincount(other_ranks, other_costs).max() < np.bincount(ranks, costs).max():
+                    perm, starts, ranks = other_perm, other_starts, other_ranks
+        if world_size > 1:
+            perm, starts = improve_split(sorted_lengths, perm, starts, ranks, world_size, *terms)
         return perm, starts, ranks
 
     def _micro_costs(self, sorted_lengths: np.ndarray, perm: np.ndarray, starts: np.ndarray) -> np.ndarray:

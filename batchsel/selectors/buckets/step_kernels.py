@@ -170,4 +170,83 @@ def split_ranks_first(lengths, ranks, per_rank, a, b, c, d):  # pragma: no cover
     return perm, starts, rank_of
 
 
-__all__ = ["deal_micro_batches", "split_ranks_first", "split_step"]
+@njit(cache=True, nogil=True)
+def improve_split(lengths, perm, starts, rank_of, ranks, a, b, c, d):  # pragma: no cover - numba
+    """Lower a split's costliest rank by moving single examples between micro-batches
+    (``lengths`` sorted, longest first; ``perm``, ``starts``, ``rank_of`` as
+    :func:`split_ranks_first` returns them). Each move takes the shortest or the longest
+    member of a micro-batch of the costliest rank that has two or more, and puts it in the
+    micro-batch of another rank where the larger of the two ranks' new costs is least; a
+    move is made only where that is below the costliest rank's cost now, so the ranks'
+    costs, sorted, fall at every move and the search ends. Every micro-batch keeps one
+    member or more, every rank its micro-batches. Returns ``(perm, starts)`` with each
+    micro-batch's members longest first (the ranks stay ``rank_of``)."""
+    size, groups = perm.size, starts.size
+    group_of = np.empty(size, np.int64)
+    for g in range(groups):
+        end = starts[g + 1] if g + 1 < groups else size
+        for i in range(starts[g], end):
+            group_of[perm[i]] = g
+    count = np.zeros(groups, np.int64)
+    first = np.empty(groups, np.int64)  # the longest member (the smallest position)
+    second = np.empty(groups, np.int64)  # the next longest
+    last = np.empty(groups, np.int64)  # the shortest
+    load = np.zeros(ranks, np.float64)
+    for _ in range(4 * size + 16):
+        count[:] = 0
+        for pos in range(size):  # positions ascending: longest first
+            g = group_of[pos]
+            if count[g] == 0:
+                first[g] = pos
+            elif count[g] == 1:
+                second[g] = pos
+            last[g] = pos
+            count[g] += 1
+        load[:] = 0.0
+        for g in range(groups):
+            load[rank_of[g]] += _cost(count[g], lengths[first[g]], a, b, c, d)
+        top = 0
+        for r in range(1, ranks):
+            if load[r] > load[top]:
+                top = r
+        best, best_pos, best_to = load[top] * (1.0 - 1e-9), -1, -1
+        for g in range(groups):
+            if rank_of[g] != top or count[g] < 2:
+                continue
+            cost_g = _cost(count[g], lengths[first[g]], a, b, c, d)
+            for which in range(2):
+                pos = last[g] if which == 0 else first[g]
+                longest_left = first[g] if which == 0 else second[g]
+                saved = cost_g - _cost(count[g] - 1, lengths[longest_left], a, b, c, d)
+                for h in range(groups):
+                    s = rank_of[h]
+                    if s == top:
+                        continue
+                    longest = min(first[h], pos)
+                    added = _cost(count[h] + 1, lengths[longest], a, b, c, d) - _cost(
+                        count[h], lengths[first[h]], a, b, c, d
+                    )
+                    worse = max(load[top] - saved, load[s] + added)
+                    if worse < best:
+                        best, best_pos, best_to = worse, pos, h
+        if best_pos < 0:
+            break
+        group_of[best_pos] = best_to
+    count[:] = 0
+    for pos in range(size):
+        count[group_of[pos]] += 1
+    out_starts = np.empty(groups, np.int64)
+    at = 0
+    for g in range(groups):
+        out_starts[g] = at
+        at += count[g]
+    fill = out_starts.copy()
+    out = np.empty(size, np.int64)
+    for pos in range(size):  # positions ascending: each micro-batch's longest first
+        g = group_of[pos]
+        out[fill[g]] = pos
+        fill[g] += 1
+    return out, out_starts
+
+
+__all__ = ["deal_micro_batches", "improve_split", "split_ranks_first", "split_step"]
