@@ -307,6 +307,26 @@ def test_observe_converts_checks_and_forwards():
     assert comm.calls == 0  # RandomSelector ignores feedback: no collective
 
 
+def test_observe_reads_the_list_it_handed_out_as_it_is_now():
+    """The README's loop hands the sampler's list back to observe; the sampler then reads
+    the batch's own array, unless the list was changed since (then the list, as it is)."""
+    sel = LossRankSelector(20, 4, seed=0)
+    s = sampler_for(sel)
+    it = iter(s)
+    batch = next(it)
+    s.observe(batch, losses=torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert sel.losses_[batch].tolist() == [1.0, 2.0, 3.0, 4.0]
+    changed = next(it)
+    other = next(i for i in range(20) if i not in changed)
+    changed[0] = other  # a loop that rewrites the list in place (its own indices now)
+    s.observe(changed, losses=torch.tensor([5.0, 6.0, 7.0, 8.0]))
+    assert sel.losses_[other] == 5.0 and sel.losses_[changed[1:]].tolist() == [6.0, 7.0, 8.0]
+    with pytest.raises(ValueError, match="in \\[0, 20\\)"):
+        bad = next(it)
+        bad[0] = 20  # out of range: refused by name as before
+        s.observe(bad, losses=torch.tensor([1.0, 1.0, 1.0, 1.0]))
+
+
 def test_observe_shares_only_the_feedback_the_selector_reads():
     """SMDL at its default weights reads embeddings only: logits are neither shared nor a
     collective; with the uncertainty term they are. Loss-rank reads losses only."""
