@@ -364,7 +364,7 @@ class BatchselTrainerMixin:
     # -- the run's length -------------------------------------------------------------------
     def _batchsel_update_steps(self, epoch: int) -> int:
         """Optimizer steps of ``epoch`` (its batches over gradient accumulation)."""
-        return max(-(-self.batchsel_sampler._num_batches_of(epoch) // self.args.gradient_accumulation_steps), 1)
+        return max(-(-self.batchsel_sampler.batches_in_epoch(epoch) // self.args.gradient_accumulation_steps), 1)
 
     def _batchsel_position(self, global_step: int) -> tuple[int, int]:
         """(epoch, optimizer steps done in it) after ``global_step`` steps of the run."""
@@ -449,7 +449,7 @@ class BatchselTrainerMixin:
             sampler is not None and sampler.interrupted_epoch is not None
         )
         if varies and "epoch" in kwargs:
-            kwargs["steps_in_epoch"] = self.batchsel_sampler._num_batches_of(kwargs["epoch"])
+            kwargs["steps_in_epoch"] = self.batchsel_sampler.batches_in_epoch(kwargs["epoch"])
             kwargs["num_update_steps_per_epoch"] = self._batchsel_update_steps(kwargs["epoch"])
         return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
 

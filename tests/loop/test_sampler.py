@@ -307,6 +307,27 @@ def test_observe_converts_checks_and_forwards():
     assert comm.calls == 0  # RandomSelector ignores feedback: no collective
 
 
+def test_batches_in_epoch_is_each_epochs_length_and_sums_to_the_runs_total():
+    """InfoBatch's epochs differ in length: ``batches_in_epoch(e)`` is ``len`` after
+    ``set_epoch(e)``, the batches an iteration of that epoch hands out, and the epochs add up
+    to ``total_batches``."""
+    losses = np.random.default_rng(0).random(200)
+    sel = InfoBatchSelector(200, 8, epochs=6, seed=0)
+    s = sampler_for(sel, weighted=False)  # (the weights are not what is counted here)
+    lengths = []
+    for epoch in range(6):
+        s.set_epoch(epoch)
+        handed = 0
+        for batch in s:
+            s.observe(batch, losses=losses[batch])
+            handed += 1
+        lengths.append(s.batches_in_epoch(epoch))
+        assert lengths[-1] == len(s) == handed
+    assert len(set(lengths)) > 1 and sum(lengths) == s.total_batches(6)
+    with pytest.raises(ValueError, match="epoch"):
+        s.batches_in_epoch(-1)
+
+
 def test_observe_reads_the_list_it_handed_out_as_it_is_now():
     """The README's loop hands the sampler's list back to observe; the sampler then reads
     the batch's own array, unless the list was changed since (then the list, as it is)."""

@@ -209,7 +209,7 @@ class SelectionBatchSampler:
         self.epoch = 0
         self._lengths = EpochLengths(profile, self.drop_last)
         self._record = IterationRecord()
-        self._feedback = FeedbackExchange(profile, self._world, self._record, self._num_batches_of)
+        self._feedback = FeedbackExchange(profile, self._world, self._record, self.batches_in_epoch)
         self._waited, self._handed = 0.0, 0  # the training thread's seconds in the sampler; batches
         # the latest batch handed out as a list: (that list, a copy, its array). The README's
         # loop hands that list back to observe, which then reads the array, not the list
@@ -274,9 +274,18 @@ class SelectionBatchSampler:
 
     def __len__(self) -> int:
         """This rank's batches in the epoch set by :meth:`set_epoch`."""
-        return self._num_batches_of(self.epoch)
+        return self.batches_in_epoch(self.epoch)
 
-    def _num_batches_of(self, epoch: int) -> int:
+    def batches_in_epoch(self, epoch: int) -> int:
+        """This rank's batches in ``epoch``: ``len(sampler)`` once ``set_epoch(epoch)`` is
+        called; after loading a state saved on another number of ranks, the interrupted
+        epoch's as it finishes on this world (its steps before the interruption included).
+
+        >>> from batchsel import RandomSelector
+        >>> SelectionBatchSampler(RandomSelector(10, 4), rank=0, world_size=1).batches_in_epoch(0)
+        3
+        """
+        epoch = check_int(epoch, "epoch", minimum=0)
         rest = self._record.remainder
         if rest is not None and rest.epoch == epoch:  # finishing an epoch saved on another number of ranks
             return rest.length
@@ -522,7 +531,7 @@ class SelectionBatchSampler:
         """
         ahead, deferred = self._feedback.held()
         place = self._record.saved(self.epoch, batches_done, ahead, self._profile.online)
-        run = RunRecord.of(self.selector, self.rank, self.world_size, self._num_batches_of(place.epoch))
+        run = RunRecord.of(self.selector, self.rank, self.world_size, self.batches_in_epoch(place.epoch))
         rest = self._record.remainder
         rest = rest if rest is not None and rest.epoch == place.epoch else None
         state = SamplerState(run, place, self.selector.state_dict(), list(self._feedback.buffer), deferred, rest)
@@ -578,7 +587,7 @@ class SelectionBatchSampler:
             )
         place = saved.place
         self._record.remainder = saved.remainder
-        epoch_length = self._num_batches_of(place.epoch)
+        epoch_length = self.batches_in_epoch(place.epoch)
         saved.run.check_resumed_by(RunRecord.of(self.selector, self.rank, self.world_size, epoch_length))
         if place.position > epoch_length:
             raise ValueError(f"the state's position {place.position} is past the epoch's {epoch_length} batches")
