@@ -550,8 +550,8 @@ def _pairs_and_zero_rows(
     """The near-duplicate pairs ``(i, j, s)`` found among every row's ``k`` neighbours and
     the all-zero rows, of all rows on every rank (collective with ``comm``)."""
     D, I = index.neighbors(k)
-    i, j, s = neighbour_pairs(D, I, index._first_row, threshold)
-    zeros = zero_rows(index, D, I, index._first_row)
+    i, j, s = neighbour_pairs(D, I, index.first_row, threshold)
+    zeros = zero_rows(index, D, I, index.first_row)
     if comm is not None:  # every rank groups all pairs: the same result everywhere
         parts = comm.allgather((i, j, s, zeros))
         i, j, s, zeros = (np.concatenate([p[c] for p in parts]) for c in range(4))

@@ -101,7 +101,8 @@ class EmbeddingIndex:
     ((200, 200), 0)
     """
 
-    _first_row = 0  # global index of the first row searched by neighbors() (a shard's offset)
+    #: the global index of the first row :meth:`neighbors` searches (a shard's offset; 0 for a whole index)
+    first_row = 0
 
     def __init__(
         self,
@@ -250,7 +251,7 @@ class EmbeddingIndex:
         else:
             D, I = self._search_blocks(self.embeddings, k + 1, desc="knn graph")
         check_found(D, I, self.kind == "flat", self.num_examples)
-        return without_self(D, I, self._first_row, k)
+        return without_self(D, I, self.first_row, k)
 
     def _ivf_self_search(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Search every indexed point, taking the queries list by list from the IVF

@@ -124,7 +124,7 @@ class ShardedIndex(EmbeddingIndex):
             raise ValueError(f"embeddings have {n} rows, fewer than the {comm.size} ranks")
         self.row_range = shard_range(n, comm.rank, comm.size)
         self._bounds = shard_bounds(n, comm.size)
-        self._first_row = self.row_range[0]
+        self.first_row = self.row_range[0]
         self.metric = metric
         self.num_examples, self.dim = n, d
         self.nprobe = None if nprobe is None else check_int(nprobe, "nprobe", minimum=1)
