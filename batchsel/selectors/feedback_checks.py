@@ -63,9 +63,39 @@ def checked_losses(indices: Any, losses: Any, num_examples: int, *, cast: bool =
     ...
     ValueError: indices must be in [0, 4), found 4
     """
+    pair = feedback_arrays(indices, losses)
+    if pair is not None and _in_range_and_finite(pair[0], pair[1], num_examples):
+        idx, values = pair
+        return idx, values if values.dtype == np.float64 or not cast else values.astype(np.float64)
+    idx = check_indices(indices, num_examples)
+    return idx, check_rows(losses, len(idx), "losses", ndim=1)
+
+
+def feedback_arrays(indices: Any, losses: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """A batch's indices and losses as the arrays a compiled kernel reads, where they
+    already have its types (1-D int64 indices, as many 1-D float32 or float64 losses);
+    None otherwise. Their values are not checked: a kernel that takes them checks the
+    range and finiteness itself, and :func:`checked_losses` names what is wrong.
+
+    Parameters
+    ----------
+    indices, losses : array-like or torch.Tensor
+        As :func:`checked_losses` takes them.
+
+    Returns
+    -------
+    tuple of numpy.ndarray or None
+        ``(indices, losses)``, views where they were arrays or CPU tensors.
+
+    Examples
+    --------
+    >>> idx, losses = feedback_arrays([3, 1], np.array([0.5, 2.0], np.float32))
+    >>> idx.dtype.name, losses.dtype.name, feedback_arrays([3, 1], [0.5, 2.0])
+    ('int64', 'float32', None)
+    """
     idx = tensor_to_numpy(indices)
     if not isinstance(idx, np.ndarray):
-        idx = np.asarray(idx)
+        idx = np.asarray(idx)  # (a list of ints: int64)
     values = tensor_to_numpy(losses)
     if (
         isinstance(values, np.ndarray)
@@ -74,11 +104,9 @@ def checked_losses(indices: Any, losses: Any, num_examples: int, *, cast: bool =
         and values.ndim == 1
         and (values.dtype == np.float32 or values.dtype == np.float64)
         and values.shape[0] == idx.shape[0]
-        and _in_range_and_finite(idx, values, num_examples)
     ):
-        return idx, values if values.dtype == np.float64 or not cast else values.astype(np.float64)
-    idx = check_indices(indices, num_examples)
-    return idx, check_rows(losses, len(idx), "losses", ndim=1)
+        return idx, values
+    return None
 
 
-__all__ = ["checked_losses"]
+__all__ = ["checked_losses", "feedback_arrays"]

@@ -26,7 +26,7 @@ from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, unifor
 from batchsel.core.sorting import stable_argsort
 from batchsel.core.world import World
 from batchsel.selectors import rank_order
-from batchsel.selectors.feedback_checks import checked_losses
+from batchsel.selectors.feedback_checks import checked_losses, feedback_arrays
 from batchsel.selectors.online import OnlineSelector
 from batchsel.selectors.rank_order import RankOrder
 from batchsel.selectors.runs import Run
@@ -184,11 +184,21 @@ class LossRankSelector(CounterKeyedBatches, OnlineSelector[LossRankRun], feedbac
         """Record the latest per-example ``losses`` of ``indices`` (others are ignored)."""
         if losses is None:
             return
-        idx, values = checked_losses(indices, losses, self.num_examples, cast=False)
+        pair = feedback_arrays(indices, losses)
+        if pair is None or not self._stored(*pair):
+            # other types, or a value out of range or not finite: checked (named), then stored
+            stored = self._stored(*checked_losses(indices, losses, self.num_examples, cast=False))
+            assert stored  # (in range and finite now)
+
+    def _stored(self, idx: np.ndarray, values: np.ndarray) -> bool:
+        """Store a batch's losses where every index is in range and every loss finite
+        (one compiled pass checks, then writes); False, and nothing written, otherwise."""
         log, at = self._changes.room(idx.size)
-        _store_losses(self._losses, self._pending, idx, values, log, at)
+        if not _store_losses(self._losses, self._pending, idx, values, self.num_examples, log, at):
+            return False
         self._changes.added(idx.size)
         self._journal.wrote(idx)
+        return True
 
     def probabilities(self, n: int) -> np.ndarray:
         """Selection probabilities of ranks 0..n-1 (largest loss first)."""
@@ -470,14 +480,20 @@ def _loss_rank_batch(
 
 
 @njit(cache=True, nogil=True)
-def _store_losses(losses, pending, idx, values, log, at):  # pragma: no cover - numba
-    """``losses[idx] = values`` and ``pending[idx] = False`` in one pass (float32 or float64
-    values), ``idx`` written to the change log ``log`` from ``at`` on: a batch's feedback
-    without numpy's fancy indexing on every step."""
+def _store_losses(losses, pending, idx, values, num_examples, log, at):  # pragma: no cover - numba
+    """``losses[idx] = values`` and ``pending[idx] = False`` (float32 or float64 values),
+    ``idx`` written to the change log ``log`` from ``at`` on: a batch's feedback without
+    numpy's fancy indexing on every step. Where an index is outside ``[0, num_examples)``
+    or a loss is not finite, nothing is written and False returned."""
+    for i in range(idx.size):
+        j = idx[i]
+        if j < 0 or j >= num_examples or not np.isfinite(values[i]):
+            return False
     for i in range(idx.size):
         losses[idx[i]] = values[i]
         pending[idx[i]] = False
         log[at + i] = idx[i]
+    return True
 
 
 def _log_q(pressure: float, n: int) -> float:
