@@ -31,7 +31,7 @@ from batchsel.core.checks import check_labels, check_number
 from batchsel.core.journal import saved_parts, saved_values
 from batchsel.core.world import World
 from batchsel.selectors.auto_kernels import mark, record_losses
-from batchsel.selectors.feedback_checks import checked_losses
+from batchsel.selectors.feedback_checks import checked_losses, feedback_arrays
 from batchsel.selectors.loss_rank import LossRankRun, LossRankSelector
 
 logger = logging.getLogger(__name__)
@@ -344,20 +344,46 @@ class AutoSelector(LossRankSelector):
             )
         if not self.wants_feedback():  # random batches to the run's end: nothing reads losses now
             return
-        idx, values = checked_losses(indices, losses, self.num_examples, cast=False)  # record_losses reads float32
-        if self.threshold_ is None:
-            width = None if logits is None else np.shape(logits)[-1]
-            if width and width > 1:
-                self.threshold_ = math.log(width)
-                self.fitted_below_ = self.threshold_ / 2
-            else:
-                self.threshold_, self.fitted_below_ = _first_batch_cuts(values.astype(np.float64))
-            self._recount()
+        pair = feedback_arrays(indices, losses)
+        if pair is None or self.threshold_ is None or not self._recorded(*pair):
+            # other types, a value out of range or not finite (checked, named), or the first batch
+            pair = checked_losses(indices, losses, self.num_examples, cast=False)  # record_losses reads float32
+            if self.threshold_ is None:
+                width = None if logits is None else np.shape(logits)[-1]
+                if width and width > 1:
+                    self.threshold_ = math.log(width)
+                    self.fitted_below_ = self.threshold_ / 2
+                else:
+                    self.threshold_, self.fitted_below_ = _first_batch_cuts(pair[1].astype(np.float64))
+                self._recount()
+            recorded = self._recorded(*pair)
+            assert recorded  # (in range and finite now)
+        self._decide(len(pair[0]))
+
+    def _recorded(self, idx: np.ndarray, values: np.ndarray) -> bool:
+        """Store a batch's losses and keep the counts, where every index is in range and
+        every loss finite (one compiled pass); False, and nothing written, otherwise."""
         cut = self._mode == "noisy" and self.noisy_pressure > 1.0
-        tau, below = self.threshold_, self.fitted_below_
-        record_losses(self.raw_losses_, self._losses, self._pending, self._counts, idx, values, tau, below, cut)
-        self._wrote(idx)
-        self._decide(len(idx))
+        log, at = self._changes.room(idx.size)
+        stored = record_losses(
+            self.raw_losses_,
+            self._losses,
+            self._pending,
+            self._counts,
+            idx,
+            values,
+            self.threshold_,
+            self.fitted_below_,
+            cut,
+            self.num_examples,
+            log,
+            at,
+        )
+        if not stored:
+            return False
+        self._changes.added(idx.size)
+        self._journal.wrote(idx)
+        return True
 
     def _decide(self, observed: int) -> None:
         if self._mode == "noisy":

@@ -8,8 +8,12 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def record_losses(raw, ranking, pending, counts, idx, values, threshold, fitted_below, cut):  # pragma: no cover - numba
-    """Store ``values`` at ``idx`` and keep ``counts`` (seen, misfit, fitted) exact.
+def record_losses(
+    raw, ranking, pending, counts, idx, values, threshold, fitted_below, cut, num_examples, log, at
+):  # pragma: no cover - numba
+    """Store ``values`` at ``idx``, keep ``counts`` (seen, misfit, fitted) exact and write
+    ``idx`` to the change log; where an index is out of range or a loss not finite, write
+    nothing and return False.
 
     Parameters
     ----------
@@ -34,19 +38,36 @@ def record_losses(raw, ranking, pending, counts, idx, values, threshold, fitted_
         unknown: nothing is fitted).
     cut : bool
         Rank the misfit examples as learnt (loss 0).
+    num_examples : int
+        ``N``: the indices must be in ``[0, N)``.
+    log : numpy.ndarray of int64
+        The change log's buffer, written from ``at`` on (``ChangeLog.room``).
+    at : int
+        Where ``idx`` goes in ``log``.
+
+    Returns
+    -------
+    bool
+        Whether the batch was stored (every index in range, every loss finite).
 
     Examples
     --------
     >>> import numpy as np
     >>> raw, ranking = np.full(4, np.inf), np.full(4, np.inf)
     >>> counts = np.zeros(3, np.int64)
+    >>> log = np.empty(3, np.int64)
     >>> record_losses(raw, ranking, np.zeros(4, np.bool_), counts, np.array([0, 1, 1]),
-    ...               np.array([3.0, 0.1, 0.5]), 2.0, 1.0, False)
-    >>> counts.tolist(), raw.tolist()
-    ([2, 1, 1], [3.0, 0.5, inf, inf])
+    ...               np.array([3.0, 0.1, 0.5]), 2.0, 1.0, False, 4, log, 0)
+    True
+    >>> counts.tolist(), raw.tolist(), log.tolist()
+    ([2, 1, 1], [3.0, 0.5, inf, inf], [0, 1, 1])
     """
     for i in range(idx.size):
+        if idx[i] < 0 or idx[i] >= num_examples or not np.isfinite(values[i]):
+            return False
+    for i in range(idx.size):
         j = idx[i]
+        log[at + i] = j
         old = raw[j]
         if old < np.inf:
             counts[0] -= 1
@@ -59,6 +80,7 @@ def record_losses(raw, ranking, pending, counts, idx, values, threshold, fitted_
         counts[2] += v < fitted_below
         ranking[j] = 0.0 if cut and v > threshold else v
         pending[j] = False
+    return True
 
 
 @njit(cache=True, nogil=True)
