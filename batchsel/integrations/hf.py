@@ -449,7 +449,7 @@ class BatchselTrainerMixin:
             sampler is not None and sampler.interrupted_epoch is not None
         )
         if varies and "epoch" in kwargs:
-            kwargs["steps_in_epoch"] = self.batchsel_sampler.batches_in_epoch(kwargs["epoch"])
+            kwargs["steps_in_epoch"] = sampler.batches_in_epoch(kwargs["epoch"])
             kwargs["num_update_steps_per_epoch"] = self._batchsel_update_steps(kwargs["epoch"])
         return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
 

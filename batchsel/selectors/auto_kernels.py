@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from batchsel.selectors.feedback_checks import in_range_and_finite
+
 
 @njit(cache=True, nogil=True)
 def record_losses(
@@ -62,9 +64,8 @@ def record_losses(
     >>> counts.tolist(), raw.tolist(), log.tolist()
     ([2, 1, 1], [3.0, 0.5, inf, inf], [0, 1, 1])
     """
-    for i in range(idx.size):
-        if idx[i] < 0 or idx[i] >= num_examples or not np.isfinite(values[i]):
-            return False
+    if not in_range_and_finite(idx, values, num_examples):
+        return False
     for i in range(idx.size):
         j = idx[i]
         log[at + i] = j

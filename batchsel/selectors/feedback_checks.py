@@ -18,7 +18,9 @@ from batchsel.core.checks import check_indices, check_rows, tensor_to_numpy
 
 
 @njit(cache=True, nogil=True)
-def _in_range_and_finite(idx, values, num_examples):  # pragma: no cover - numba
+def in_range_and_finite(idx, values, num_examples):  # pragma: no cover - numba
+    """Whether every index is in ``[0, num_examples)`` and every value finite: the check of
+    one step's feedback, for the kernels that store it (callable inside them)."""
     for i in range(idx.size):
         j = idx[i]
         if j < 0 or j >= num_examples or not np.isfinite(values[i]):
@@ -64,7 +66,7 @@ def checked_losses(indices: Any, losses: Any, num_examples: int, *, cast: bool =
     ValueError: indices must be in [0, 4), found 4
     """
     pair = feedback_arrays(indices, losses)
-    if pair is not None and _in_range_and_finite(pair[0], pair[1], num_examples):
+    if pair is not None and in_range_and_finite(pair[0], pair[1], num_examples):
         idx, values = pair
         return idx, values if values.dtype == np.float64 or not cast else values.astype(np.float64)
     idx = check_indices(indices, num_examples)
@@ -109,4 +111,4 @@ def feedback_arrays(indices: Any, losses: Any) -> tuple[np.ndarray, np.ndarray] 
     return None
 
 
-__all__ = ["checked_losses", "feedback_arrays"]
+__all__ = ["checked_losses", "feedback_arrays", "in_range_and_finite"]

@@ -26,7 +26,7 @@ from batchsel.core.rng import CounterKeyedBatches, stream_key, substream, unifor
 from batchsel.core.sorting import stable_argsort
 from batchsel.core.world import World
 from batchsel.selectors import rank_order
-from batchsel.selectors.feedback_checks import checked_losses, feedback_arrays
+from batchsel.selectors.feedback_checks import checked_losses, feedback_arrays, in_range_and_finite
 from batchsel.selectors.online import OnlineSelector
 from batchsel.selectors.rank_order import RankOrder
 from batchsel.selectors.runs import Run
@@ -485,10 +485,8 @@ def _store_losses(losses, pending, idx, values, num_examples, log, at):  # pragm
     ``idx`` written to the change log ``log`` from ``at`` on: a batch's feedback without
     numpy's fancy indexing on every step. Where an index is outside ``[0, num_examples)``
     or a loss is not finite, nothing is written and False returned."""
-    for i in range(idx.size):
-        j = idx[i]
-        if j < 0 or j >= num_examples or not np.isfinite(values[i]):
-            return False
+    if not in_range_and_finite(idx, values, num_examples):
+        return False
     for i in range(idx.size):
         losses[idx[i]] = values[i]
         pending[idx[i]] = False

@@ -209,7 +209,7 @@ class SelectionBatchSampler:
         self.epoch = 0
         self._lengths = EpochLengths(profile, self.drop_last)
         self._record = IterationRecord()
-        self._feedback = FeedbackExchange(profile, self._world, self._record, self.batches_in_epoch)
+        self._feedback = FeedbackExchange(profile, self._world, self._record, self._batches_in_epoch)
         self._waited, self._handed = 0.0, 0  # the training thread's seconds in the sampler; batches
         # the latest batch handed out as a list: (that list, a copy, its array). The README's
         # loop hands that list back to observe, which then reads the array, not the list
@@ -274,7 +274,7 @@ class SelectionBatchSampler:
 
     def __len__(self) -> int:
         """This rank's batches in the epoch set by :meth:`set_epoch`."""
-        return self.batches_in_epoch(self.epoch)
+        return self._batches_in_epoch(self.epoch)
 
     def batches_in_epoch(self, epoch: int) -> int:
         """This rank's batches in ``epoch``: ``len(sampler)`` once ``set_epoch(epoch)`` is
@@ -285,7 +285,10 @@ class SelectionBatchSampler:
         >>> SelectionBatchSampler(RandomSelector(10, 4), rank=0, world_size=1).batches_in_epoch(0)
         3
         """
-        epoch = check_int(epoch, "epoch", minimum=0)
+        return self._batches_in_epoch(check_int(epoch, "epoch", minimum=0))
+
+    def _batches_in_epoch(self, epoch: int) -> int:
+        # the sampler's own calls (every observe of a multi-rank job): the epoch is its own
         rest = self._record.remainder
         if rest is not None and rest.epoch == epoch:  # finishing an epoch saved on another number of ranks
             return rest.length
@@ -531,7 +534,7 @@ class SelectionBatchSampler:
         """
         ahead, deferred = self._feedback.held()
         place = self._record.saved(self.epoch, batches_done, ahead, self._profile.online)
-        run = RunRecord.of(self.selector, self.rank, self.world_size, self.batches_in_epoch(place.epoch))
+        run = RunRecord.of(self.selector, self.rank, self.world_size, self._batches_in_epoch(place.epoch))
         rest = self._record.remainder
         rest = rest if rest is not None and rest.epoch == place.epoch else None
         state = SamplerState(run, place, self.selector.state_dict(), list(self._feedback.buffer), deferred, rest)
@@ -587,7 +590,7 @@ class SelectionBatchSampler:
             )
         place = saved.place
         self._record.remainder = saved.remainder
-        epoch_length = self.batches_in_epoch(place.epoch)
+        epoch_length = self._batches_in_epoch(place.epoch)
         saved.run.check_resumed_by(RunRecord.of(self.selector, self.rank, self.world_size, epoch_length))
         if place.position > epoch_length:
             raise ValueError(f"the state's position {place.position} is past the epoch's {epoch_length} batches")

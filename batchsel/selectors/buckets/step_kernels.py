@@ -191,6 +191,7 @@ def improve_split(lengths, perm, starts, rank_of, ranks, a, b, c, d):  # pragma:
     first = np.empty(groups, np.int64)  # the longest member (the smallest position)
     second = np.empty(groups, np.int64)  # the next longest
     last = np.empty(groups, np.int64)  # the shortest
+    cost = np.empty(groups, np.float64)
     load = np.zeros(ranks, np.float64)
     for _ in range(4 * size + 16):
         count[:] = 0
@@ -204,7 +205,8 @@ def improve_split(lengths, perm, starts, rank_of, ranks, a, b, c, d):  # pragma:
             count[g] += 1
         load[:] = 0.0
         for g in range(groups):
-            load[rank_of[g]] += _cost(count[g], lengths[first[g]], a, b, c, d)
+            cost[g] = _cost(count[g], lengths[first[g]], a, b, c, d)
+            load[rank_of[g]] += cost[g]
         top = 0
         for r in range(1, ranks):
             if load[r] > load[top]:
@@ -213,19 +215,18 @@ def improve_split(lengths, perm, starts, rank_of, ranks, a, b, c, d):  # pragma:
         for g in range(groups):
             if rank_of[g] != top or count[g] < 2:
                 continue
-            cost_g = _cost(count[g], lengths[first[g]], a, b, c, d)
             for which in range(2):
                 pos = last[g] if which == 0 else first[g]
                 longest_left = first[g] if which == 0 else second[g]
-                saved = cost_g - _cost(count[g] - 1, lengths[longest_left], a, b, c, d)
+                saved = cost[g] - _cost(count[g] - 1, lengths[longest_left], a, b, c, d)
+                if load[top] - saved >= best:
+                    continue  # (no destination can make this move better than the best so far)
                 for h in range(groups):
                     s = rank_of[h]
-                    if s == top:
-                        continue
+                    if s == top or load[s] >= best:
+                        continue  # (a micro-batch never costs less with one more member)
                     longest = min(first[h], pos)
-                    added = _cost(count[h] + 1, lengths[longest], a, b, c, d) - _cost(
-                        count[h], lengths[first[h]], a, b, c, d
-                    )
+                    added = _cost(count[h] + 1, lengths[longest], a, b, c, d) - cost[h]
                     worse = max(load[top] - saved, load[s] + added)
                     if worse < best:
                         best, best_pos, best_to = worse, pos, h
